@@ -1,0 +1,94 @@
+"""The contract every discovery backend meets, and the merge of their results.
+
+A backend knows one source of truth (a vendor management library, sysfs, a data file). It
+returns complete `Device` records; the merge checks what no single backend can: unique UUIDs and
+bus ids across vendors, and links that point at devices that exist.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from hcsd.model import Device
+
+__all__ = ["DiscoveryBackend", "DiscoveryError", "Inventory", "discover_all"]
+
+log = logging.getLogger(__name__)
+
+
+class DiscoveryError(Exception):
+    """A backend could not produce its devices (missing library, unreadable file, bad data)."""
+
+
+class DiscoveryBackend(abc.ABC):
+    """One source of devices. Real vendor backends and the simulated node implement this."""
+
+    #: Short name used in config (`discovery.backends`) and in status output.
+    name: str = ""
+
+    @abc.abstractmethod
+    def discover(self) -> Sequence[Device]:
+        """Return every device this backend sees, fully described.
+
+        Raise DiscoveryError when the source is present but unusable; return an empty list when
+        this node simply has no such devices.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
+        """Release library handles; called once at shutdown."""
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """The node's devices as discovered, in a stable order (vendor, then index)."""
+
+    node_name: str
+    devices: tuple[Device, ...]
+    backends: tuple[str, ...]
+
+    def by_uuid(self) -> dict[str, Device]:
+        return {d.uuid: d for d in self.devices}
+
+
+def discover_all(node_name: str, backends: Iterable[DiscoveryBackend]) -> Inventory:
+    """Run every backend and merge the results, refusing an inconsistent inventory."""
+    devices: list[Device] = []
+    names: list[str] = []
+    for backend in backends:
+        try:
+            found = list(backend.discover())
+        except DiscoveryError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise DiscoveryError(f"failed to discover with {backend.name}: {e}") from e
+        log.info("discovery backend %s found %d device(s)", backend.name, len(found))
+        devices.extend(found)
+        names.append(backend.name)
+    _check_unique(devices)
+    known = {d.uuid for d in devices}
+    for device in devices:
+        for link in device.links:
+            if link.peer_uuid not in known:
+                raise DiscoveryError(
+                    f"device {device.uuid} has a link to unknown device {link.peer_uuid}"
+                )
+    devices.sort(key=lambda d: (d.vendor.value, d.index, d.pci_bus_id))
+    return Inventory(node_name=node_name, devices=tuple(devices), backends=tuple(names))
+
+
+def _check_unique(devices: Sequence[Device]) -> None:
+    seen_uuid: dict[str, Device] = {}
+    seen_bus: dict[str, Device] = {}
+    for device in devices:
+        if device.uuid in seen_uuid:
+            raise DiscoveryError(f"duplicate device uuid {device.uuid}")
+        seen_uuid[device.uuid] = device
+        if device.pci_bus_id and device.pci_bus_id in seen_bus:
+            other = seen_bus[device.pci_bus_id]
+            raise DiscoveryError(
+                f"devices {other.uuid} and {device.uuid} share PCI bus id {device.pci_bus_id}"
+            )
+        seen_bus[device.pci_bus_id] = device

@@ -1,0 +1,1 @@
+"""Discovery backends, one module per source; they never import each other."""
