@@ -1,0 +1,57 @@
+"""Allocations to and from the msgpack maps stored in journal and snapshot records.
+
+Short keys keep records small (one fsync'd write per operation); decoding checks every field so
+that a record written by a buggy or newer build fails loudly instead of half-loading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from hcsd.model import Allocation, Grant, PodRef
+
+__all__ = ["decode", "decode_allocation", "encode", "encode_allocation"]
+
+
+def encode(record: dict[str, Any]) -> bytes:
+    data: bytes = msgpack.packb(record, use_bin_type=True)
+    return data
+
+
+def decode(payload: bytes) -> dict[str, Any]:
+    record = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+    if not isinstance(record, dict):
+        raise ValueError("record is not a map")
+    return record
+
+
+def encode_allocation(allocation: Allocation) -> dict[str, Any]:
+    pod = allocation.pod
+    return {
+        "c": allocation.container_id,
+        "g": [[g.device_uuid, g.vram_bytes, g.compute_percent] for g in allocation.grants],
+        "p": [pod.namespace, pod.name, pod.uid],
+        "n": allocation.container_name,
+        "t": allocation.created,
+        "o": allocation.source,
+    }
+
+
+def decode_allocation(raw: dict[str, Any]) -> Allocation:
+    grants = []
+    for item in raw["g"]:
+        uuid, vram, compute = item
+        if not isinstance(uuid, str) or not isinstance(vram, int) or not isinstance(compute, int):
+            raise ValueError(f"bad grant {item!r}")
+        grants.append(Grant(device_uuid=uuid, vram_bytes=vram, compute_percent=compute))
+    namespace, name, uid = raw["p"]
+    return Allocation(
+        container_id=str(raw["c"]),
+        grants=tuple(grants),
+        pod=PodRef(namespace=str(namespace), name=str(name), uid=str(uid)),
+        container_name=str(raw["n"]),
+        created=float(raw["t"]),
+        source=str(raw["o"]),
+    )
