@@ -1,0 +1,55 @@
+# HCS: one command to run it (make run), one to test it (make test).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CACHE ?= $(HOME)/.cache/hcs
+
+.PHONY: run test test-quick lint proto proto-check bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## make run: hcsd on the simulated mixed-vendor node, in the foreground (Ctrl-C stops it)
+run: $(STAMP)
+	@scripts/run-simulated
+
+## make test: lint, types, layer contracts, generated-code check, all test suites
+test: $(STAMP) lint proto-check
+	$(PY) -m pytest -q -rs tests
+	$(MAKE) -C libhcs test
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check hcsd tests bench
+	$(VENV)/bin/ruff format --check hcsd tests bench
+	$(VENV)/bin/mypy hcsd
+	$(VENV)/bin/lint-imports
+
+test-quick: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+## make proto: regenerate hcsd/api/v1 from proto/hcsd/api/v1/hcsd.proto
+PROTO := proto/hcsd/api/v1/hcsd.proto
+GENERATED := hcsd_pb2.py hcsd_pb2.pyi hcsd_pb2_grpc.py
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. $(PROTO)
+
+proto-check: $(STAMP)
+	@tmp=$$(mktemp -d) && \
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=$$tmp --pyi_out=$$tmp \
+		--grpc_python_out=$$tmp $(PROTO) && \
+	for f in $(GENERATED); do \
+		cmp -s $$tmp/hcsd/api/v1/$$f hcsd/api/v1/$$f || \
+		{ echo "hcsd/api/v1/$$f is stale: run make proto"; rm -rf $$tmp; exit 1; }; \
+	done; rm -rf $$tmp; echo "generated code matches $(PROTO)"
+
+## make bench: the benchmarks under bench/ (figures printed, JSON in bench/out/)
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .run bench/out

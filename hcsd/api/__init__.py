@@ -1,0 +1,1 @@
+"""The local gRPC API on hcsd's unix socket: messages, server and client."""

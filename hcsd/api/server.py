@@ -1,0 +1,171 @@
+"""The gRPC servicer and its unix-socket server.
+
+The socket is created with mode 0600 (umask set around the bind, then chmod to be sure): only
+root may allocate devices or read who holds them. A stale socket from a crashed daemon is
+replaced; a live one means another hcsd runs and we refuse to start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+
+import grpc
+
+from hcsd import __version__
+from hcsd.api.convert import (
+    InvalidRequest,
+    allocation_to_pb,
+    device_to_pb,
+    event_to_pb,
+    request_from_pb,
+)
+from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
+from hcsd.service import NodeService, Refused, WatchOverflow
+
+__all__ = ["ApiServer", "HcsdServicer", "SocketInUse"]
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE = 4 * 1024 * 1024
+
+
+class SocketInUse(Exception):
+    """Another process is serving on the socket path."""
+
+
+class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
+    def __init__(self, service: NodeService) -> None:
+        self.service = service
+
+    async def GetNode(self, request: pb.GetNodeRequest, context: object) -> pb.Node:
+        s = self.service
+        return pb.Node(
+            name=s.node_name,
+            version=s.version or __version__,
+            backends=list(s.inventory.backends),
+            ledger_seq=s.ledger.seq,
+            device_count=len(s.devices()),
+            allocation_count=len(s.allocations()),
+            started_at=s.started_at,
+            orphaned_containers=[a.container_id for a in s.ledger.orphans()],
+        )
+
+    async def ListDevices(
+        self, request: pb.ListDevicesRequest, context: object
+    ) -> pb.ListDevicesResponse:
+        return pb.ListDevicesResponse(devices=[device_to_pb(d) for d in self.service.devices()])
+
+    async def ListAllocations(
+        self, request: pb.ListAllocationsRequest, context: object
+    ) -> pb.ListAllocationsResponse:
+        return pb.ListAllocationsResponse(
+            allocations=[allocation_to_pb(a) for a in self.service.allocations()]
+        )
+
+    async def Allocate(
+        self, request: pb.AllocateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AllocateResponse:
+        try:
+            parsed = request_from_pb(request)
+        except InvalidRequest as e:
+            self.service.refusals["invalid_request"] += 1
+            log.warning("refused (invalid_request): %s: %s", request.container_id or "?", e)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid request: {e}")
+            raise  # abort raises; this keeps type checkers aware
+        try:
+            allocation, created, model = self.service.allocate(parsed)
+        except Refused as e:
+            await context.abort(_status_for(e), str(e))
+            raise
+        return pb.AllocateResponse(
+            allocation=allocation_to_pb(allocation), created=created, model=model
+        )
+
+    async def Release(
+        self, request: pb.ReleaseRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReleaseResponse:
+        if not request.container_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "container_id is required")
+        try:
+            released = self.service.release(request.container_id)
+        except Refused as e:
+            await context.abort(_status_for(e), str(e))
+            raise
+        if released is None:
+            return pb.ReleaseResponse(released=False)
+        return pb.ReleaseResponse(released=True, allocation=allocation_to_pb(released))
+
+    async def Watch(
+        self, request: pb.WatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.Event]:
+        subscription = self.service.subscribe(send_initial=request.send_initial)
+        try:
+            async for event in subscription:
+                yield event_to_pb(event)
+        except WatchOverflow as e:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e}; reconnect")
+        finally:
+            subscription.close()
+
+
+def _status_for(refusal: Refused) -> grpc.StatusCode:
+    if refusal.temporary:
+        return grpc.StatusCode.UNAVAILABLE
+    if refusal.reason == "conflict":
+        return grpc.StatusCode.ALREADY_EXISTS
+    return grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class ApiServer:
+    """grpc.aio server bound to one unix socket."""
+
+    def __init__(self, service: NodeService, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self._server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE),
+                ("grpc.max_send_message_length", MAX_MESSAGE),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        pb_grpc.add_HcsdServicer_to_server(HcsdServicer(service), self._server)
+
+    async def start(self) -> None:
+        directory = os.path.dirname(self.socket_path) or "."
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        _remove_stale_socket(self.socket_path)
+        old_umask = os.umask(0o177)
+        try:
+            self._server.add_insecure_port(f"unix:{self.socket_path}")
+            await self._server.start()
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket_path, 0o600)
+        log.info("API listening on %s", self.socket_path)
+
+    async def stop(self, grace: float) -> None:
+        """Stop taking calls; let calls in flight finish for up to `grace` seconds."""
+        await self._server.stop(grace)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+
+
+def _remove_stale_socket(path: str) -> None:
+    if not os.path.exists(path):
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(0.5)
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)  # nobody listens: left over from a crash
+        log.info("removed stale socket %s", path)
+        return
+    finally:
+        probe.close()
+    raise SocketInUse(f"another process serves {path}; is hcsd already running?")
