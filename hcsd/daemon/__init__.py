@@ -1,0 +1,1 @@
+"""The hcsd process: configuration, logging, metrics, supervision and the main entry point."""

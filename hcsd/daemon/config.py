@@ -1,0 +1,268 @@
+"""hcsd's configuration file (`/etc/hcsd/hcsd.toml`): every key, its default and its check.
+
+The table below is the one place a key is defined; `hcsd --print-default-config` renders it
+with each key's documentation, so the shipped default file and this code cannot drift apart.
+Unknown keys are errors: a misspelt key silently ignored is a setting an operator thinks they
+have and do not.
+"""
+
+from __future__ import annotations
+
+import socket
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hcsd.model import SpreadPolicy
+
+__all__ = ["DEFAULT_PATH", "Config", "ConfigError", "load_config", "render_default_config"]
+
+DEFAULT_PATH = "/etc/hcsd/hcsd.toml"
+
+
+class ConfigError(Exception):
+    """The configuration file is unreadable or has a bad key or value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    section: str
+    name: str
+    default: Any
+    doc: str
+    check: Callable[[Any], Any]
+    reloadable: bool = False
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _path(value: Any) -> str:
+    text = _string(value)
+    if text and not text.startswith("/"):
+        raise ValueError(f"expected an absolute path, got {text!r}")
+    return text
+
+
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"expected a positive integer, got {value!r}")
+    return value
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+
+    return check
+
+
+def _listen(value: Any) -> str:
+    text = _string(value)
+    if not text:
+        return text
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT (or an empty string to disable), got {text!r}")
+    return text
+
+
+def _string_list(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"expected a list of non-empty strings, got {value!r}")
+    return list(value)
+
+
+KEYS: tuple[Key, ...] = (
+    Key("node", "name", "", "Node name reported to the cluster; empty = the host name.", _string),
+    Key(
+        "daemon",
+        "socket",
+        "/run/hcsd/hcsd.sock",
+        "Unix socket of the local gRPC API (mode 0600, root only).",
+        _path,
+    ),
+    Key(
+        "daemon",
+        "state_dir",
+        "/var/lib/hcsd",
+        "Where the ledger (journal, snapshot) lives. Must survive reboots.",
+        _path,
+    ),
+    Key("daemon", "run_dir", "/run/hcsd", "Runtime files: per-container quota directories.", _path),
+    Key(
+        "daemon",
+        "log_level",
+        "info",
+        "debug, info, warning or error.",
+        _choice("debug", "info", "warning", "error"),
+        reloadable=True,
+    ),
+    Key(
+        "daemon",
+        "shutdown_grace",
+        5.0,
+        "Seconds that API calls in flight get to finish on SIGTERM.",
+        _seconds,
+    ),
+    Key(
+        "metrics",
+        "listen",
+        "127.0.0.1:9400",
+        "Prometheus text endpoint (GET /metrics) as HOST:PORT; empty disables it.",
+        _listen,
+    ),
+    Key(
+        "discovery",
+        "backends",
+        ["simulated"],
+        "Discovery backends to run, in order. Available now: simulated.",
+        _string_list,
+    ),
+    Key(
+        "discovery",
+        "simulated_node",
+        "/etc/hcsd/nodes/mixed.toml",
+        "Node file for the simulated backend (devices, links, device nodes).",
+        _path,
+    ),
+    Key(
+        "allocator",
+        "policy",
+        "binpack",
+        "binpack fills partly used devices first; spread picks the least used.",
+        _choice("binpack", "spread"),
+        reloadable=True,
+    ),
+    Key(
+        "ledger",
+        "compact_after",
+        10_000,
+        "Journal records after which the ledger writes a snapshot and starts afresh.",
+        _positive_int,
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    node_name: str
+    socket: str
+    state_dir: str
+    run_dir: str
+    log_level: str
+    shutdown_grace: float
+    metrics_listen: str
+    backends: list[str]
+    simulated_node: str
+    policy: SpreadPolicy
+    compact_after: int
+    source: str = "<defaults>"
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def restart_needed(self, new: Config) -> list[str]:
+        """Keys whose change a SIGHUP cannot apply."""
+        return sorted(
+            f"{k.section}.{k.name}"
+            for k in KEYS
+            if not k.reloadable
+            and self.values.get(f"{k.section}.{k.name}") != new.values.get(f"{k.section}.{k.name}")
+        )
+
+
+def load_config(path: str | None, *, required: bool = False) -> Config:
+    """Read and check a config file; a missing default file means all defaults."""
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            source = path
+        except FileNotFoundError:
+            if required:
+                raise ConfigError(f"config file {path} does not exist") from None
+        except OSError as e:
+            raise ConfigError(f"failed to read config {path}: {e.strerror}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"failed to parse config {path}: {e}") from e
+    return _build(raw, source)
+
+
+def _build(raw: Mapping[str, Any], source: str) -> Config:
+    known: dict[str, dict[str, Key]] = {}
+    for key in KEYS:
+        known.setdefault(key.section, {})[key.name] = key
+    for section, table in raw.items():
+        if section not in known:
+            raise ConfigError(
+                f"{source}: unknown section [{section}] (known: {', '.join(sorted(known))})"
+            )
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: [{section}] must be a table")
+        for name in table:
+            if name not in known[section]:
+                names = ", ".join(sorted(known[section]))
+                raise ConfigError(f"{source}: unknown key {section}.{name} (known: {names})")
+    values: dict[str, Any] = {}
+    for key in KEYS:
+        value = raw.get(key.section, {}).get(key.name, key.default)
+        try:
+            values[f"{key.section}.{key.name}"] = key.check(value)
+        except ValueError as e:
+            raise ConfigError(f"{source}: {key.section}.{key.name}: {e}") from None
+    return Config(
+        node_name=values["node.name"] or socket.gethostname(),
+        socket=values["daemon.socket"],
+        state_dir=values["daemon.state_dir"],
+        run_dir=values["daemon.run_dir"],
+        log_level=values["daemon.log_level"],
+        shutdown_grace=values["daemon.shutdown_grace"],
+        metrics_listen=values["metrics.listen"],
+        backends=values["discovery.backends"],
+        simulated_node=values["discovery.simulated_node"],
+        policy=SpreadPolicy(values["allocator.policy"]),
+        compact_after=values["ledger.compact_after"],
+        source=source,
+        values=values,
+    )
+
+
+def render_default_config() -> str:
+    """The default config file, every key commented with its documentation."""
+    lines = [
+        "# hcsd configuration. Every key is shown with its default; uncomment to change.",
+        "# Keys marked (reload) take effect on SIGHUP (systemctl reload hcsd); the others",
+        "# need a restart.",
+    ]
+    section = None
+    for key in KEYS:
+        if key.section != section:
+            section = key.section
+            lines += ["", f"[{section}]"]
+        suffix = " (reload)" if key.reloadable else ""
+        lines.append(f"# {key.doc}{suffix}")
+        lines.append(f"#{key.name} = {_toml(key.default)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return str(value)

@@ -1,0 +1,192 @@
+"""Prometheus text metrics over a tiny HTTP endpoint (GET /metrics).
+
+Rendered on each scrape from the service's live state, so there is no second copy of the
+numbers to keep in step. The HTTP side answers only GET /metrics and /healthz, reads at most a
+few KiB of request head, and closes: it binds to loopback by default and needs nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+
+from hcsd import __version__
+from hcsd.service import NodeService
+
+__all__ = ["MetricsServer", "render_metrics"]
+
+log = logging.getLogger(__name__)
+
+_REFUSAL_REASONS = (
+    "invalid_request",
+    "no_matching_device",
+    "unhealthy",
+    "insufficient_vram",
+    "insufficient_compute",
+    "insufficient_devices",
+    "no_linked_set",
+    "unknown_tflops",
+    "over_capacity",
+    "conflict",
+    "write_failed",
+)
+
+
+def _labels(pairs: Iterable[tuple[str, str]]) -> str:
+    def escape(value: str) -> str:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    inner = ",".join(f'{k}="{escape(v)}"' for k, v in pairs)
+    return "{" + inner + "}" if inner else ""
+
+
+def render_metrics(service: NodeService) -> str:
+    out: list[str] = []
+
+    def family(name: str, kind: str, doc: str, samples: Iterable[tuple[str, float]]) -> None:
+        out.append(f"# HELP {name} {doc}")
+        out.append(f"# TYPE {name} {kind}")
+        out.extend(f"{name}{labels} {value:g}" for labels, value in samples)
+
+    devices = service.devices()
+    per_device = [
+        (
+            _labels(
+                [
+                    ("device", s.device.uuid),
+                    ("vendor", s.device.vendor.value),
+                    ("model", s.device.model),
+                    ("index", str(s.device.index)),
+                ]
+            ),
+            s,
+        )
+        for s in devices
+    ]
+    family("hcs_build_info", "gauge", "hcsd version.", [(_labels([("version", __version__)]), 1)])
+    family(
+        "hcs_device_vram_capacity_bytes",
+        "gauge",
+        "Device memory of each device.",
+        [(lb, s.device.vram_bytes) for lb, s in per_device],
+    )
+    family(
+        "hcs_device_vram_allocated_bytes",
+        "gauge",
+        "Device memory held by allocations.",
+        [(lb, s.vram_allocated) for lb, s in per_device],
+    )
+    family(
+        "hcs_device_compute_allocated_percent",
+        "gauge",
+        "Compute share reserved by allocations.",
+        [(lb, s.compute_allocated) for lb, s in per_device],
+    )
+    family(
+        "hcs_device_allocations",
+        "gauge",
+        "Allocations holding each device.",
+        [(lb, s.allocations) for lb, s in per_device],
+    )
+    family(
+        "hcs_device_health_score",
+        "gauge",
+        "Health score 0-100 (100 is healthy).",
+        [(lb, s.device.health_score) for lb, s in per_device],
+    )
+    family(
+        "hcs_device_health_state",
+        "gauge",
+        "1 for the device's current health state.",
+        [
+            (_labels([("device", s.device.uuid), ("state", s.device.health_state.value)]), 1)
+            for s in devices
+        ],
+    )
+    family(
+        "hcs_allocations",
+        "gauge",
+        "Containers holding device slices on this node.",
+        [("", len(service.allocations()))],
+    )
+    family(
+        "hcs_orphaned_allocations",
+        "gauge",
+        "Allocations on devices this node no longer has.",
+        [("", len(service.ledger.orphans()))],
+    )
+    reasons = dict.fromkeys(_REFUSAL_REASONS, 0) | dict(service.refusals)
+    family(
+        "hcs_refusals_total",
+        "counter",
+        "Requests refused, by reason.",
+        [(_labels([("reason", r)]), n) for r, n in sorted(reasons.items())],
+    )
+    family(
+        "hcs_ledger_seq",
+        "counter",
+        "Operations recorded in the ledger.",
+        [("", service.ledger.seq)],
+    )
+    family("hcs_watchers", "gauge", "Clients watching the API.", [("", service.watcher_count)])
+    return "\n".join(out) + "\n"
+
+
+class MetricsServer:
+    def __init__(self, service: NodeService, listen: str) -> None:
+        self.service = service
+        host, _, port = listen.rpartition(":")
+        self.host = host.strip("[]")
+        self.port = int(port)
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        sockets = list(self._server.sockets)
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        log.info("metrics on http://%s:%d/metrics", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+            request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            parts = request_line.split()
+            if len(parts) != 3 or parts[0] != "GET":
+                await _respond(writer, 405, "text/plain", "only GET is served\n")
+            elif parts[1].split("?")[0] == "/metrics":
+                body = render_metrics(self.service)
+                await _respond(writer, 200, "text/plain; version=0.0.4; charset=utf-8", body)
+            elif parts[1] == "/healthz":
+                await _respond(writer, 200, "text/plain", "ok\n")
+            else:
+                await _respond(writer, 404, "text/plain", "try /metrics\n")
+        except (
+            asyncio.LimitOverrunError,
+            asyncio.IncompleteReadError,
+            TimeoutError,
+            ConnectionError,
+        ):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+
+async def _respond(writer: asyncio.StreamWriter, status: int, kind: str, body: str) -> None:
+    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed"}[status]
+    data = body.encode()
+    writer.write(
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+        + data
+    )
+    await writer.drain()
