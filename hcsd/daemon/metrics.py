@@ -42,13 +42,20 @@ def _labels(pairs: Iterable[tuple[str, str]]) -> str:
     return "{" + inner + "}" if inner else ""
 
 
+def _value(value: float) -> str:
+    """Exact integers (byte counts exceed float's %g precision), shortest repr otherwise."""
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
 def render_metrics(service: NodeService) -> str:
     out: list[str] = []
 
     def family(name: str, kind: str, doc: str, samples: Iterable[tuple[str, float]]) -> None:
         out.append(f"# HELP {name} {doc}")
         out.append(f"# TYPE {name} {kind}")
-        out.extend(f"{name}{labels} {value:g}" for labels, value in samples)
+        out.extend(f"{name}{labels} {_value(value)}" for labels, value in samples)
 
     devices = service.devices()
     per_device = [

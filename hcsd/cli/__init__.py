@@ -1,0 +1,1 @@
+"""hcsctl: the operator's command line for hcsd."""
