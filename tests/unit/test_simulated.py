@@ -7,7 +7,7 @@ import pytest
 from hcsd.discovery import DiscoveryError, discover_all
 from hcsd.discovery.backends.simulated import SimulatedBackend, load_node_file
 from hcsd.model import LinkKind, Vendor
-from tests.conftest import GiB, MIXED_NODE
+from tests.conftest import MIXED_NODE, GiB
 
 
 def test_mixed_node_has_the_six_devices_of_the_example() -> None:
@@ -23,7 +23,7 @@ def test_mixed_node_has_the_six_devices_of_the_example() -> None:
     }
     a100 = next(d for d in devices if d.vendor is Vendor.NVIDIA)
     assert a100.vram_bytes == 80 * GiB
-    assert [n.path for n in a100.shared_nodes][0] == "/dev/nvidiactl"
+    assert next(n.path for n in a100.shared_nodes) == "/dev/nvidiactl"
 
 
 def test_links_are_symmetric(mixed_inventory) -> None:  # type: ignore[no-untyped-def]

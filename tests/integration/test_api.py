@@ -1,0 +1,225 @@
+"""The local API over its real unix socket: calls, bad input, socket permissions."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from hcsd.api.server import ApiServer, SocketInUse
+from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
+from hcsd.discovery import Inventory
+from hcsd.ledger import Ledger
+from hcsd.service import NodeService
+
+NOBODY = 65534
+SYSTEM_PYTHON = "/usr/bin/python3"  # the test venv's interpreter may sit under root's home
+
+
+@dataclass
+class Api:
+    socket: str
+    stub: pb_grpc.HcsdStub
+    channel: grpc.aio.Channel
+    service: NodeService
+
+
+@pytest.fixture
+async def api(tmp_path: Path, mixed_inventory: Inventory) -> AsyncIterator[Api]:
+    ledger = Ledger(str(tmp_path / "state"))
+    ledger.open()
+    service = NodeService(mixed_inventory, ledger)
+    socket_path = str(tmp_path / "run" / "hcsd.sock")
+    server = ApiServer(service, socket_path)
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"unix:{socket_path}")
+    yield Api(socket_path, pb_grpc.HcsdStub(channel), channel, service)
+    await channel.close()
+    await server.stop(0.5)
+    ledger.close()
+
+
+async def test_devices_and_node(api: Api) -> None:
+    devices = (await api.stub.ListDevices(pb.ListDevicesRequest())).devices
+    assert len(devices) == 6
+    assert {d.vendor for d in devices} == {"nvidia", "ascend", "hygon", "cambricon"}
+    node = await api.stub.GetNode(pb.GetNodeRequest())
+    assert node.device_count == 6 and list(node.backends) == ["simulated"]
+
+
+async def test_allocate_release_round_trip(api: Api) -> None:
+    request = pb.AllocateRequest(
+        container_id="c1",
+        vram="16Gi",
+        vendors=["nvidia"],
+        pod=pb.PodRef(namespace="ns", name="p", uid="u"),
+    )
+    response = await api.stub.Allocate(request)
+    assert response.created and response.model == "A100-SXM4-80GB"
+    assert response.allocation.grants[0].vram_bytes == 16 * 2**30
+    again = await api.stub.Allocate(request)
+    assert not again.created and again.allocation == response.allocation
+    listed = (await api.stub.ListAllocations(pb.ListAllocationsRequest())).allocations
+    assert [a.container_id for a in listed] == ["c1"]
+    released = await api.stub.Release(pb.ReleaseRequest(container_id="c1"))
+    assert released.released and released.allocation.container_id == "c1"
+    assert not (await api.stub.Release(pb.ReleaseRequest(container_id="c1"))).released
+
+
+@pytest.mark.parametrize(
+    ("request_", "code", "message"),
+    [
+        pytest.param(
+            pb.AllocateRequest(container_id="c", vram="16GB"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid quantity '16GB'",
+            id="vram",
+        ),
+        pytest.param(
+            pb.AllocateRequest(container_id="", vram="1Gi"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "container id must not be empty",
+            id="no-id",
+        ),
+        pytest.param(
+            pb.AllocateRequest(container_id="c", vendors=["intel"]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "unknown vendor 'intel'",
+            id="vendor",
+        ),
+        pytest.param(
+            pb.AllocateRequest(container_id="c", policy="random"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "policy must be one of",
+            id="policy",
+        ),
+        pytest.param(
+            pb.AllocateRequest(container_id="c", compute_percent=300),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "0..100",
+            id="compute",
+        ),
+        pytest.param(
+            pb.AllocateRequest(container_id="c", tflops_fp16="-5"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "tflops-fp16 must be positive",
+            id="tflops",
+        ),
+        pytest.param(
+            pb.AllocateRequest(container_id="c", vram="1Ti"),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "1Ti wanted",
+            id="too-big",
+        ),
+    ],
+)
+async def test_bad_requests_get_a_clear_status(
+    api: Api, request_: pb.AllocateRequest, code: grpc.StatusCode, message: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await api.stub.Allocate(request_)
+    assert info.value.code() == code
+    assert message in (info.value.details() or "")
+    assert api.service.ledger.seq == 0
+
+
+async def test_conflicting_repeat_is_already_exists(api: Api) -> None:
+    await api.stub.Allocate(pb.AllocateRequest(container_id="c", vram="1Gi"))
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await api.stub.Allocate(pb.AllocateRequest(container_id="c", vram="2Gi"))
+    assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS
+
+
+async def test_undecodable_bytes_are_refused_and_the_server_lives_on(api: Api) -> None:
+    raw = api.channel.unary_unary(
+        "/hcsd.v1.Hcsd/Allocate",
+        request_serializer=lambda b: b,
+        response_deserializer=lambda b: b,
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await raw(b"\xff\xff\xff\xff\x0f garbage that is not protobuf")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed AllocateRequest" in (info.value.details() or "")
+    unknown = api.channel.unary_unary(
+        "/hcsd.v1.Hcsd/Nope", request_serializer=lambda b: b, response_deserializer=lambda b: b
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await unknown(b"")
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert len((await api.stub.ListDevices(pb.ListDevicesRequest())).devices) == 6
+
+
+async def test_watch_streams_initial_state_and_changes(api: Api) -> None:
+    stream = api.stub.Watch(pb.WatchRequest(send_initial=True))
+    kinds = []
+    async for event in stream:
+        kinds.append(event.kind)
+        if event.kind == pb.Event.KIND_SYNCED:
+            await api.stub.Allocate(pb.AllocateRequest(container_id="w", vram="1Gi"))
+        if event.kind == pb.Event.KIND_ALLOCATED:
+            assert event.allocation.container_id == "w" and event.seq == 1
+            break
+    stream.cancel()
+    assert kinds[:6] == [pb.Event.KIND_INITIAL] * 6
+    assert kinds[6:] == [pb.Event.KIND_SYNCED, pb.Event.KIND_ALLOCATED]
+
+
+async def test_socket_is_root_only(api: Api) -> None:
+    mode = stat.S_IMODE(os.stat(api.socket).st_mode)
+    assert mode == 0o600
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to an unprivileged user")
+@pytest.mark.skipif(
+    not os.access(SYSTEM_PYTHON, os.X_OK), reason=f"{SYSTEM_PYTHON} (runnable as nobody) missing"
+)
+async def test_unprivileged_user_cannot_connect(api: Api) -> None:
+    os.chmod(os.path.dirname(api.socket), 0o755)
+    probe = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "try:\n"
+        f"    s.connect({api.socket!r})\n"
+        "except PermissionError:\n"
+        "    sys.exit(13)\n"
+        "sys.exit(0)\n"
+    )
+    # Walk up so that `nobody` can reach the socket's directory: the mode of the socket must
+    # be what stops it, not a directory on the way.
+    path = Path(api.socket).parent
+    while path != path.parent:
+        os.chmod(path, os.stat(path).st_mode | 0o005)
+        path = path.parent
+    result = subprocess.run(
+        [SYSTEM_PYTHON, "-c", probe], user=NOBODY, group=NOBODY, check=False, timeout=30
+    )
+    assert result.returncode == 13
+
+
+async def test_second_server_on_a_live_socket_is_refused(api: Api) -> None:
+    other = ApiServer(api.service, api.socket)
+    with pytest.raises(SocketInUse, match="already running"):
+        await other.start()
+
+
+async def test_stale_socket_is_replaced(tmp_path: Path, mixed_inventory: Inventory) -> None:
+    import socket
+
+    path = str(tmp_path / "stale.sock")
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(path)
+    dead.close()  # the file stays, nobody listens: as after a crash
+    ledger = Ledger(str(tmp_path / "state"))
+    ledger.open()
+    server = ApiServer(NodeService(mixed_inventory, ledger), path)
+    await server.start()
+    await server.stop(0)
+    ledger.close()
+    assert not os.path.exists(path)

@@ -1,0 +1,250 @@
+"""hcsd as a real process: sd_notify, hcsctl against it, metrics, SIGHUP, SIGTERM, restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MIXED_NODE
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Daemon:
+    def __init__(self, tmp_path: Path, *, policy: str = "binpack") -> None:
+        self.dir = tmp_path
+        self.socket = str(tmp_path / "hcsd.sock")
+        self.port = free_port()
+        self.config = tmp_path / "hcsd.toml"
+        self.write_config(policy)
+        self.notify_path = str(tmp_path / "notify.sock")
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(self.notify_path)
+        self.notify.settimeout(10)
+        self.log = open(tmp_path / "hcsd.log", "w+")  # noqa: SIM115
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def write_config(self, policy: str, extra: str = "") -> None:
+        self.config.write_text(
+            f'[node]\nname = "test-node"\n'
+            f'[daemon]\nsocket = "{self.socket}"\nstate_dir = "{self.dir}/state"\n'
+            f'run_dir = "{self.dir}"\nshutdown_grace = 1\n'
+            f'[metrics]\nlisten = "127.0.0.1:{self.port}"\n'
+            f'[discovery]\nbackends = ["simulated"]\nsimulated_node = "{MIXED_NODE}"\n'
+            f'[allocator]\npolicy = "{policy}"\n{extra}'
+        )
+
+    def start(self, watchdog_usec: int = 0) -> list[str]:
+        env = dict(os.environ, NOTIFY_SOCKET=self.notify_path, JOURNAL_STREAM="8:1")
+        if watchdog_usec:
+            env["WATCHDOG_USEC"] = str(watchdog_usec)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "hcsd.daemon.main", "--config", str(self.config)],
+            env=env,
+            stderr=self.log,
+            stdout=self.log,
+        )
+        return self.wait_notify("READY=1")
+
+    def wait_notify(self, needle: str) -> list[str]:
+        seen = []
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            message = self.notify.recv(4096).decode()
+            seen.append(message)
+            if needle in message:
+                return seen
+        raise AssertionError(f"no {needle} from hcsd; got {seen}; log:\n{self.logs()}")
+
+    def logs(self) -> str:
+        self.log.flush()
+        return (self.dir / "hcsd.log").read_text()
+
+    def hcsctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "hcsd.cli.main", "--socket", self.socket, *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    def stop(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=15)
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.notify.close()
+        self.log.close()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    d = Daemon(tmp_path)
+    yield d
+    d.close()
+
+
+def test_ready_status_and_watchdog(daemon: Daemon) -> None:
+    messages = daemon.start(watchdog_usec=200_000)
+    ready = next(m for m in messages if "READY=1" in m)
+    assert "STATUS=6 devices, 0 allocations" in ready
+    daemon.wait_notify("WATCHDOG=1")
+    assert daemon.stop() == 0
+    daemon.wait_notify("STOPPING=1")
+    assert "<6>hcsd 0.1.0 ready on node test-node: 6 device(s)" in daemon.logs()
+    assert not os.path.exists(daemon.socket)
+
+
+def test_hcsctl_against_the_daemon(daemon: Daemon) -> None:
+    daemon.start()
+    devices = daemon.hcsctl("devices")
+    assert devices.returncode == 0, devices.stderr
+    assert len(devices.stdout.splitlines()) == 7 and "A100-SXM4-80GB" in devices.stdout
+
+    allocated = daemon.hcsctl(
+        "allocate",
+        "--container",
+        "job-1",
+        "--vram",
+        "16Gi",
+        "--vendor",
+        "nvidia",
+        "--pod",
+        "team-a/trainer",
+    )
+    assert allocated.returncode == 0, allocated.stderr
+    assert allocated.stdout.startswith("allocated (A100-SXM4-80GB):")
+
+    data = json.loads(daemon.hcsctl("--json", "allocations").stdout)
+    assert data[0]["container_id"] == "job-1"
+    assert data[0]["pod"] == {"namespace": "team-a", "name": "trainer", "uid": ""}
+    assert data[0]["grants"][0]["vram_bytes"] == str(16 * 2**30)
+
+    health = daemon.hcsctl("health")
+    assert health.returncode == 0 and health.stdout.count("healthy") == 6
+    status = daemon.hcsctl("status")
+    assert "vram:        16Gi allocated of 368Gi" in status.stdout
+
+    refused = daemon.hcsctl("allocate", "--container", "job-2", "--vram", "1Ti")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("hcsctl: job-2: ") and refused.stderr.count("\n") == 1
+
+    bad = daemon.hcsctl("allocate", "--container", "job-3", "--vram", "lots")
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("hcsctl: invalid request: vram: invalid quantity 'lots'")
+
+    released = daemon.hcsctl("release", "job-1")
+    assert released.stdout == "released job-1\n"
+    assert daemon.hcsctl("release", "job-1").stdout == "job-1 held nothing; nothing to release\n"
+
+
+def test_hcsctl_without_a_daemon_says_why(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "hcsd.cli.main", "--socket", str(tmp_path / "none.sock"), "devices"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"hcsctl: cannot reach hcsd at {tmp_path}/none.sock: no such socket "
+        "(is hcsd running? try: systemctl status hcsd)\n"
+    )
+
+
+def test_metrics_endpoint(daemon: Daemon) -> None:
+    daemon.start()
+    daemon.hcsctl("allocate", "--container", "m", "--vram", "1Gi")
+    with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/metrics", timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    assert "hcs_allocations 1" in text
+    assert 'hcs_refusals_total{reason="insufficient_vram"} 0' in text
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as s:
+        s.sendall(b"POST /metrics HTTP/1.1\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 405")
+
+
+def test_sighup_reloads_and_keeps_running_on_a_bad_file(daemon: Daemon) -> None:
+    daemon.start()
+    assert daemon.process is not None
+    daemon.write_config("spread")
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_notify("READY=1")
+    # spread: two 1Gi requests land on different A100s
+    for name in ("s1", "s2"):
+        daemon.hcsctl("allocate", "--container", name, "--vram", "1Gi", "--vendor", "nvidia")
+    devices = {
+        a["grants"][0]["device_uuid"]
+        for a in json.loads(daemon.hcsctl("--json", "allocations").stdout)
+    }
+    assert len(devices) == 2
+
+    daemon.config.write_text("[allocator\n")
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_notify("READY=1")
+    assert "reload failed, keeping the running configuration" in daemon.logs()
+    assert daemon.hcsctl("status").returncode == 0
+
+
+def test_state_survives_restart(daemon: Daemon) -> None:
+    daemon.start()
+    daemon.hcsctl("allocate", "--container", "keep", "--devices", "2", "--vendor", "ascend")
+    assert daemon.stop() == 0
+    daemon.start()
+    listed = json.loads(daemon.hcsctl("--json", "allocations").stdout)
+    assert [a["container_id"] for a in listed] == ["keep"]
+    assert "ledger " in daemon.logs() and "1 allocation(s)" in daemon.logs()
+
+
+def test_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[allocator]\npolicy = 'random'\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "hcsd.daemon.main", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"hcsd: {config}: allocator.policy: expected one of binpack, spread, got 'random'\n"
+    )
+
+
+def test_busy_metrics_port_is_a_clear_start_up_error(daemon: Daemon) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", daemon.port))
+        busy.listen()
+        process = subprocess.run(
+            [sys.executable, "-m", "hcsd.daemon.main", "--config", str(daemon.config)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert process.returncode == 1
+    assert f"failed to serve metrics on 127.0.0.1:{daemon.port}" in process.stderr
