@@ -1,0 +1,28 @@
+"""Run every benchmark of hcsd and print one summary (JSON per benchmark in bench/out/)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import api_latency, idle, ledger_bench  # noqa: E402
+from bench.common import write_result  # noqa: E402
+
+
+def main() -> int:
+    results = {
+        "api_latency": api_latency.main(),
+        "ledger": ledger_bench.main(),
+        "idle": idle.main(),
+    }
+    write_result("summary", results)
+    missed = [name for name, result in results.items() if not result.get("meets_target", True)]
+    if missed:
+        print(f"targets missed: {', '.join(missed)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
