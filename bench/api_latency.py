@@ -13,9 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import SimulatedDaemon, summary_us, write_result  # noqa: E402
-from hcsd.api.client import Client  # noqa: E402
-from hcsd.api.v1 import hcsd_pb2 as pb  # noqa: E402
+from bench.common import SimulatedDaemon, summary_us, write_result
+from hcsd.api.client import Client
+from hcsd.api.v1 import hcsd_pb2 as pb
 
 WARMUP = 200
 PAIRS = 3000
@@ -51,10 +51,12 @@ def main() -> dict[str, object]:
     result["meets_target"] = result["allocate_plus_release"]["p99_us"] < 2000  # type: ignore[index]
     path = write_result("api_latency", result)
     pair = result["allocate_plus_release"]
-    print(f"api allocate+release over the socket ({PAIRS} pairs): "
-          f"p50 {pair['p50_us']} us, p99 {pair['p99_us']} us "  # type: ignore[index]
-          f"(allocate p50 {result['allocate']['p50_us']} us, "  # type: ignore[index]
-          f"release p50 {result['release']['p50_us']} us) -> {path}")  # type: ignore[index]
+    print(
+        f"api allocate+release over the socket ({PAIRS} pairs): "
+        f"p50 {pair['p50_us']} us, p99 {pair['p99_us']} us "  # type: ignore[index]
+        f"(allocate p50 {result['allocate']['p50_us']} us, "  # type: ignore[index]
+        f"release p50 {result['release']['p50_us']} us) -> {path}"
+    )  # type: ignore[index]
     return result
 
 

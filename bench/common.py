@@ -39,8 +39,11 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     data = {
         "benchmark": name,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "kernel": platform.release()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+        },
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **data,
     }
@@ -68,7 +71,8 @@ class SimulatedDaemon:
         env["PYTHONPATH"] = str(ROOT)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "hcsd.daemon.main", "--config", str(config)],
-            env=env, stderr=subprocess.DEVNULL,
+            env=env,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 20
         while not os.path.exists(self.socket):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import SimulatedDaemon, write_result  # noqa: E402
+from bench.common import SimulatedDaemon, write_result
 
 SETTLE_S = 3.0
 WINDOW_S = float(os.environ.get("HCS_IDLE_WINDOW", "30"))
@@ -55,8 +55,10 @@ def main() -> dict[str, object]:
         "meets_target": rss / 1e6 < 60 and cpu_percent < 1.0,
     }
     path = write_result("idle", result)
-    print(f"idle hcsd over {WINDOW_S:.0f} s: RSS {result['rss_mb']} MB, "
-          f"CPU {cpu_percent:.3f}% of one core, {threads} threads -> {path}")
+    print(
+        f"idle hcsd over {WINDOW_S:.0f} s: RSS {result['rss_mb']} MB, "
+        f"CPU {cpu_percent:.3f}% of one core, {threads} threads -> {path}"
+    )
     return result
 
 

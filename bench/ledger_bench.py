@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import write_result  # noqa: E402
-from hcsd.ledger import FileSystem, Ledger  # noqa: E402
-from hcsd.ledger.ledger import Capacity  # noqa: E402
-from hcsd.model import Allocation, Grant, PodRef  # noqa: E402
+from bench.common import write_result
+from hcsd.ledger import FileSystem, Ledger
+from hcsd.ledger.ledger import Capacity
+from hcsd.model import Allocation, Grant, PodRef
 
 CAPACITY = {f"dev-{i}": Capacity(1 << 50) for i in range(8)}
 THROUGHPUT_OPS = 5000
@@ -91,9 +91,11 @@ def main() -> dict[str, object]:
         "meets_target": replay_s < 2.0,
     }
     path = write_result("ledger", result)
-    print(f"ledger: {result['acked_ops_per_s_with_fsync']} acknowledged ops/s with fsync; "
-          f"replay of {REPLAY_RECORDS} records ({journal_bytes / 2**20:.1f} MiB) "
-          f"median {replay_s:.3f} s -> {path}")
+    print(
+        f"ledger: {result['acked_ops_per_s_with_fsync']} acknowledged ops/s with fsync; "
+        f"replay of {REPLAY_RECORDS} records ({journal_bytes / 2**20:.1f} MiB) "
+        f"median {replay_s:.3f} s -> {path}"
+    )
     return result
 
 

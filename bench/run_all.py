@@ -7,8 +7,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import api_latency, idle, ledger_bench  # noqa: E402
-from bench.common import write_result  # noqa: E402
+from bench import api_latency, idle, ledger_bench
+from bench.common import write_result
 
 
 def main() -> int:
