@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -84,3 +85,4 @@ class SimulatedDaemon:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=15)
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -280,11 +280,15 @@ class NodeService:
         allocation: Allocation | None = None,
         device: DeviceStatus | None = None,
     ) -> None:
+        if not self._subscriptions:
+            return
         event = Event(kind, self.ledger.seq, self.clock(), allocation=allocation, device=device)
         for subscription in list(self._subscriptions):
             subscription.push(event)
 
     def _publish_devices(self, allocation: Allocation) -> None:
+        if not self._subscriptions:
+            return  # device status is rebuilt per event: skip the work when nobody listens
         for uuid in dict.fromkeys(allocation.device_uuids):
             status = self.device_status(uuid)
             if status is not None:
