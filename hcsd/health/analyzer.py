@@ -1,0 +1,162 @@
+"""Per-device health score and state: degrade fast, recover slowly, never flap.
+
+Score 0..100 per device. Events cost points at once (a fatal one all of them); silence earns
+them back linearly, 100 points per `quiet_period`. The state follows the score with hysteresis:
+- UNHEALTHY while a fatal event is younger than `quiet_period`, or the score is below
+  `unhealthy_below`;
+- DEGRADED below `degraded_below`, and it stays DEGRADED until the score is back above
+  `recovered_above` *and* the last fault is older than `quiet_period`;
+- HEALTHY otherwise.
+A rising rate of correctable errors (this trend window against the previous one) costs extra
+points, so a device that is about to fail is degraded before it does.
+The clock is injected: tests drive time, the daemon passes time.monotonic.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hcsd.health.events import HealthEvent, Severity
+from hcsd.model import HealthState
+
+__all__ = ["AnalyzerSettings", "DeviceHealth", "HealthAnalyzer"]
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyzerSettings:
+    quiet_period: float = 600.0
+    degraded_below: float = 80.0
+    recovered_above: float = 90.0
+    unhealthy_below: float = 30.0
+    degrading_penalty: float = 35.0
+    correctable_penalty: float = 2.0
+    trend_window: float = 600.0
+    trend_min_events: int = 5
+    trend_penalty: float = 25.0
+    slow_penalty: float = 25.0
+
+
+@dataclass(slots=True)
+class DeviceHealth:
+    score_at: float = 100.0  # score right after the last change
+    changed_at: float = 0.0
+    state: HealthState = HealthState.HEALTHY
+    last_fault: float | None = None
+    last_fatal: float | None = None
+    reason: str = ""
+    correctable: collections.deque[float] = field(default_factory=collections.deque)
+
+
+class HealthAnalyzer:
+    def __init__(
+        self, settings: AnalyzerSettings, clock: Callable[[], float], devices: list[str]
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self._devices = {uuid: DeviceHealth(changed_at=clock()) for uuid in devices}
+        self.ignored: collections.Counter[str] = collections.Counter()
+
+    def devices(self) -> list[str]:
+        return list(self._devices)
+
+    def score(self, uuid: str, now: float | None = None) -> float:
+        health = self._devices[uuid]
+        now = self.clock() if now is None else now
+        recovered = 100.0 * (now - health.changed_at) / self.settings.quiet_period
+        return max(0.0, min(100.0, health.score_at + recovered))
+
+    def state(self, uuid: str) -> HealthState:
+        return self._devices[uuid].state
+
+    def reason(self, uuid: str) -> str:
+        return self._devices[uuid].reason
+
+    def observe(self, uuid: str, event: HealthEvent) -> HealthState:
+        """Account one event; returns the device's state after it."""
+        s = self.settings
+        health = self._devices[uuid]
+        now = self.clock()
+        if event.severity is Severity.APPLICATION:
+            self.ignored[event.code] += 1
+            return health.state
+        penalty = {
+            Severity.CORRECTABLE: s.correctable_penalty,
+            Severity.DEGRADING: s.degrading_penalty,
+            Severity.FATAL: 100.0,
+        }[event.severity]
+        if event.severity is Severity.CORRECTABLE:
+            penalty += self._trend_penalty(health, now)
+        else:
+            health.last_fault = now
+            health.reason = f"{event.code}: {event.message[:120]}"
+        if event.severity is Severity.FATAL:
+            health.last_fatal = now
+        self._set_score(health, self.score(uuid, now) - penalty, now)
+        if event.severity is Severity.CORRECTABLE and not health.reason:
+            health.reason = f"{event.code}: correctable errors"
+        return self._update_state(uuid, now)
+
+    def report_slow(self, uuid: str, ratio: float) -> HealthState:
+        """Hook for the cluster side: this device ran at `ratio` of its peers' speed.
+
+        A device well below the cluster average for long enough is sub-healthy even without a
+        kernel message; the syncer calls this once it has seen that for its window.
+        """
+        now = self.clock()
+        health = self._devices[uuid]
+        health.last_fault = now
+        health.reason = f"slow: {ratio:.0%} of the cluster average"
+        self._set_score(health, self.score(uuid, now) - self.settings.slow_penalty, now)
+        return self._update_state(uuid, now)
+
+    def tick(self) -> list[str]:
+        """Re-evaluate every device (recovery happens with time); returns devices that changed."""
+        now = self.clock()
+        changed = []
+        for uuid, health in self._devices.items():
+            before = health.state
+            if self._update_state(uuid, now) is not before:
+                changed.append(uuid)
+        return changed
+
+    def _trend_penalty(self, health: DeviceHealth, now: float) -> float:
+        s = self.settings
+        window = health.correctable
+        window.append(now)
+        while window and window[0] < now - 2 * s.trend_window:
+            window.popleft()
+        recent = sum(1 for t in window if t >= now - s.trend_window)
+        earlier = len(window) - recent
+        if recent >= s.trend_min_events and recent >= 2 * max(earlier, 1):
+            health.last_fault = now
+            health.reason = (
+                f"correctable errors rising: {recent} in the last window, {earlier} before"
+            )
+            return s.trend_penalty
+        return 0.0
+
+    def _set_score(self, health: DeviceHealth, score: float, now: float) -> None:
+        health.score_at = max(0.0, score)
+        health.changed_at = now
+
+    def _update_state(self, uuid: str, now: float) -> HealthState:
+        s = self.settings
+        health = self._devices[uuid]
+        score = self.score(uuid, now)
+        quiet = health.last_fault is None or now - health.last_fault >= s.quiet_period
+        if (health.last_fatal is not None and now - health.last_fatal < s.quiet_period) or (
+            score < s.unhealthy_below
+        ):
+            state = HealthState.UNHEALTHY
+        elif score < s.degraded_below:
+            state = HealthState.DEGRADED
+        elif health.state is not HealthState.HEALTHY and not (score >= s.recovered_above and quiet):
+            state = HealthState.DEGRADED  # on probation: hysteresis and the quiet period
+        else:
+            state = HealthState.HEALTHY
+        if state is HealthState.HEALTHY:
+            health.reason = ""
+        health.state = state
+        return state

@@ -1,0 +1,1 @@
+"""Where health events come from: eBPF through libbpf, bcc, or polling, best first."""

@@ -1,0 +1,180 @@
+"""Health watching: pick the best source that works here, feed the analyzer, apply its verdicts.
+
+Sources are tried in order (eBPF via libbpf, then bcc, then polling /dev/kmsg); the first that
+starts wins, and each one that cannot start says why in one log line. PCIe AER counters in sysfs
+are polled as well unless the eBPF source has the AER tracepoint. Verdicts go to the node
+service as device records, so the allocator, the API watch and the metrics all see them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from hcsd.health.analyzer import AnalyzerSettings, HealthAnalyzer
+from hcsd.health.events import HealthEvent
+from hcsd.health.parsing import DEFAULT_RULES, LineRule
+from hcsd.health.sources.aer import AerPoller
+from hcsd.health.sources.base import HealthSource, SourceUnavailable
+from hcsd.health.sources.bcc import BccSource
+from hcsd.health.sources.ebpf import EbpfSource
+from hcsd.health.sources.kmsg import KmsgSource
+from hcsd.model import HealthState
+from hcsd.service import NodeService
+
+__all__ = ["SOURCE_ORDER", "HealthWatcher", "WatcherSettings"]
+
+log = logging.getLogger(__name__)
+
+SOURCE_ORDER = ("ebpf", "bcc", "kmsg")
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherSettings:
+    source: str = "auto"  # auto, ebpf, bcc, kmsg, off
+    bpf_dir: str = "/usr/lib/hcs/bpf"
+    kmsg_path: str = "/dev/kmsg"
+    sysfs: str = "/sys"
+    aer_interval: float = 5.0
+    tick_interval: float = 1.0
+    analyzer: AnalyzerSettings = field(default_factory=AnalyzerSettings)
+    rules: Sequence[LineRule] = DEFAULT_RULES
+
+
+class HealthWatcher:
+    def __init__(
+        self,
+        service: NodeService,
+        settings: WatcherSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.service = service
+        self.settings = settings
+        uuids = [status.device.uuid for status in service.devices()]
+        self.analyzer = HealthAnalyzer(settings.analyzer, clock, uuids)
+        self.source: HealthSource | None = None
+        self.source_name = "off"
+        self.aer: AerPoller | None = None
+        self.events: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        self.unattributed = 0
+        self.unavailable: dict[str, str] = {}
+
+    def _candidates(self) -> list[HealthSource]:
+        s = self.settings
+        make: dict[str, Callable[[], HealthSource]] = {
+            "ebpf": lambda: EbpfSource(s.bpf_dir, s.rules),
+            "bcc": lambda: BccSource(s.rules),
+            "kmsg": lambda: KmsgSource(s.kmsg_path, s.rules),
+        }
+        names = SOURCE_ORDER if s.source == "auto" else (s.source,)
+        return [make[name]() for name in names if name in make]
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> str:
+        """Start the first source that works; returns its name ("polling" only if none)."""
+        for candidate in self._candidates():
+            try:
+                candidate.start(loop, self.on_event)
+            except SourceUnavailable as e:
+                self.unavailable[candidate.name] = str(e)
+                log.warning("health: %s source unavailable: %s", candidate.name, e)
+                continue
+            self.source, self.source_name = candidate, candidate.name
+            break
+        has_aer_tracepoint = isinstance(self.source, EbpfSource) and self.source.has_aer
+        if self.settings.source != "off" and not has_aer_tracepoint:
+            buses = [s.device.pci_bus_id for s in self.service.devices()]
+            self.aer = AerPoller(
+                buses, sysfs=self.settings.sysfs, interval=self.settings.aer_interval
+            )
+        if self.source is None:
+            self.source_name = "sysfs-polling" if self.aer is not None else "off"
+        log.info(
+            "health: watching with %s%s",
+            self.source_name,
+            " + AER counters in sysfs" if self.aer and self.source else "",
+        )
+        return self.source_name
+
+    async def run(self) -> None:
+        """Tick the analyzer (recovery over time) and poll AER counters until cancelled.
+
+        `start` must have been called on this loop first (the daemon does so before READY=1,
+        so that the status line names the active source).
+        """
+        loop = asyncio.get_running_loop()
+        next_aer = 0.0
+        try:
+            while True:
+                if self.aer is not None and loop.time() >= next_aer:
+                    self.aer.poll(self.on_event)
+                    next_aer = loop.time() + self.aer.interval
+                for uuid in self.analyzer.tick():
+                    self._apply(uuid, None)
+                await asyncio.sleep(self.settings.tick_interval)
+        finally:
+            if self.source is not None:
+                self.source.stop()
+
+    def on_event(self, event: HealthEvent) -> None:
+        self.events[(event.vendor, event.code, event.severity.name.lower())] += 1
+        if not event.bus_id:
+            return  # host-level (memory controller): counted, not a device's fault
+        uuid = self._uuid_for_bus(event.bus_id)
+        if uuid is None:
+            self.unattributed += 1
+            log.debug("health: %s on %s: not one of ours", event.code, event.bus_id)
+            return
+        before = self.analyzer.state(uuid)
+        self.analyzer.observe(uuid, event)
+        self._apply(uuid, event if self.analyzer.state(uuid) is not before else None)
+
+    def report_slow(self, uuid: str, ratio: float) -> None:
+        """For the cluster side: a device measured well below its peers."""
+        self.analyzer.report_slow(uuid, ratio)
+        self._apply(uuid, None)
+
+    def _uuid_for_bus(self, bus_id: str) -> str | None:
+        for status in self.service.devices():
+            if status.device.pci_bus_id == bus_id:
+                return status.device.uuid
+        return None
+
+    def _apply(self, uuid: str, event: HealthEvent | None) -> None:
+        status = self.service.device_status(uuid)
+        if status is None or status.device.health_state is HealthState.LOST:
+            return  # hot-plug owns lost devices
+        state = self.analyzer.state(uuid)
+        score = round(self.analyzer.score(uuid))
+        device = status.device
+        if device.health_state is state and abs(device.health_score - score) < 5:
+            return  # no news: keep the API watch quiet
+        self.service.set_device(replace(device, health_state=state, health_score=score))
+        if device.health_state is not state:
+            reason = self.analyzer.reason(uuid) or "quiet period passed"
+            log.warning(
+                "health: device %s (%s) %s -> %s: %s",
+                uuid,
+                device.pci_bus_id,
+                device.health_state.value,
+                state.value,
+                reason,
+            )
+            if not state.schedulable:
+                for allocation in self.service.allocations():
+                    if uuid in allocation.device_uuids:
+                        who = (
+                            f"{allocation.pod}/{allocation.container_name}"
+                            if allocation.pod.name
+                            else allocation.container_id
+                        )
+                        log.warning("%s: runs on %s device %s", who, state.value, uuid)
+
+    def stats(self) -> dict[str, int]:
+        counts = dict(self.source.stats()) if self.source is not None else {}
+        counts["unattributed"] = self.unattributed
+        return counts
