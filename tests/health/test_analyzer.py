@@ -1,0 +1,115 @@
+"""The analyzer under a controlled clock: degrade fast, recover slowly, no flapping."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from hcsd.health.analyzer import AnalyzerSettings, HealthAnalyzer
+from hcsd.health.events import HealthEvent, Severity
+from hcsd.model import HealthState
+
+QUIET = 600.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def analyzer(clock: Clock) -> HealthAnalyzer:
+    return HealthAnalyzer(AnalyzerSettings(quiet_period=QUIET), clock, ["gpu"])
+
+
+def event(severity: Severity, code: str = "x") -> HealthEvent:
+    return HealthEvent("0000:17:00.0", "nvidia", code, severity, "line", 0.0)
+
+
+def test_fatal_is_unhealthy_at_once_and_stays_for_the_quiet_period(
+    analyzer: HealthAnalyzer, clock: Clock
+) -> None:
+    assert analyzer.observe("gpu", event(Severity.FATAL, "xid-79")) is HealthState.UNHEALTHY
+    assert analyzer.score("gpu") == 0
+    clock.advance(QUIET - 1)
+    assert analyzer.tick() == [] and analyzer.state("gpu") is HealthState.UNHEALTHY
+    clock.advance(1)
+    assert analyzer.tick() == ["gpu"]
+    assert analyzer.state("gpu") is HealthState.HEALTHY
+    assert analyzer.reason("gpu") == ""
+
+
+def test_application_faults_are_ignored(analyzer: HealthAnalyzer) -> None:
+    for _ in range(50):
+        analyzer.observe("gpu", event(Severity.APPLICATION, "xid-13"))
+    assert analyzer.state("gpu") is HealthState.HEALTHY and analyzer.score("gpu") == 100
+    assert analyzer.ignored["xid-13"] == 50
+
+
+def test_degrading_event_then_probation(analyzer: HealthAnalyzer, clock: Clock) -> None:
+    assert analyzer.observe("gpu", event(Severity.DEGRADING, "ring-timeout")) is (
+        HealthState.DEGRADED
+    )
+    assert "ring-timeout" in analyzer.reason("gpu")
+    # The score is back above the threshold long before the quiet period ends: still degraded.
+    clock.advance(QUIET * 0.5)
+    analyzer.tick()
+    assert analyzer.score("gpu") == 100
+    assert analyzer.state("gpu") is HealthState.DEGRADED
+    clock.advance(QUIET * 0.5)
+    analyzer.tick()
+    assert analyzer.state("gpu") is HealthState.HEALTHY
+
+
+def test_repeated_degrading_events_make_it_unhealthy(analyzer: HealthAnalyzer) -> None:
+    analyzer.observe("gpu", event(Severity.DEGRADING))
+    analyzer.observe("gpu", event(Severity.DEGRADING))
+    assert analyzer.observe("gpu", event(Severity.DEGRADING)) is HealthState.UNHEALTHY
+
+
+def test_no_flapping_under_intermittent_faults(analyzer: HealthAnalyzer, clock: Clock) -> None:
+    """A fault every half quiet period keeps the device degraded: it never bounces back."""
+    states = []
+    for _ in range(20):
+        analyzer.observe("gpu", event(Severity.DEGRADING))
+        for _ in range(30):
+            clock.advance(QUIET / 60)
+            analyzer.tick()
+            states.append(analyzer.state("gpu"))
+    assert HealthState.HEALTHY not in states
+    transitions = sum(1 for a, b in itertools.pairwise(states) if a is not b)
+    assert transitions <= 2
+
+
+def test_rising_correctable_rate_degrades_before_failure(
+    analyzer: HealthAnalyzer, clock: Clock
+) -> None:
+    # A trickle: one correctable error every 10 minutes does nothing lasting.
+    for _ in range(6):
+        analyzer.observe("gpu", event(Severity.CORRECTABLE, "xid-92"))
+        clock.advance(600)
+        analyzer.tick()
+    assert analyzer.state("gpu") is HealthState.HEALTHY
+    # Then a burst: five in a minute is a rising trend.
+    for _ in range(5):
+        analyzer.observe("gpu", event(Severity.CORRECTABLE, "xid-92"))
+        clock.advance(12)
+    assert analyzer.state("gpu") is HealthState.DEGRADED
+    assert "rising" in analyzer.reason("gpu")
+
+
+def test_slow_device_hook(analyzer: HealthAnalyzer) -> None:
+    assert analyzer.report_slow("gpu", 0.6) is HealthState.DEGRADED
+    assert analyzer.reason("gpu") == "slow: 60% of the cluster average"
