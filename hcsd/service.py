@@ -132,6 +132,7 @@ class NodeService:
         self.clock = clock
         self.started_at = clock()
         self.refusals: collections.Counter[str] = collections.Counter()
+        self.health_source = "off"  # set by the daemon once health watching has started
         self._devices: dict[str, Device] = {d.uuid: d for d in inventory.devices}
         self._subscriptions: set[Subscription] = set()
         self._sync_capacities()

@@ -55,6 +55,7 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
             allocation_count=len(s.allocations()),
             started_at=s.started_at,
             orphaned_containers=[a.container_id for a in s.ledger.orphans()],
+            health_source=s.health_source,
         )
 
     async def ListDevices(

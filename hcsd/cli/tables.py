@@ -123,6 +123,7 @@ def status_lines(node: pb.Node, devices: Sequence[pb.Device]) -> str:
         f"vram:        {format_bytes(used)} allocated of {format_bytes(total)}",
         f"allocations: {node.allocation_count}",
         f"ledger seq:  {node.ledger_seq}",
+        f"health:      {node.health_source or 'off'}",
     ]
     if node.orphaned_containers:
         lines.append(f"orphaned:    {', '.join(node.orphaned_containers)} (devices gone)")

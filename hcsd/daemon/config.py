@@ -80,6 +80,21 @@ def _listen(value: Any) -> str:
     return text
 
 
+def _score(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 100:
+        raise ValueError(f"expected a score in (0, 100], got {value!r}")
+    return float(value)
+
+
+def _health_rules(value: Any) -> list[dict[str, str]]:
+    from hcsd.health.parsing import compile_rules
+
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError("expected a list of tables {vendor, code, severity, pattern}")
+    compile_rules(value)
+    return list(value)
+
+
 def _string_list(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"expected a list of non-empty strings, got {value!r}")
@@ -148,6 +163,39 @@ KEYS: tuple[Key, ...] = (
         reloadable=True,
     ),
     Key(
+        "health",
+        "source",
+        "auto",
+        "Kernel event source: auto (ebpf, then bcc, then kmsg polling), ebpf, bcc, kmsg or off.",
+        _choice("auto", "ebpf", "bcc", "kmsg", "off"),
+    ),
+    Key("health", "bpf_dir", "/usr/lib/hcs/bpf", "Where the compiled eBPF objects are.", _path),
+    Key(
+        "health",
+        "quiet_period",
+        600.0,
+        "Seconds without faults before a degraded or unhealthy device is healthy again.",
+        _seconds,
+    ),
+    Key("health", "degraded_below", 80.0, "Health score under which a device is degraded.", _score),
+    Key(
+        "health", "unhealthy_below", 30.0, "Health score under which a device is unhealthy.", _score
+    ),
+    Key(
+        "health",
+        "aer_poll_interval",
+        5.0,
+        "Seconds between polls of PCIe AER counters in sysfs (when no AER tracepoint).",
+        _seconds,
+    ),
+    Key(
+        "health",
+        "rules",
+        [],
+        "Extra kernel-line rules: [{vendor, code, severity, pattern}], pattern with (?P<bus>).",
+        _health_rules,
+    ),
+    Key(
         "ledger",
         "compact_after",
         10_000,
@@ -170,6 +218,13 @@ class Config:
     simulated_node: str
     policy: SpreadPolicy
     compact_after: int
+    health_source: str = "auto"
+    bpf_dir: str = "/usr/lib/hcs/bpf"
+    quiet_period: float = 600.0
+    degraded_below: float = 80.0
+    unhealthy_below: float = 30.0
+    aer_poll_interval: float = 5.0
+    health_rules: list[dict[str, str]] = field(default_factory=list)
     source: str = "<defaults>"
     values: Mapping[str, Any] = field(default_factory=dict)
 
@@ -235,6 +290,13 @@ def _build(raw: Mapping[str, Any], source: str) -> Config:
         simulated_node=values["discovery.simulated_node"],
         policy=SpreadPolicy(values["allocator.policy"]),
         compact_after=values["ledger.compact_after"],
+        health_source=values["health.source"],
+        bpf_dir=values["health.bpf_dir"],
+        quiet_period=values["health.quiet_period"],
+        degraded_below=values["health.degraded_below"],
+        unhealthy_below=values["health.unhealthy_below"],
+        aer_poll_interval=values["health.aer_poll_interval"],
+        health_rules=values["health.rules"],
         source=source,
         values=values,
     )

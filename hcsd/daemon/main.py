@@ -26,6 +26,9 @@ from hcsd.daemon.logs import configure_logging, set_level
 from hcsd.daemon.metrics import MetricsServer
 from hcsd.discovery import DiscoveryBackend, DiscoveryError, discover_all
 from hcsd.discovery.backends.simulated import SimulatedBackend
+from hcsd.health.analyzer import AnalyzerSettings
+from hcsd.health.parsing import DEFAULT_RULES, compile_rules
+from hcsd.health.watching import HealthWatcher, WatcherSettings
 from hcsd.ledger import Ledger, LedgerError
 from hcsd.service import NodeService
 from hcsd.tasks import run_tasks, supervise
@@ -89,8 +92,13 @@ class Daemon:
                 orphan.container_id,
                 ", ".join(orphan.device_uuids),
             )
+        watcher = self._health_watcher(service)
         api = ApiServer(service, config.socket)
-        metrics = MetricsServer(service, config.metrics_listen) if config.metrics_listen else None
+        metrics = (
+            MetricsServer(service, config.metrics_listen, watcher)
+            if config.metrics_listen
+            else None
+        )
         try:
             try:
                 await api.start()
@@ -104,6 +112,8 @@ class Daemon:
                         f"failed to serve metrics on {config.metrics_listen}: {e}"
                     ) from e
             self._install_signals()
+            if watcher is not None:
+                service.health_source = watcher.start(asyncio.get_running_loop())
             log.info(
                 "hcsd %s ready on node %s: %d device(s) from %s",
                 __version__,
@@ -117,6 +127,8 @@ class Daemon:
             gc.freeze()
             notify.ready(self._status())
             tasks = [supervise(self.stopping.wait(), "signals")]
+            if watcher is not None:
+                tasks.append(supervise(watcher.run(), "health"))
             if (interval := notify.watchdog_interval()) is not None:
                 tasks.append(supervise(self._watchdog(interval), "watchdog"))
             await run_tasks(tasks, grace=1.0)
@@ -129,11 +141,30 @@ class Daemon:
             ledger.close()
         log.info("hcsd stopped")
 
+    def _health_watcher(self, service: NodeService) -> HealthWatcher | None:
+        config = self.config
+        if config.health_source == "off":
+            return None
+        settings = WatcherSettings(
+            source=config.health_source,
+            bpf_dir=config.bpf_dir,
+            aer_interval=config.aer_poll_interval,
+            analyzer=AnalyzerSettings(
+                quiet_period=config.quiet_period,
+                degraded_below=config.degraded_below,
+                recovered_above=min(100.0, config.degraded_below + 10.0),
+                unhealthy_below=config.unhealthy_below,
+            ),
+            rules=(*DEFAULT_RULES, *compile_rules(config.health_rules)),
+        )
+        return HealthWatcher(service, settings)
+
     def _status(self) -> str:
         assert self.service is not None
         return (
             f"{len(self.service.devices())} devices, "
-            f"{len(self.service.allocations())} allocations, API on {self.config.socket}"
+            f"{len(self.service.allocations())} allocations, health from "
+            f"{self.service.health_source}, API on {self.config.socket}"
         )
 
     async def _watchdog(self, interval: float) -> None:

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 
 from hcsd import __version__
+from hcsd.health.watching import HealthWatcher
 from hcsd.service import NodeService
 
 __all__ = ["MetricsServer", "render_metrics"]
@@ -49,7 +50,7 @@ def _value(value: float) -> str:
     return repr(float(value))
 
 
-def render_metrics(service: NodeService) -> str:
+def render_metrics(service: NodeService, watcher: HealthWatcher | None = None) -> str:
     out: list[str] = []
 
     def family(name: str, kind: str, doc: str, samples: Iterable[tuple[str, float]]) -> None:
@@ -138,12 +139,52 @@ def render_metrics(service: NodeService) -> str:
         [("", service.ledger.seq)],
     )
     family("hcs_watchers", "gauge", "Clients watching the API.", [("", service.watcher_count)])
+    on_bad_devices = [
+        a
+        for a in service.allocations()
+        if any(
+            not s.device.health_state.schedulable
+            for s in devices
+            if s.device.uuid in a.device_uuids
+        )
+    ]
+    family(
+        "hcs_allocations_on_unschedulable_devices",
+        "gauge",
+        "Containers holding an unhealthy or lost device (the cluster side should act).",
+        [("", len(on_bad_devices))],
+    )
+    family(
+        "hcs_health_source",
+        "gauge",
+        "1 for the active health event source.",
+        [(_labels([("source", service.health_source)]), 1)],
+    )
+    if watcher is not None:
+        family(
+            "hcs_health_events_total",
+            "counter",
+            "Kernel health events by vendor, code and severity.",
+            [
+                (_labels([("vendor", v), ("code", c), ("severity", s)]), n)
+                for (v, c, s), n in sorted(watcher.events.items())
+            ],
+        )
+        family(
+            "hcs_health_source_lines_total",
+            "counter",
+            "Kernel lines seen, matched and dropped by the health source.",
+            [(_labels([("stage", k)]), n) for k, n in sorted(watcher.stats().items())],
+        )
     return "\n".join(out) + "\n"
 
 
 class MetricsServer:
-    def __init__(self, service: NodeService, listen: str) -> None:
+    def __init__(
+        self, service: NodeService, listen: str, watcher: HealthWatcher | None = None
+    ) -> None:
         self.service = service
+        self.watcher = watcher
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
@@ -169,7 +210,7 @@ class MetricsServer:
             if len(parts) != 3 or parts[0] != "GET":
                 await _respond(writer, 405, "text/plain", "only GET is served\n")
             elif parts[1].split("?")[0] == "/metrics":
-                body = render_metrics(self.service)
+                body = render_metrics(self.service, self.watcher)
                 await _respond(writer, 200, "text/plain; version=0.0.4; charset=utf-8", body)
             elif parts[1] == "/healthz":
                 await _respond(writer, 200, "text/plain", "ok\n")
