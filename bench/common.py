@@ -56,7 +56,11 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
 class SimulatedDaemon:
     """hcsd in a temporary directory on the simulated mixed node."""
 
-    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        extra_env: dict[str, str] | None = None,
+        config_extra: str = '[health]\nsource = "off"\n',
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hcs-bench-"))
         self.socket = str(self.dir / "hcsd.sock")
         with socket.socket() as s:
@@ -66,7 +70,7 @@ class SimulatedDaemon:
         config.write_text(
             f'[daemon]\nsocket = "{self.socket}"\nstate_dir = "{self.dir}/state"\n'
             f'run_dir = "{self.dir}"\n[metrics]\nlisten = "127.0.0.1:{port}"\n'
-            f'[discovery]\nsimulated_node = "{ROOT}/examples/nodes/mixed.toml"\n'
+            f'[discovery]\nsimulated_node = "{ROOT}/examples/nodes/mixed.toml"\n' + config_extra
         )
         env = dict(os.environ, **(extra_env or {}))
         env["PYTHONPATH"] = str(ROOT)

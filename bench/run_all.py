@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import api_latency, idle, ledger_bench
+from bench import api_latency, health_bench, idle, ledger_bench
 from bench.common import write_result
 
 
@@ -16,6 +16,7 @@ def main() -> int:
         "api_latency": api_latency.main(),
         "ledger": ledger_bench.main(),
         "idle": idle.main(),
+        "health": health_bench.main(),
     }
     write_result("summary", results)
     missed = [name for name, result in results.items() if not result.get("meets_target", True)]

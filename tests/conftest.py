@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,3 +57,51 @@ def gpu(
         health_state=health,
         health_score=score,
     )
+
+
+BPF_DIR = ROOT / "bpf"
+BPF_BUILD = BPF_DIR / "build"
+
+
+def _why_no_bpf_build() -> str | None:
+    for tool in ("clang", "bpftool", "make", "cc"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (apt install clang llvm libbpf-dev bpftool)"
+    if not os.path.exists("/usr/include/bpf/bpf_helpers.h"):
+        return "libbpf headers missing (apt install libbpf-dev)"
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        return "kernel has no BTF at /sys/kernel/btf/vmlinux"
+    return None
+
+
+@pytest.fixture(scope="session")
+def bpf_objects() -> Path:
+    """Build bpf/ once per session; skip loudly when the toolchain or BTF is missing."""
+    reason = _why_no_bpf_build()
+    if reason is not None:
+        pytest.skip(f"eBPF objects cannot be built here: {reason}")
+    result = subprocess.run(
+        ["make", "-s", "-C", str(BPF_DIR)], capture_output=True, text=True, check=False, timeout=300
+    )
+    if result.returncode != 0:
+        pytest.fail(f"make -C bpf failed:\n{result.stdout}\n{result.stderr}")
+    return BPF_BUILD
+
+
+@pytest.fixture
+def kmsg_writer() -> Iterator[object]:
+    """Write lines to the real /dev/kmsg with the user-write rate limit lifted meanwhile."""
+    if os.geteuid() != 0:
+        pytest.skip("writing crafted kernel lines needs root")
+    control = Path("/proc/sys/kernel/printk_devkmsg")
+    before = control.read_text().strip() if control.exists() else None
+    if before is not None:
+        control.write_text("on\n")
+
+    def write(line: str, level: int = 3) -> None:
+        with open("/dev/kmsg", "w") as kmsg:
+            kmsg.write(f"<{level}>{line}\n")
+
+    yield write
+    if before is not None:
+        control.write_text(before + "\n")

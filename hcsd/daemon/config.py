@@ -177,6 +177,13 @@ KEYS: tuple[Key, ...] = (
         "Seconds without faults before a degraded or unhealthy device is healthy again.",
         _seconds,
     ),
+    Key(
+        "health",
+        "tick_interval",
+        1.0,
+        "Seconds between re-evaluations of device health (how soon recovery shows).",
+        _seconds,
+    ),
     Key("health", "degraded_below", 80.0, "Health score under which a device is degraded.", _score),
     Key(
         "health", "unhealthy_below", 30.0, "Health score under which a device is unhealthy.", _score
@@ -221,6 +228,7 @@ class Config:
     health_source: str = "auto"
     bpf_dir: str = "/usr/lib/hcs/bpf"
     quiet_period: float = 600.0
+    tick_interval: float = 1.0
     degraded_below: float = 80.0
     unhealthy_below: float = 30.0
     aer_poll_interval: float = 5.0
@@ -293,6 +301,7 @@ def _build(raw: Mapping[str, Any], source: str) -> Config:
         health_source=values["health.source"],
         bpf_dir=values["health.bpf_dir"],
         quiet_period=values["health.quiet_period"],
+        tick_interval=values["health.tick_interval"],
         degraded_below=values["health.degraded_below"],
         unhealthy_below=values["health.unhealthy_below"],
         aer_poll_interval=values["health.aer_poll_interval"],

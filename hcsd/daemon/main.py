@@ -149,6 +149,7 @@ class Daemon:
             source=config.health_source,
             bpf_dir=config.bpf_dir,
             aer_interval=config.aer_poll_interval,
+            tick_interval=config.tick_interval,
             analyzer=AnalyzerSettings(
                 quiet_period=config.quiet_period,
                 degraded_below=config.degraded_below,

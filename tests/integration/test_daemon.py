@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -40,7 +40,7 @@ class Daemon:
         self.log = open(tmp_path / "hcsd.log", "w+")  # noqa: SIM115
         self.process: subprocess.Popen[bytes] | None = None
 
-    def write_config(self, policy: str, extra: str = "") -> None:
+    def write_config(self, policy: str, extra: str = '[health]\nsource = "off"\n') -> None:
         self.config.write_text(
             f'[node]\nname = "test-node"\n'
             f'[daemon]\nsocket = "{self.socket}"\nstate_dir = "{self.dir}/state"\n'
@@ -248,3 +248,32 @@ def test_busy_metrics_port_is_a_clear_start_up_error(daemon: Daemon) -> None:
         )
     assert process.returncode == 1
     assert f"failed to serve metrics on 127.0.0.1:{daemon.port}" in process.stderr
+
+
+def test_kernel_fault_marks_the_device_unhealthy_through_the_api(
+    daemon: Daemon, bpf_objects: Path, kmsg_writer: Callable[..., None]
+) -> None:
+    daemon.write_config("binpack", f'[health]\nsource = "ebpf"\nbpf_dir = "{bpf_objects}"\n')
+    daemon.start()
+    assert "health:      ebpf" in daemon.hcsctl("status").stdout
+    kmsg_writer("NVRM: Xid (PCI:0000:17:00): 79, pid=1, GPU has fallen off the bus.")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        health = json.loads(daemon.hcsctl("--json", "health").stdout)
+        state = {d["uuid"]: d["health_state"] for d in health}
+        if "HEALTH_STATE_UNHEALTHY" in state.values():
+            break
+        time.sleep(0.05)
+    bad = [uuid for uuid, s in state.items() if s == "HEALTH_STATE_UNHEALTHY"]
+    assert bad == ["GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"]
+    # New work avoids the unhealthy device: the other A100 takes it.
+    placed = json.loads(
+        daemon.hcsctl(
+            "--json", "allocate", "--container", "after", "--vram", "1Gi", "--vendor", "nvidia"
+        ).stdout
+    )
+    assert placed["allocation"]["grants"][0]["device_uuid"].endswith("a001")
+    assert (
+        "health: device GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000 (0000:17:00.0) healthy -> "
+        "unhealthy: xid-79" in daemon.logs()
+    )

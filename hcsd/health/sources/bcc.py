@@ -94,7 +94,7 @@ class BccSource(HealthSource):
     def start(self, loop: asyncio.AbstractEventLoop, emit: Emit) -> None:
         bcc = _import_bcc()
         try:
-            self._bpf = bcc.BPF(text=bcc_program())
+            self._bpf = bcc.BPF(text=bcc_program().encode())
         except Exception as e:  # bcc raises bare Exception on compile failure
             headers = f"/lib/modules/{os.uname().release}/build"
             why = "" if os.path.isdir(headers) else f" (no kernel headers at {headers})"
