@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CACHE ?= $(HOME)/.cache/hcs
 
-.PHONY: run test test-quick lint proto proto-check bench clean
+.PHONY: run test test-quick deps lint proto proto-check bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,9 +19,12 @@ run: $(STAMP)
 	@scripts/run-simulated
 
 ## make test: lint, types, layer contracts, generated-code check, all test suites
-test: $(STAMP) lint proto-check
+test: deps $(STAMP) lint proto-check
 	$(PY) -m pytest -q -rs tests
 	$(MAKE) -C libhcs test
+
+deps:
+	@scripts/install-test-deps
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hcsd tests bench
@@ -53,3 +56,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .run bench/out
+	$(MAKE) -C bpf clean
