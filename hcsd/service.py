@@ -200,6 +200,29 @@ class NodeService:
             created=self.clock(),
             source=request.source,
         )
+        held, created = self._record(allocation, who)
+        return held, created, placement.model
+
+    def hold(self, allocation: Allocation) -> tuple[Allocation, bool]:
+        """Record an allocation decided elsewhere (the scheduler's signed assignment).
+
+        The devices must be on this node and schedulable, and the ledger must have room: the
+        assignment may be older than the node's current state.
+        """
+        who = _who_allocation(allocation)
+        for grant in allocation.grants:
+            device = self._devices.get(grant.device_uuid)
+            if device is None:
+                self._refuse(
+                    "no_matching_device", f"{who}: device {grant.device_uuid} is not on this node"
+                )
+            if not device.health_state.schedulable:
+                self._refuse(
+                    "unhealthy", f"{who}: device {grant.device_uuid} is {device.health_state.value}"
+                )
+        return self._record(allocation, who)
+
+    def _record(self, allocation: Allocation, who: str) -> tuple[Allocation, bool]:
         try:
             held, created = self.ledger.allocate(allocation)
         except (OverCapacity, LedgerConflict) as e:
@@ -210,7 +233,7 @@ class NodeService:
             log.info("%s: allocated %s", who, _grants_text(held))
             self._publish(EventKind.ALLOCATED, allocation=held)
             self._publish_devices(held)
-        return held, created, placement.model
+        return held, created
 
     def release(self, container_id: str) -> Allocation | None:
         try:

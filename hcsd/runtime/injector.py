@@ -1,0 +1,186 @@
+"""From a container about to be created to its edits, with the allocation in the ledger first.
+
+Runtime-neutral: the NRI plugin, the runc wrapper and the OCI hook all call `create` with the
+pod's and the container's identity and annotations, and turn the returned edits into their own
+format. Precedence: a signed scheduler assignment for the pod wins; otherwise the container's
+(then the pod's) `hcs.io/*` annotations make a local request; otherwise the container is not
+ours and gets no edits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hcsd.model import Allocation, Device, PodRef
+from hcsd.runtime.annotations import RequestError, local_request
+from hcsd.runtime.assignment import ANNOTATION, AssignmentError, verify
+from hcsd.runtime.edits import ContainerEdits, merge
+from hcsd.runtime.quota import QuotaFiles
+from hcsd.runtime.vendors import vendor_edits
+from hcsd.service import NodeService, Refused
+
+__all__ = ["ContainerInfo", "InjectionRefused", "Injector", "InjectorSettings"]
+
+log = logging.getLogger(__name__)
+
+
+class InjectionRefused(Exception):
+    """Container creation must fail; `invalid` separates bad input from lack of capacity."""
+
+    def __init__(self, message: str, *, invalid: bool) -> None:
+        super().__init__(message)
+        self.invalid = invalid
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerInfo:
+    container_id: str
+    container_name: str
+    pod: PodRef
+    container_annotations: Mapping[str, str] = field(default_factory=dict)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """`ns/pod/container` as log lines about a container start (or the id alone)."""
+        if self.pod.name:
+            return f"{self.pod}/{self.container_name or self.container_id[:12]}"
+        return self.container_id
+
+
+@dataclass(frozen=True, slots=True)
+class InjectorSettings:
+    node_name: str
+    run_dir: str
+    libhcs_path: str
+    assignment_key: bytes = b""
+    assignment_max_age: float = 7 * 24 * 3600.0
+    driver_paths: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+
+class Injector:
+    def __init__(
+        self,
+        service: NodeService,
+        settings: InjectorSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.service = service
+        self.settings = settings
+        self.clock = clock
+        self.quota = QuotaFiles(settings.run_dir, settings.libhcs_path)
+
+    def create(self, info: ContainerInfo) -> ContainerEdits | None:
+        """Allocate (durably) and return the container's edits; None if it asks for nothing."""
+        allocation = self._allocation(info)
+        if allocation is None:
+            return None
+        try:
+            held, _ = self.service.hold(allocation)
+        except Refused as e:
+            raise InjectionRefused(str(e), invalid=False) from e
+        devices = self._devices(held)
+        try:
+            edits = merge(
+                [
+                    vendor_edits(devices, self.settings.driver_paths),
+                    self.quota.prepare(info.container_id, held.grants, devices),
+                ]
+            )
+        except (OSError, ValueError) as e:
+            self.service.release(info.container_id)
+            raise InjectionRefused(
+                f"{info.label}: failed to prepare the container: {e}",
+                invalid=isinstance(e, ValueError),
+            ) from e
+        log.info(
+            "%s: injecting %d device node(s) for %s",
+            info.label,
+            len(edits.devices),
+            ", ".join(d.uuid for d in devices),
+        )
+        return edits
+
+    def stopped(self, container_id: str) -> None:
+        """The container's processes are gone: its device memory is free again."""
+        self.service.release(container_id)
+
+    def removed(self, container_id: str) -> None:
+        self.service.release(container_id)
+        self.quota.remove(container_id)
+
+    def reconcile(self, running: Iterable[str]) -> list[str]:
+        """Release what containers that no longer run hold (after a runtime or hcsd restart).
+
+        Only allocations made for containers (local or assignment) are touched; those made
+        through the API by an operator are theirs to release.
+        """
+        alive = set(running)
+        released = []
+        for allocation in self.service.allocations():
+            if allocation.source in ("local", "assignment") and (
+                allocation.container_id not in alive
+            ):
+                self.removed(allocation.container_id)
+                released.append(allocation.container_id)
+        for leftover in self.quota.present():
+            if leftover not in alive and self.service.ledger.get(leftover) is None:
+                self.quota.remove(leftover)
+        if released:
+            log.info(
+                "reconciled with the runtime: released %d allocation(s) of containers that "
+                "are gone: %s",
+                len(released),
+                ", ".join(released),
+            )
+        return released
+
+    def _allocation(self, info: ContainerInfo) -> Allocation | None:
+        text = info.pod_annotations.get(ANNOTATION)
+        if text is not None:
+            try:
+                assignment = verify(
+                    text,
+                    self.settings.assignment_key,
+                    node=self.settings.node_name,
+                    pod_uid=info.pod.uid,
+                    now=self.clock(),
+                    max_age=self.settings.assignment_max_age,
+                )
+            except AssignmentError as e:
+                self.service.refusals["bad_assignment"] += 1
+                log.warning("%s: refused: %s", info.label, e)
+                raise InjectionRefused(f"{info.label}: {e}", invalid=True) from e
+            grants = assignment.containers.get(info.container_name)
+            if not grants:
+                return None  # the scheduler gave this container nothing (e.g. a sidecar)
+            return Allocation(
+                info.container_id, grants, info.pod, info.container_name, self.clock(), "assignment"
+            )
+        try:
+            request = local_request(
+                info.container_id,
+                info.container_name,
+                info.pod,
+                info.container_annotations,
+                info.pod_annotations,
+            )
+        except (RequestError, ValueError) as e:
+            self.service.refusals["invalid_request"] += 1
+            log.warning("%s: refused: %s", info.label, e)
+            raise InjectionRefused(f"{info.label}: {e}", invalid=True) from e
+        if request is None:
+            return None
+        try:
+            held, _, _ = self.service.allocate(request)
+        except Refused as e:
+            raise InjectionRefused(str(e), invalid=False) from e
+        return held
+
+    def _devices(self, allocation: Allocation) -> list[Device]:
+        by_uuid = {s.device.uuid: s.device for s in self.service.devices()}
+        return [by_uuid[g.device_uuid] for g in allocation.grants]

@@ -1,0 +1,50 @@
+"""Container edits → NRI's ContainerAdjustment, and NRI's pod/container → ContainerInfo."""
+
+from __future__ import annotations
+
+from hcsd.model import PodRef
+from hcsd.runtime.edits import ContainerEdits
+from hcsd.runtime.injector import ContainerInfo
+from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+
+__all__ = ["adjustment", "container_info"]
+
+DEVICE_MODE = 0o666
+
+
+def adjustment(edits: ContainerEdits) -> api.ContainerAdjustment:
+    result = api.ContainerAdjustment()
+    for node in edits.devices:
+        result.linux.devices.append(
+            api.LinuxDevice(
+                path=node.path,
+                type=node.kind,
+                major=node.major,
+                minor=node.minor,
+                file_mode=api.OptionalFileMode(value=DEVICE_MODE),
+            )
+        )
+    for mount in edits.mounts:
+        result.mounts.append(
+            api.Mount(
+                destination=mount.container_path,
+                type="bind",
+                source=mount.host_path,
+                options=mount.options,
+            )
+        )
+    for key, value in edits.env:
+        result.env.append(api.KeyValue(key=key, value=value))
+    for key, value in edits.annotations:
+        result.annotations[key] = value
+    return result
+
+
+def container_info(pod: api.PodSandbox, container: api.Container) -> ContainerInfo:
+    return ContainerInfo(
+        container_id=container.id,
+        container_name=container.name,
+        pod=PodRef(namespace=pod.namespace, name=pod.name, uid=pod.uid),
+        container_annotations=dict(container.annotations),
+        pod_annotations=dict(pod.annotations),
+    )

@@ -1,0 +1,223 @@
+"""hcsd as an NRI plugin: register with the runtime, then answer its lifecycle events.
+
+One session per runtime connection: the mux carries our ttrpc server (conn 1, the Plugin
+service) and our client of the runtime (conn 2). RegisterPlugin is sent at once; Configure may
+arrive before its reply, which is why the server runs from the start. The subscribed events
+follow the handlers defined below; Synchronize reconciles the ledger with the containers that
+really exist. When the runtime goes away (EOF), the plugin reconnects with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from hcsd.runtime.injector import InjectionRefused, Injector
+from hcsd.runtime.nri.adjust import adjustment, container_info
+from hcsd.runtime.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux, MuxError
+from hcsd.runtime.nri.ttrpc import Client, Code, Server, TtrpcError
+from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+
+__all__ = ["PLUGIN_SERVICE", "RUNTIME_SERVICE", "NriPlugin"]
+
+log = logging.getLogger(__name__)
+
+PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
+# Runtimes with NRI up to v0.9 drop a plugin that subscribes to an event they do not know.
+OLD_RUNTIME_EVENTS = 0x7FF
+REGISTER_TIMEOUT = 5.0
+
+
+class NriPlugin:
+    def __init__(
+        self,
+        injector: Injector,
+        *,
+        socket_path: str = "/var/run/nri/nri.sock",
+        name: str = "hcsd",
+        index: str = "10",
+        backoff: tuple[float, float] = (0.5, 10.0),
+    ) -> None:
+        if len(index) != 2 or not index.isdigit():
+            raise ValueError(f"NRI plugin index must be two digits, got {index!r}")
+        self.injector = injector
+        self.socket_path = socket_path
+        self.name = name
+        self.index = index
+        self.backoff = backoff
+        self.runtime = ""
+        self.connected = asyncio.Event()
+        self.create_seconds: list[float] = []  # in-plugin CreateContainer handling times
+        self._sync_containers: list[api.Container] = []
+        # Event → handler: the subscription mask is derived from this table.
+        self.events: dict[int, str] = {
+            api.CREATE_CONTAINER: "CreateContainer",
+            api.STOP_CONTAINER: "StopContainer",
+            api.REMOVE_CONTAINER: "RemoveContainer",
+        }
+
+    # -- connection life cycle --------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, serve, and reconnect with backoff whenever the runtime goes away."""
+        delay = self.backoff[0]
+        waiting_logged = False
+        while True:
+            try:
+                reader, writer = await asyncio.open_unix_connection(self.socket_path)
+            except OSError as e:
+                if not waiting_logged:
+                    log.warning(
+                        "nri: cannot connect to %s (%s); retrying",
+                        self.socket_path,
+                        e.strerror or e,
+                    )
+                    waiting_logged = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.backoff[1])
+                continue
+            waiting_logged = False
+            delay = self.backoff[0]
+            try:
+                await self.session(reader, writer)
+            except (MuxError, TtrpcError, ConnectionError) as e:
+                log.warning("nri: session with the runtime ended: %s", e)
+            finally:
+                self.connected.clear()
+                writer.close()
+            log.info("nri: runtime connection closed; reconnecting")
+            await asyncio.sleep(self.backoff[0])
+
+    async def session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one runtime connection until it closes."""
+        mux = Mux(reader, writer)
+        plugin_side = mux.open(PLUGIN_SERVICE_CONN)
+        runtime_side = mux.open(RUNTIME_SERVICE_CONN)
+        server = Server(self._handlers(), lambda data: mux.send(PLUGIN_SERVICE_CONN, data))
+        client = Client(lambda data: mux.send(RUNTIME_SERVICE_CONN, data))
+        reading = asyncio.create_task(mux.run(), name="nri-mux")
+        serving = asyncio.create_task(server.serve(plugin_side), name="nri-server")
+        receiving = asyncio.create_task(client.receive(runtime_side), name="nri-client")
+        try:
+            request = api.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.index)
+            await client.call(
+                RUNTIME_SERVICE,
+                "RegisterPlugin",
+                request.SerializeToString(),
+                timeout=REGISTER_TIMEOUT,
+            )
+            log.info(
+                "nri: registered as %s-%s with %s",
+                self.index,
+                self.name,
+                self.runtime or "the runtime",
+            )
+            self.connected.set()
+            await reading
+        finally:
+            for task in (reading, serving, receiving):
+                task.cancel()
+            await asyncio.gather(reading, serving, receiving, return_exceptions=True)
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    def _handlers(self) -> dict[tuple[str, str], Callable[[bytes], Awaitable[bytes]]]:
+        table: dict[str, Callable[[bytes], Awaitable[bytes]]] = {
+            "Configure": self._configure,
+            "Synchronize": self._synchronize,
+            "Shutdown": self._shutdown,
+            "CreateContainer": self._create_container,
+            "StopContainer": self._stop_container,
+            "RemoveContainer": self._remove_container,
+            "StateChange": self._state_change,
+            "UpdateContainer": self._update_container,
+        }
+        return {(PLUGIN_SERVICE, method): handler for method, handler in table.items()}
+
+    def event_mask(self, nri_version: str) -> int:
+        mask = 0
+        for event in self.events:
+            mask |= 1 << (event - 1)
+        if not _at_least(nri_version, (0, 10)) and mask & ~OLD_RUNTIME_EVENTS:
+            mask &= OLD_RUNTIME_EVENTS
+        return mask
+
+    async def _configure(self, payload: bytes) -> bytes:
+        request = api.ConfigureRequest.FromString(payload)
+        self.runtime = f"{request.runtime_name} {request.runtime_version}".strip()
+        mask = self.event_mask(request.NRI_version)
+        log.info(
+            "nri: configured by %s (NRI %s, request timeout %d ms); events %#x",
+            self.runtime,
+            request.NRI_version or "unknown",
+            request.request_timeout,
+            mask,
+        )
+        return api.ConfigureResponse(events=mask).SerializeToString()
+
+    async def _synchronize(self, payload: bytes) -> bytes:
+        request = api.SynchronizeRequest.FromString(payload)
+        self._sync_containers.extend(request.containers)
+        if request.more:
+            return api.SynchronizeResponse(more=True).SerializeToString()
+        containers, self._sync_containers = self._sync_containers, []
+        running = [c.id for c in containers if c.state != api.CONTAINER_STOPPED]
+        self.injector.reconcile(running)
+        log.info("nri: synchronized with %d container(s)", len(containers))
+        return api.SynchronizeResponse().SerializeToString()
+
+    async def _shutdown(self, payload: bytes) -> bytes:
+        log.info("nri: the runtime is shutting the plugin down")
+        return api.Empty().SerializeToString()
+
+    async def _create_container(self, payload: bytes) -> bytes:
+        started = time.perf_counter()
+        request = api.ContainerRequest.FromString(payload)
+        info = container_info(request.pod, request.container)
+        try:
+            edits = self.injector.create(info)
+        except InjectionRefused as e:
+            raise TtrpcError(
+                Code.INVALID_ARGUMENT if e.invalid else Code.RESOURCE_EXHAUSTED, f"hcsd: {e}"
+            ) from e
+        response = api.CreateContainerResponse()
+        if edits is not None:
+            response.adjust.CopyFrom(adjustment(edits))
+        self.create_seconds.append(time.perf_counter() - started)
+        if len(self.create_seconds) > 10_000:
+            del self.create_seconds[:5_000]
+        return response.SerializeToString()
+
+    async def _stop_container(self, payload: bytes) -> bytes:
+        request = api.ContainerRequest.FromString(payload)
+        self.injector.stopped(request.container.id)
+        return api.StopContainerResponse().SerializeToString()
+
+    async def _remove_container(self, payload: bytes) -> bytes:
+        request = api.ContainerRequest.FromString(payload)
+        self.injector.removed(request.container.id)
+        return api.Empty().SerializeToString()
+
+    async def _update_container(self, payload: bytes) -> bytes:
+        return api.UpdateContainerResponse().SerializeToString()
+
+    async def _state_change(self, payload: bytes) -> bytes:
+        """Runtimes before NRI v0.12 report stop and remove through this one method."""
+        event = api.StateChangeEvent.FromString(payload)
+        if event.event == api.STOP_CONTAINER:
+            self.injector.stopped(event.container.id)
+        elif event.event == api.REMOVE_CONTAINER:
+            self.injector.removed(event.container.id)
+        return api.Empty().SerializeToString()
+
+
+def _at_least(version: str, minimum: tuple[int, int]) -> bool:
+    """`v0.12.0` >= (0, 10)? An empty or odd version counts as old (the safe side)."""
+    parts = version.lstrip("v").split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) >= minimum
+    except (ValueError, IndexError):
+        return False

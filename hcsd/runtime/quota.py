@@ -1,0 +1,88 @@
+"""The per-container directory libhcs reads: `quota.conf`, and beside it the accounting region.
+
+Host side `<run_dir>/containers/<container-id>/`, mounted read-write at `/run/hcs` inside the
+container (libhcs creates `usage.shm` there, shared by the container's processes). libhcs
+itself is mounted read-only, and `/etc/ld.so.preload` is bind-mounted read-only over the
+container's own, so a process inside cannot unset the preload. The file format is the contract
+in docs/libhcs.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from collections.abc import Sequence
+
+from hcsd.ledger.fs import OsFileSystem, write_atomic
+from hcsd.model import Device, Grant
+from hcsd.runtime.edits import ContainerEdits, MountEdit
+
+__all__ = ["CONTAINER_DIR", "LIBHCS_IN_CONTAINER", "QuotaFiles", "render_quota"]
+
+CONTAINER_DIR = "/run/hcs"
+LIBHCS_IN_CONTAINER = "/usr/lib/hcs/libhcs.so"
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def render_quota(container_id: str, grants: Sequence[Grant], devices: Sequence[Device]) -> str:
+    lines = [
+        "# written by hcsd; read by libhcs",
+        "version=1",
+        f"container={container_id}",
+        f"devices={len(grants)}",
+    ]
+    for ordinal, (grant, device) in enumerate(zip(grants, devices, strict=True)):
+        lines += [
+            f"device.{ordinal}.uuid={device.uuid}",
+            f"device.{ordinal}.vendor={device.vendor.value}",
+            f"device.{ordinal}.vram_limit={grant.vram_bytes}",
+            f"device.{ordinal}.compute_percent={grant.compute_percent or 100}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+class QuotaFiles:
+    def __init__(self, run_dir: str, libhcs_path: str) -> None:
+        self.root = os.path.join(run_dir, "containers")
+        self.libhcs_path = libhcs_path
+        self.preload_file = os.path.join(run_dir, "ld.so.preload")
+
+    def directory(self, container_id: str) -> str:
+        if not _SAFE_ID.match(container_id):
+            raise ValueError(f"container id {container_id!r} is not a safe directory name")
+        return os.path.join(self.root, container_id)
+
+    def prepare(
+        self, container_id: str, grants: Sequence[Grant], devices: Sequence[Device]
+    ) -> ContainerEdits:
+        """Write the quota file (atomically) and return the edits that expose it."""
+        directory = self.directory(container_id)
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        fs = OsFileSystem()
+        write_atomic(
+            fs,
+            os.path.join(directory, "quota.conf"),
+            render_quota(container_id, grants, devices).encode(),
+        )
+        if not os.path.exists(self.preload_file):
+            write_atomic(fs, self.preload_file, f"{LIBHCS_IN_CONTAINER}\n".encode())
+        return ContainerEdits(
+            env=(("HCS_CONFIG", f"{CONTAINER_DIR}/quota.conf"),),
+            mounts=(
+                MountEdit(directory, CONTAINER_DIR, read_only=False),
+                MountEdit(self.libhcs_path, LIBHCS_IN_CONTAINER),
+                MountEdit(self.preload_file, "/etc/ld.so.preload"),
+            ),
+        )
+
+    def remove(self, container_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            shutil.rmtree(self.directory(container_id))
+
+    def present(self) -> list[str]:
+        try:
+            return sorted(os.listdir(self.root))
+        except FileNotFoundError:
+            return []

@@ -1,0 +1,110 @@
+"""What each vendor's containers need besides their device nodes: selection env, driver
+mounts, library path, and the communication settings when the devices lack peer-to-peer.
+
+Driver paths are the usual install locations (see the vendors' container runtimes); only those
+that exist on this host are mounted, and the config can replace the list per vendor.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hcsd.model import Device, Vendor
+from hcsd.runtime.edits import ContainerEdits, MountEdit
+
+__all__ = ["VENDOR_RUNTIME", "VendorRuntime", "vendor_edits"]
+
+
+@dataclass(frozen=True, slots=True)
+class VendorRuntime:
+    host_selection_env: tuple[str, ...]  # set to host ids/uuids (vendor runtimes read these)
+    app_selection_env: tuple[str, ...]  # set to 0..n-1: the ordinals the app sees
+    select_by_uuid: bool
+    driver_paths: tuple[str, ...]
+    library_dirs: tuple[str, ...]
+    no_p2p_env: tuple[tuple[str, str], ...]
+
+
+VENDOR_RUNTIME: Mapping[Vendor, VendorRuntime] = {
+    Vendor.NVIDIA: VendorRuntime(
+        ("NVIDIA_VISIBLE_DEVICES",),
+        ("CUDA_VISIBLE_DEVICES",),
+        True,
+        ("/usr/local/nvidia",),
+        ("/usr/local/nvidia/lib64",),
+        (("NCCL_P2P_DISABLE", "1"),),
+    ),
+    Vendor.ASCEND: VendorRuntime(
+        ("ASCEND_VISIBLE_DEVICES",),
+        ("ASCEND_RT_VISIBLE_DEVICES",),
+        False,
+        (
+            "/usr/local/Ascend/driver/lib64",
+            "/usr/local/Ascend/driver/include",
+            "/usr/local/Ascend/driver/tools",
+            "/usr/local/dcmi",
+            "/usr/local/bin/npu-smi",
+            "/etc/ascend_install.info",
+        ),
+        (
+            "/usr/local/Ascend/driver/lib64",
+            "/usr/local/Ascend/driver/lib64/common",
+            "/usr/local/Ascend/driver/lib64/driver",
+        ),
+        (("HCCL_INTRA_ROCE_ENABLE", "1"), ("HCCL_INTRA_PCIE_ENABLE", "0")),
+    ),
+    Vendor.HYGON: VendorRuntime(
+        (),
+        ("HIP_VISIBLE_DEVICES",),
+        False,
+        ("/opt/hygondriver", "/opt/hyhal"),
+        ("/opt/hyhal/lib",),
+        (("NCCL_P2P_DISABLE", "1"),),
+    ),
+    Vendor.CAMBRICON: VendorRuntime(
+        ("CAMBRICON_VISIBLE_DEVICES",),
+        ("MLU_VISIBLE_DEVICES",),
+        False,
+        ("/usr/local/neuware",),
+        ("/usr/local/neuware/lib64",),
+        (("CNCL_MLULINK_DISABLE", "1"),),
+    ),
+}
+
+
+def vendor_edits(
+    devices: Sequence[Device], driver_paths: Mapping[str, Sequence[str]] | None = None
+) -> ContainerEdits:
+    """Edits for a container holding `devices` (all of one vendor)."""
+    if not devices:
+        return ContainerEdits()
+    vendor = devices[0].vendor
+    if any(d.vendor is not vendor for d in devices):
+        raise ValueError("one container holds devices of one vendor")
+    spec = VENDOR_RUNTIME[vendor]
+    nodes = [n for d in devices for n in d.device_nodes] + list(devices[0].shared_nodes)
+    host_ids = ",".join(d.uuid if spec.select_by_uuid else str(d.index) for d in devices)
+    ordinals = ",".join(str(i) for i in range(len(devices)))
+    env = [(name, host_ids) for name in spec.host_selection_env]
+    env += [
+        (name, host_ids if spec.select_by_uuid else ordinals) for name in spec.app_selection_env
+    ]
+    paths = (driver_paths or {}).get(vendor.value, spec.driver_paths)
+    mounts = [MountEdit(p, p) for p in paths if os.path.exists(p)]
+    libraries = [d for d in spec.library_dirs if os.path.isdir(d)]
+    if libraries:
+        env.append(("LD_LIBRARY_PATH", ":".join(libraries)))
+    if len(devices) > 1 and not _all_p2p(devices):
+        env.extend(spec.no_p2p_env)
+    return ContainerEdits(devices=tuple(nodes), env=tuple(env), mounts=tuple(mounts))
+
+
+def _all_p2p(devices: Sequence[Device]) -> bool:
+    for position, a in enumerate(devices):
+        for b in devices[position + 1 :]:
+            link = a.link_to(b.uuid)
+            if link is None or not link.p2p:
+                return False
+    return True

@@ -1,0 +1,287 @@
+"""The NRI plugin end to end over a socketpair, against a runtime peer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hcsd.discovery import Inventory
+from hcsd.ledger import Ledger
+from hcsd.model import Allocation, Grant, PodRef
+from hcsd.runtime.assignment import sign
+from hcsd.runtime.injector import Injector, InjectorSettings
+from hcsd.runtime.nri.plugin import NriPlugin
+from hcsd.runtime.nri.ttrpc import Code, TtrpcError
+from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+from hcsd.service import NodeService
+from tests.nri.peer import RuntimePeer
+
+KEY = b"test-cluster-key"
+A100_0 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
+GiB = 2**30
+
+
+@dataclass
+class Setup:
+    peer: RuntimePeer
+    plugin: NriPlugin
+    service: NodeService
+    run_dir: Path
+    session: asyncio.Task[None]
+
+
+@pytest.fixture
+async def nri(tmp_path: Path, mixed_inventory: Inventory) -> AsyncIterator[Setup]:
+    ledger = Ledger(str(tmp_path / "state"))
+    ledger.open()
+    service = NodeService(mixed_inventory, ledger)
+    service.ledger.allocate(Allocation("gone-container", (Grant(A100_0, GiB),), source="local"))
+    libhcs = tmp_path / "libhcs.so"
+    libhcs.write_bytes(b"\x7fELF")
+    injector = Injector(
+        service,
+        InjectorSettings(
+            node_name="sim",
+            run_dir=str(tmp_path / "run"),
+            libhcs_path=str(libhcs),
+            assignment_key=KEY,
+        ),
+    )
+    plugin = NriPlugin(injector)
+    ours, theirs = socket.socketpair()
+    plugin_streams = await asyncio.open_unix_connection(sock=ours)
+    peer = RuntimePeer(*await asyncio.open_unix_connection(sock=theirs))
+    session = asyncio.create_task(plugin.session(*plugin_streams))
+    await asyncio.wait_for(peer.registered.wait(), 2)
+    yield Setup(peer, plugin, service, tmp_path / "run", session)
+    peer.close()
+    await asyncio.wait_for(session, 2)
+    ledger.close()
+
+
+def container_request(
+    cid: str,
+    *,
+    annotations: dict[str, str] | None = None,
+    pod_annotations: dict[str, str] | None = None,
+    uid: str = "pod-uid-1",
+) -> api.ContainerRequest:
+    return api.ContainerRequest(
+        pod=api.PodSandbox(
+            id="sandbox-1",
+            name="trainer",
+            namespace="team-a",
+            uid=uid,
+            annotations=pod_annotations or {},
+        ),
+        container=api.Container(id=cid, name="main", annotations=annotations or {}),
+    )
+
+
+async def test_registration_configure_and_event_mask(nri: Setup) -> None:
+    assert nri.peer.registration is not None
+    assert (nri.peer.registration.plugin_name, nri.peer.registration.plugin_idx) == ("hcsd", "10")
+    for version in ("v0.8.0", "", "v0.12.0"):
+        reply = await nri.peer.call(
+            "Configure",
+            api.ConfigureRequest(
+                runtime_name="containerd",
+                runtime_version="2.3.4",
+                NRI_version=version,
+                request_timeout=2000,
+            ),
+            api.ConfigureResponse,
+        )
+        assert reply.events == (1 << 3) | (1 << 9) | (1 << 10)  # create, stop, remove
+        assert reply.events & ~0x7FF == 0
+
+
+async def test_synchronize_in_chunks_reconciles_the_ledger(nri: Setup) -> None:
+    first = await nri.peer.call(
+        "Synchronize",
+        api.SynchronizeRequest(
+            containers=[api.Container(id="alive", state=api.CONTAINER_RUNNING)], more=True
+        ),
+        api.SynchronizeResponse,
+    )
+    assert first.more and nri.service.ledger.get("gone-container") is not None
+    last = await nri.peer.call(
+        "Synchronize", api.SynchronizeRequest(more=False), api.SynchronizeResponse
+    )
+    assert not last.more and not last.update
+    assert nri.service.ledger.get("gone-container") is None
+
+
+async def test_local_annotation_gets_devices_env_mounts_and_quota(nri: Setup) -> None:
+    reply = await nri.peer.call(
+        "CreateContainer",
+        container_request("c1", annotations={"hcs.io/vram": "8Gi", "hcs.io/vendors": "nvidia"}),
+        api.CreateContainerResponse,
+    )
+    adjust = reply.adjust
+    devices = {d.path: (d.type, d.major, d.minor) for d in adjust.linux.devices}
+    assert devices["/dev/nvidia0"] == ("c", 195, 0) and "/dev/nvidiactl" in devices
+    assert "/dev/nvidia1" not in devices
+    env = {kv.key: kv.value for kv in adjust.env}
+    assert env["CUDA_VISIBLE_DEVICES"] == A100_0 and env["HCS_CONFIG"] == "/run/hcs/quota.conf"
+    mounts = {m.destination: (m.source, list(m.options)) for m in adjust.mounts}
+    assert mounts["/etc/ld.so.preload"][1][:2] == ["rbind", "ro"]
+    assert mounts["/run/hcs"][0] == str(nri.run_dir / "containers" / "c1")
+    assert mounts["/usr/lib/hcs/libhcs.so"][1][1] == "ro"
+    quota = (nri.run_dir / "containers" / "c1" / "quota.conf").read_text()
+    assert "device.0.vram_limit=8589934592" in quota and f"device.0.uuid={A100_0}" in quota
+    held = nri.service.ledger.get("c1")
+    assert held is not None and held.pod == PodRef("team-a", "trainer", "pod-uid-1")
+    # stop releases the memory, remove the directory; both are idempotent
+    await nri.peer.call("StopContainer", container_request("c1"), api.StopContainerResponse)
+    assert nri.service.ledger.get("c1") is None
+    await nri.peer.call(
+        "StateChange",
+        api.StateChangeEvent(event=api.REMOVE_CONTAINER, container=api.Container(id="c1")),
+        api.Empty,
+    )
+    assert not (nri.run_dir / "containers" / "c1").exists()
+
+
+async def test_containers_without_requests_are_left_alone(nri: Setup) -> None:
+    reply = await nri.peer.call(
+        "CreateContainer", container_request("plain"), api.CreateContainerResponse
+    )
+    assert reply == api.CreateContainerResponse()
+
+
+def assignment(**overrides: object) -> str:
+    body: dict[str, object] = {
+        "v": 1,
+        "node": "sim",
+        "pod_uid": "pod-uid-1",
+        "issued": time.time(),
+        "containers": {"main": [{"uuid": A100_0, "vram": 16 * GiB, "compute": 25}]},
+    }
+    body.update(overrides)
+    return sign(body, KEY)
+
+
+async def test_signed_assignment_is_honoured(nri: Setup) -> None:
+    await nri.peer.call(
+        "CreateContainer",
+        container_request("c2", pod_annotations={"hcs.io/assignment": assignment()}),
+        api.CreateContainerResponse,
+    )
+    held = nri.service.ledger.get("c2")
+    assert held is not None and held.source == "assignment"
+    assert held.grants == (Grant(A100_0, 16 * GiB, 25),)
+
+
+def forged() -> str:
+    value = json.loads(assignment())
+    value["containers"]["main"][0]["vram"] = 80 * GiB
+    return json.dumps(value)
+
+
+@pytest.mark.parametrize(
+    ("pod_annotations", "annotations", "uid", "code", "message"),
+    [
+        pytest.param(
+            {"hcs.io/assignment": forged()},
+            {},
+            "pod-uid-1",
+            Code.INVALID_ARGUMENT,
+            "signature does not verify",
+            id="forged",
+        ),
+        pytest.param(
+            {"hcs.io/assignment": assignment(issued=time.time() - 30 * 86400)},
+            {},
+            "pod-uid-1",
+            Code.INVALID_ARGUMENT,
+            "is stale",
+            id="stale",
+        ),
+        pytest.param(
+            {"hcs.io/assignment": assignment()},
+            {},
+            "other-pod",
+            Code.INVALID_ARGUMENT,
+            "not other-pod",
+            id="replayed-on-another-pod",
+        ),
+        pytest.param(
+            {"hcs.io/assignment": assignment(node="node-9")},
+            {},
+            "pod-uid-1",
+            Code.INVALID_ARGUMENT,
+            "for node node-9",
+            id="other-node",
+        ),
+        pytest.param(
+            {"hcs.io/assignment": "{not json"},
+            {},
+            "pod-uid-1",
+            Code.INVALID_ARGUMENT,
+            "not JSON",
+            id="garbage",
+        ),
+        pytest.param(
+            {},
+            {"hcs.io/vram": "lots"},
+            "pod-uid-1",
+            Code.INVALID_ARGUMENT,
+            "invalid quantity 'lots'",
+            id="bad-quantity",
+        ),
+        pytest.param(
+            {},
+            {"hcs.io/vram": "1Ti"},
+            "pod-uid-1",
+            Code.RESOURCE_EXHAUSTED,
+            "1Ti wanted",
+            id="over-capacity",
+        ),
+        pytest.param(
+            {},
+            {"hcs.io/vram": "1Gi", "hcs.io/vendors": "intel"},
+            "pod-uid-1",
+            Code.INVALID_ARGUMENT,
+            "unknown vendor",
+            id="bad-vendor",
+        ),
+    ],
+)
+async def test_bad_requests_fail_container_creation_with_the_reason(
+    nri: Setup,
+    pod_annotations: dict[str, str],
+    annotations: dict[str, str],
+    uid: str,
+    code: Code,
+    message: str,
+) -> None:
+    with pytest.raises(TtrpcError) as info:
+        await nri.peer.call(
+            "CreateContainer",
+            container_request(
+                "bad", annotations=annotations, pod_annotations=pod_annotations, uid=uid
+            ),
+            api.CreateContainerResponse,
+        )
+    assert info.value.code == code
+    assert message in info.value.message and info.value.message.startswith("hcsd: team-a/")
+    assert nri.service.ledger.get("bad") is None
+
+
+async def test_unknown_methods_get_unimplemented(nri: Setup) -> None:
+    with pytest.raises(TtrpcError) as info:
+        await nri.peer.call("PostStartContainer", container_request("x"), api.Empty)
+    assert info.value.code == Code.UNIMPLEMENTED
+
+
+async def test_session_ends_on_eof(nri: Setup) -> None:
+    nri.peer.close()
+    await asyncio.wait_for(nri.session, 2)
