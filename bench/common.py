@@ -70,6 +70,7 @@ class SimulatedDaemon:
         config.write_text(
             f'[daemon]\nsocket = "{self.socket}"\nstate_dir = "{self.dir}/state"\n'
             f'run_dir = "{self.dir}"\n[metrics]\nlisten = "127.0.0.1:{port}"\n'
+            f'[runtime]\nnri = false\ncdi_dir = "{self.dir}/cdi"\n'
             f'[discovery]\nsimulated_node = "{ROOT}/examples/nodes/mixed.toml"\n' + config_extra
         )
         env = dict(os.environ, **(extra_env or {}))

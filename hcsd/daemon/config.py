@@ -95,6 +95,19 @@ def _health_rules(value: Any) -> list[dict[str, str]]:
     return list(value)
 
 
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _plugin_index(value: Any) -> str:
+    text = _string(value)
+    if len(text) != 2 or not text.isdigit():
+        raise ValueError(f'expected two digits such as "10", got {text!r}')
+    return text
+
+
 def _string_list(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"expected a list of non-empty strings, got {value!r}")
@@ -203,6 +216,49 @@ KEYS: tuple[Key, ...] = (
         _health_rules,
     ),
     Key(
+        "runtime",
+        "nri",
+        True,
+        "Serve containerd/CRI-O as an NRI plugin (devices, env, mounts, quota per container).",
+        _boolean,
+    ),
+    Key("runtime", "nri_socket", "/var/run/nri/nri.sock", "The runtime's NRI socket.", _path),
+    Key(
+        "runtime",
+        "plugin_index",
+        "10",
+        "Two-digit NRI plugin index (lower runs first).",
+        _plugin_index,
+    ),
+    Key(
+        "runtime",
+        "libhcs_path",
+        "/usr/lib/hcs/libhcs.so",
+        "The quota library preloaded into containers.",
+        _path,
+    ),
+    Key(
+        "runtime",
+        "assignment_key_file",
+        "/etc/hcsd/assignment.key",
+        "HMAC key shared with the scheduler extender to verify hcs.io/assignment.",
+        _path,
+    ),
+    Key(
+        "runtime",
+        "assignment_max_age",
+        604800.0,
+        "Seconds a scheduler assignment stays valid for a container's first start.",
+        _seconds,
+    ),
+    Key(
+        "runtime",
+        "cdi_dir",
+        "/var/run/cdi",
+        "Where hcsd writes its CDI spec (hcs.io-device.yaml); empty disables it.",
+        _path,
+    ),
+    Key(
         "ledger",
         "compact_after",
         10_000,
@@ -233,6 +289,13 @@ class Config:
     unhealthy_below: float = 30.0
     aer_poll_interval: float = 5.0
     health_rules: list[dict[str, str]] = field(default_factory=list)
+    nri: bool = True
+    nri_socket: str = "/var/run/nri/nri.sock"
+    plugin_index: str = "10"
+    libhcs_path: str = "/usr/lib/hcs/libhcs.so"
+    assignment_key_file: str = "/etc/hcsd/assignment.key"
+    assignment_max_age: float = 604800.0
+    cdi_dir: str = "/var/run/cdi"
     source: str = "<defaults>"
     values: Mapping[str, Any] = field(default_factory=dict)
 
@@ -306,6 +369,13 @@ def _build(raw: Mapping[str, Any], source: str) -> Config:
         unhealthy_below=values["health.unhealthy_below"],
         aer_poll_interval=values["health.aer_poll_interval"],
         health_rules=values["health.rules"],
+        nri=values["runtime.nri"],
+        nri_socket=values["runtime.nri_socket"],
+        plugin_index=values["runtime.plugin_index"],
+        libhcs_path=values["runtime.libhcs_path"],
+        assignment_key_file=values["runtime.assignment_key_file"],
+        assignment_max_age=values["runtime.assignment_max_age"],
+        cdi_dir=values["runtime.cdi_dir"],
         source=source,
         values=values,
     )

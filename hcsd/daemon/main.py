@@ -30,6 +30,9 @@ from hcsd.health.analyzer import AnalyzerSettings
 from hcsd.health.parsing import DEFAULT_RULES, compile_rules
 from hcsd.health.watching import HealthWatcher, WatcherSettings
 from hcsd.ledger import Ledger, LedgerError
+from hcsd.runtime.cdi import write_spec
+from hcsd.runtime.injector import Injector, InjectorSettings
+from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.service import NodeService
 from hcsd.tasks import run_tasks, supervise
 
@@ -129,6 +132,8 @@ class Daemon:
             tasks = [supervise(self.stopping.wait(), "signals")]
             if watcher is not None:
                 tasks.append(supervise(watcher.run(), "health"))
+            if (plugin := self._nri_plugin(service)) is not None:
+                tasks.append(supervise(plugin.run(), "nri"))
             if (interval := notify.watchdog_interval()) is not None:
                 tasks.append(supervise(self._watchdog(interval), "watchdog"))
             await run_tasks(tasks, grace=1.0)
@@ -140,6 +145,29 @@ class Daemon:
                 await metrics.stop()
             ledger.close()
         log.info("hcsd stopped")
+
+    def _nri_plugin(self, service: NodeService) -> NriPlugin | None:
+        config = self.config
+        key = _read_key(config.assignment_key_file)
+        injector = Injector(
+            service,
+            InjectorSettings(
+                node_name=config.node_name,
+                run_dir=config.run_dir,
+                libhcs_path=config.libhcs_path,
+                assignment_key=key,
+                assignment_max_age=config.assignment_max_age,
+            ),
+        )
+        if config.cdi_dir:
+            try:
+                path = write_spec(config.cdi_dir, [s.device for s in service.devices()])
+                log.info("CDI spec written to %s", path)
+            except OSError as e:
+                log.warning("cannot write the CDI spec in %s: %s", config.cdi_dir, e)
+        if not config.nri:
+            return None
+        return NriPlugin(injector, socket_path=config.nri_socket, index=config.plugin_index)
 
     def _health_watcher(self, service: NodeService) -> HealthWatcher | None:
         config = self.config
@@ -199,6 +227,29 @@ class Daemon:
         self.config = _merge_reloadable(self.config, new)
         log.info("configuration reloaded from %s", new.source)
         notify.ready(self._status())
+
+
+def _read_key(path: str) -> bytes:
+    """The assignment HMAC key; empty (only local requests served) when there is none."""
+    try:
+        with open(path, "rb") as f:
+            key = f.read().strip()
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        log.warning(
+            "no assignment key at %s: scheduler assignments cannot be verified and "
+            "will be refused; local hcs.io/* requests still work",
+            path,
+        )
+        return b""
+    except OSError as e:
+        log.warning("cannot read the assignment key %s: %s", path, e.strerror)
+        return b""
+    if mode & 0o077:
+        log.warning(
+            "assignment key %s is readable by others (mode %o); use 0600", path, mode & 0o777
+        )
+    return key
 
 
 def _merge_reloadable(old: Config, new: Config) -> Config:

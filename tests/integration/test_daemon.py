@@ -47,7 +47,8 @@ class Daemon:
             f'run_dir = "{self.dir}"\nshutdown_grace = 1\n'
             f'[metrics]\nlisten = "127.0.0.1:{self.port}"\n'
             f'[discovery]\nbackends = ["simulated"]\nsimulated_node = "{MIXED_NODE}"\n'
-            f'[allocator]\npolicy = "{policy}"\n{extra}'
+            f'[allocator]\npolicy = "{policy}"\n'
+            f'[runtime]\nnri_socket = "{self.dir}/nri.sock"\ncdi_dir = "{self.dir}/cdi"\n{extra}'
         )
 
     def start(self, watchdog_usec: int = 0) -> list[str]:
@@ -114,6 +115,16 @@ def test_ready_status_and_watchdog(daemon: Daemon) -> None:
     daemon.wait_notify("STOPPING=1")
     assert "<6>hcsd 0.1.0 ready on node test-node: 6 device(s)" in daemon.logs()
     assert not os.path.exists(daemon.socket)
+    spec = json.loads((daemon.dir / "cdi" / "hcs.io-device.yaml").read_text())
+    assert spec["kind"] == "hcs.io/device" and len(spec["devices"]) == 12
+    by_name = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    nodes = {n["path"] for n in by_name["nvidia-1"]["deviceNodes"]}
+    assert nodes == {"/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+    assert (
+        "NVIDIA_VISIBLE_DEVICES=GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a001"
+        in (by_name["nvidia-1"]["env"])
+    )
+    assert "nri: cannot connect to" in daemon.logs()  # no runtime here: it keeps retrying
 
 
 def test_hcsctl_against_the_daemon(daemon: Daemon) -> None:

@@ -82,6 +82,9 @@ async def test_broken_frames(data: bytes, message: str) -> None:
         await mux.run()
 
 
+_RUNNING: set[asyncio.Task[None]] = set()
+
+
 async def ttrpc_pair(
     handlers: dict[tuple[str, str], object],
 ) -> tuple[Client, asyncio.StreamReader, list[bytes]]:
@@ -96,8 +99,8 @@ async def ttrpc_pair(
 
     server = Server(handlers, server_send)  # type: ignore[arg-type]
     client = Client(to_server.feed_data)
-    asyncio.create_task(server.serve(to_server))
-    asyncio.create_task(client.receive(to_client))
+    _RUNNING.add(asyncio.create_task(server.serve(to_server)))
+    _RUNNING.add(asyncio.create_task(client.receive(to_client)))
     return client, to_server, raw_replies
 
 

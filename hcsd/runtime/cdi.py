@@ -1,0 +1,72 @@
+"""The CDI spec of this node's devices: `/var/run/cdi/hcs.io-device.yaml`, kind `hcs.io/device`.
+
+For runtimes and tools that inject by CDI name (`hcs.io/device=GPU-…` or `hcs.io/device=nvidia-0`)
+instead of through hcsd's NRI plugin. Each device entry carries its own nodes, the vendor's
+shared nodes, driver mounts and selection env, from the same edits the NRI plugin uses. Written
+as JSON, which is YAML too (CDI readers accept both), atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hcsd.ledger.fs import OsFileSystem, write_atomic
+from hcsd.model import Device
+from hcsd.runtime.edits import ContainerEdits
+from hcsd.runtime.vendors import vendor_edits
+
+__all__ = ["CDI_KIND", "SPEC_NAME", "render_spec", "write_spec"]
+
+CDI_KIND = "hcs.io/device"
+CDI_VERSION = "0.6.0"
+SPEC_NAME = "hcs.io-device.yaml"
+
+
+def _container_edits(edits: ContainerEdits) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "deviceNodes": [
+            {
+                "path": n.path,
+                "type": n.kind,
+                "major": n.major,
+                "minor": n.minor,
+                "permissions": n.permissions,
+            }
+            for n in edits.devices
+        ],
+    }
+    if edits.env:
+        result["env"] = [f"{k}={v}" for k, v in edits.env]
+    if edits.mounts:
+        result["mounts"] = [
+            {"hostPath": m.host_path, "containerPath": m.container_path, "options": m.options}
+            for m in edits.mounts
+        ]
+    return result
+
+
+def render_spec(
+    devices: Sequence[Device], driver_paths: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, Any]:
+    entries = []
+    for device in devices:
+        edits = _container_edits(vendor_edits([device], driver_paths))
+        for name in (device.uuid, f"{device.vendor.value}-{device.index}"):
+            entries.append({"name": name, "containerEdits": edits})
+    return {"cdiVersion": CDI_VERSION, "kind": CDI_KIND, "devices": entries}
+
+
+def write_spec(
+    directory: str,
+    devices: Sequence[Device],
+    driver_paths: Mapping[str, Sequence[str]] | None = None,
+) -> str:
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    path = os.path.join(directory, SPEC_NAME)
+    text = json.dumps(render_spec(devices, driver_paths), indent=2, sort_keys=True) + "\n"
+    write_atomic(OsFileSystem(), path, text.encode())
+    os.chmod(path, 0o644)
+    return path
