@@ -58,6 +58,12 @@ class Client:
         request = pb.ReleaseRequest(container_id=container_id)
         return self._call(self._stub.Release, request)  # type: ignore[no-any-return]
 
+    def prepare_container(self, request: pb.PrepareContainerRequest) -> pb.PrepareContainerResponse:
+        return self._call(self._stub.PrepareContainer, request)  # type: ignore[no-any-return]
+
+    def container_gone(self, request: pb.ContainerGoneRequest) -> pb.ReleaseResponse:
+        return self._call(self._stub.ContainerGone, request)  # type: ignore[no-any-return]
+
     def watch(self, *, send_initial: bool = True) -> Iterator[pb.Event]:
         try:
             yield from self._stub.Watch(pb.WatchRequest(send_initial=send_initial))

@@ -27,6 +27,8 @@ from hcsd.api.convert import (
 )
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
+from hcsd.model import PodRef
+from hcsd.runtime.injector import ContainerInfo, InjectionRefused, Injector
 from hcsd.service import NodeService, Refused, WatchOverflow
 
 __all__ = ["ApiServer", "HcsdServicer", "SocketInUse"]
@@ -41,8 +43,9 @@ class SocketInUse(Exception):
 
 
 class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
-    def __init__(self, service: NodeService) -> None:
+    def __init__(self, service: NodeService, injector: Injector | None = None) -> None:
         self.service = service
+        self.injector = injector
 
     async def GetNode(self, request: pb.GetNodeRequest, context: object) -> pb.Node:
         s = self.service
@@ -102,6 +105,69 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
         if released is None:
             return pb.ReleaseResponse(released=False)
         return pb.ReleaseResponse(released=True, allocation=allocation_to_pb(released))
+
+    async def PrepareContainer(
+        self, request: pb.PrepareContainerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PrepareContainerResponse:
+        if self.injector is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime integration is disabled")
+            raise AssertionError  # unreachable: abort raises
+        if not request.container_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "container_id is required")
+        info = ContainerInfo(
+            container_id=request.container_id,
+            container_name=request.container_name,
+            pod=PodRef(request.pod.namespace, request.pod.name, request.pod.uid),
+            container_annotations=dict(request.container_annotations),
+            pod_annotations=dict(request.pod_annotations),
+        )
+        try:
+            edits = self.injector.create(info)
+        except InjectionRefused as e:
+            code = (
+                grpc.StatusCode.INVALID_ARGUMENT
+                if e.invalid
+                else grpc.StatusCode.RESOURCE_EXHAUSTED
+            )
+            await context.abort(code, str(e))
+            raise
+        if edits is None:
+            return pb.PrepareContainerResponse(managed=False)
+        held = self.service.ledger.get(request.container_id)
+        return pb.PrepareContainerResponse(
+            managed=True,
+            devices=[
+                pb.DeviceNode(
+                    path=n.path,
+                    major=n.major,
+                    minor=n.minor,
+                    type=n.kind,
+                    permissions=n.permissions,
+                )
+                for n in edits.devices
+            ],
+            env=dict(edits.env),
+            mounts=[
+                pb.Mount(host_path=m.host_path, container_path=m.container_path, options=m.options)
+                for m in edits.mounts
+            ],
+            allocation=allocation_to_pb(held) if held is not None else None,
+        )
+
+    async def ContainerGone(
+        self, request: pb.ContainerGoneRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReleaseResponse:
+        if self.injector is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime integration is disabled")
+            raise AssertionError  # unreachable: abort raises
+        held = self.service.ledger.get(request.container_id)
+        if request.deleted:
+            self.injector.removed(request.container_id)
+        else:
+            self.injector.stopped(request.container_id)
+        if held is None:
+            return pb.ReleaseResponse(released=False)
+        return pb.ReleaseResponse(released=True, allocation=allocation_to_pb(held))
 
     async def Watch(
         self, request: pb.WatchRequest, context: grpc.aio.ServicerContext
@@ -185,7 +251,9 @@ def _decoding_stream(
 class ApiServer:
     """grpc.aio server bound to one unix socket."""
 
-    def __init__(self, service: NodeService, socket_path: str) -> None:
+    def __init__(
+        self, service: NodeService, socket_path: str, injector: Injector | None = None
+    ) -> None:
         self.socket_path = socket_path
         self._server = grpc.aio.server(
             options=[
@@ -194,7 +262,7 @@ class ApiServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        self._server.add_generic_rpc_handlers((_handlers(HcsdServicer(service)),))
+        self._server.add_generic_rpc_handlers((_handlers(HcsdServicer(service, injector)),))
 
     async def start(self) -> None:
         directory = os.path.dirname(self.socket_path) or "."

@@ -24,7 +24,7 @@ from hcsd.daemon import notify
 from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config, render_default_config
 from hcsd.daemon.logs import configure_logging, set_level
 from hcsd.daemon.metrics import MetricsServer
-from hcsd.discovery import DiscoveryBackend, DiscoveryError, discover_all
+from hcsd.discovery import DiscoveryBackend, DiscoveryError, Inventory, discover_all
 from hcsd.discovery.backends.simulated import SimulatedBackend
 from hcsd.health.analyzer import AnalyzerSettings
 from hcsd.health.parsing import DEFAULT_RULES, compile_rules
@@ -68,7 +68,8 @@ class Daemon:
         self.stopping = asyncio.Event()
         self.service: NodeService | None = None
 
-    async def run(self) -> None:
+    def _open_state(self) -> tuple[Inventory, Ledger]:
+        """Discovery and ledger replay: what must work before anything is served."""
         config = self.config
         try:
             inventory = discover_all(config.node_name, build_backends(config))
@@ -87,6 +88,11 @@ class Daemon:
             report.snapshot_seq,
             f", {report.torn_bytes} torn byte(s) dropped" if report.torn_bytes else "",
         )
+        return inventory, ledger
+
+    async def run(self) -> None:
+        config = self.config
+        inventory, ledger = self._open_state()
         service = NodeService(inventory, ledger, policy=config.policy, version=__version__)
         self.service = service
         for orphan in ledger.orphans():
@@ -96,7 +102,8 @@ class Daemon:
                 ", ".join(orphan.device_uuids),
             )
         watcher = self._health_watcher(service)
-        api = ApiServer(service, config.socket)
+        injector = self._injector(service)
+        api = ApiServer(service, config.socket, injector)
         metrics = (
             MetricsServer(service, config.metrics_listen, watcher)
             if config.metrics_listen
@@ -132,7 +139,10 @@ class Daemon:
             tasks = [supervise(self.stopping.wait(), "signals")]
             if watcher is not None:
                 tasks.append(supervise(watcher.run(), "health"))
-            if (plugin := self._nri_plugin(service)) is not None:
+            if config.nri:
+                plugin = NriPlugin(
+                    injector, socket_path=config.nri_socket, index=config.plugin_index
+                )
                 tasks.append(supervise(plugin.run(), "nri"))
             if (interval := notify.watchdog_interval()) is not None:
                 tasks.append(supervise(self._watchdog(interval), "watchdog"))
@@ -146,7 +156,8 @@ class Daemon:
             ledger.close()
         log.info("hcsd stopped")
 
-    def _nri_plugin(self, service: NodeService) -> NriPlugin | None:
+    def _injector(self, service: NodeService) -> Injector:
+        """Container injection, shared by the NRI plugin and the hooks' API calls."""
         config = self.config
         key = _read_key(config.assignment_key_file)
         injector = Injector(
@@ -165,9 +176,7 @@ class Daemon:
                 log.info("CDI spec written to %s", path)
             except OSError as e:
                 log.warning("cannot write the CDI spec in %s: %s", config.cdi_dir, e)
-        if not config.nri:
-            return None
-        return NriPlugin(injector, socket_path=config.nri_socket, index=config.plugin_index)
+        return injector
 
     def _health_watcher(self, service: NodeService) -> HealthWatcher | None:
         config = self.config

@@ -20,6 +20,73 @@ HEALTH_STATE_DEGRADED: HealthState
 HEALTH_STATE_UNHEALTHY: HealthState
 HEALTH_STATE_LOST: HealthState
 
+class PrepareContainerRequest(_message.Message):
+    __slots__ = ("container_id", "container_name", "pod", "container_annotations", "pod_annotations")
+    class ContainerAnnotationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class PodAnnotationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_NAME_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    POD_ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    container_id: str
+    container_name: str
+    pod: PodRef
+    container_annotations: _containers.ScalarMap[str, str]
+    pod_annotations: _containers.ScalarMap[str, str]
+    def __init__(self, container_id: _Optional[str] = ..., container_name: _Optional[str] = ..., pod: _Optional[_Union[PodRef, _Mapping]] = ..., container_annotations: _Optional[_Mapping[str, str]] = ..., pod_annotations: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Mount(_message.Message):
+    __slots__ = ("host_path", "container_path", "options")
+    HOST_PATH_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_PATH_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    host_path: str
+    container_path: str
+    options: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, host_path: _Optional[str] = ..., container_path: _Optional[str] = ..., options: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PrepareContainerResponse(_message.Message):
+    __slots__ = ("managed", "devices", "env", "mounts", "allocation")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MANAGED_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_FIELD_NUMBER: _ClassVar[int]
+    managed: bool
+    devices: _containers.RepeatedCompositeFieldContainer[DeviceNode]
+    env: _containers.ScalarMap[str, str]
+    mounts: _containers.RepeatedCompositeFieldContainer[Mount]
+    allocation: Allocation
+    def __init__(self, managed: _Optional[bool] = ..., devices: _Optional[_Iterable[_Union[DeviceNode, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., allocation: _Optional[_Union[Allocation, _Mapping]] = ...) -> None: ...
+
+class ContainerGoneRequest(_message.Message):
+    __slots__ = ("container_id", "deleted")
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    container_id: str
+    deleted: bool
+    def __init__(self, container_id: _Optional[str] = ..., deleted: _Optional[bool] = ...) -> None: ...
+
 class GetNodeRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

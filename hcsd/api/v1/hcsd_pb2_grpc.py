@@ -64,6 +64,16 @@ class HcsdStub:
                 request_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.WatchRequest.SerializeToString,
                 response_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.Event.FromString,
                 _registered_method=True)
+        self.PrepareContainer = channel.unary_unary(
+                '/hcsd.v1.Hcsd/PrepareContainer',
+                request_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareContainerRequest.SerializeToString,
+                response_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareContainerResponse.FromString,
+                _registered_method=True)
+        self.ContainerGone = channel.unary_unary(
+                '/hcsd.v1.Hcsd/ContainerGone',
+                request_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.ContainerGoneRequest.SerializeToString,
+                response_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.ReleaseResponse.FromString,
+                _registered_method=True)
 
 
 class HcsdServicer:
@@ -113,6 +123,22 @@ class HcsdServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PrepareContainer(self, request, context):
+        """For runtimes without NRI (the runc wrapper, the OCI hook): record the container's
+        allocation (from its signed assignment or hcs.io/* annotations) and return its edits.
+        A container that asks for nothing gets managed=false and no edits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ContainerGone(self, request, context):
+        """The container stopped (release its device memory) or was deleted (also remove its files).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HcsdServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -145,6 +171,16 @@ def add_HcsdServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.WatchRequest.FromString,
                     response_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.Event.SerializeToString,
+            ),
+            'PrepareContainer': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareContainer,
+                    request_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareContainerRequest.FromString,
+                    response_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareContainerResponse.SerializeToString,
+            ),
+            'ContainerGone': grpc.unary_unary_rpc_method_handler(
+                    servicer.ContainerGone,
+                    request_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.ContainerGoneRequest.FromString,
+                    response_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.ReleaseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -309,6 +345,60 @@ class Hcsd:
             '/hcsd.v1.Hcsd/Watch',
             hcsd_dot_api_dot_v1_dot_hcsd__pb2.WatchRequest.SerializeToString,
             hcsd_dot_api_dot_v1_dot_hcsd__pb2.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareContainer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hcsd.v1.Hcsd/PrepareContainer',
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareContainerRequest.SerializeToString,
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareContainerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ContainerGone(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hcsd.v1.Hcsd/ContainerGone',
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.ContainerGoneRequest.SerializeToString,
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.ReleaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,1 @@
+"""Entry points for runtimes without NRI: the runc wrapper and the OCI hook."""

@@ -1,0 +1,110 @@
+"""Reading an OCI bundle's identity and writing hcsd's edits into its config.json.
+
+CRI runtimes put the pod's identity in annotations (`io.kubernetes.cri.*` from containerd,
+`io.kubernetes.pod.*` from CRI-O); pod annotations such as `hcs.io/assignment` reach the
+bundle when the runtime passes `hcs.io/*` through (containerd: `pod_annotations`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from hcsd.api.v1 import hcsd_pb2 as pb
+
+__all__ = ["apply_edits", "is_sandbox", "load_config", "prepare_request", "save_config"]
+
+_NAME_KEYS = ("io.kubernetes.cri.container-name", "io.kubernetes.container.name")
+_POD_KEYS = {
+    "name": ("io.kubernetes.cri.sandbox-name", "io.kubernetes.pod.name"),
+    "namespace": ("io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace"),
+    "uid": ("io.kubernetes.cri.sandbox-uid", "io.kubernetes.pod.uid"),
+}
+DEVICE_MODE = 0o666
+
+
+def load_config(bundle: str) -> dict[str, Any]:
+    with open(os.path.join(bundle, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    if not isinstance(config, dict):
+        raise ValueError(f"{bundle}/config.json is not an OCI runtime config")
+    return config
+
+
+def save_config(bundle: str, config: dict[str, Any]) -> None:
+    path = os.path.join(bundle, "config.json")
+    temporary = path + ".hcs-tmp"
+    with open(temporary, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+
+
+def _first(annotations: dict[str, str], keys: tuple[str, ...]) -> str:
+    return next((annotations[k] for k in keys if k in annotations), "")
+
+
+def is_sandbox(config: dict[str, Any]) -> bool:
+    annotations = config.get("annotations") or {}
+    return annotations.get("io.kubernetes.cri.container-type") == "sandbox" or (
+        annotations.get("io.kubernetes.cri-o.ContainerType") == "sandbox"
+    )
+
+
+def prepare_request(container_id: str, config: dict[str, Any]) -> pb.PrepareContainerRequest:
+    annotations = {str(k): str(v) for k, v in (config.get("annotations") or {}).items()}
+    pod = pb.PodRef(**{field: _first(annotations, keys) for field, keys in _POD_KEYS.items()})
+    return pb.PrepareContainerRequest(
+        container_id=container_id,
+        container_name=_first(annotations, _NAME_KEYS),
+        pod=pod,
+        container_annotations=annotations,
+        pod_annotations=annotations,
+    )
+
+
+def apply_edits(config: dict[str, Any], edits: pb.PrepareContainerResponse) -> dict[str, Any]:
+    """Devices (with their cgroup allow rules), env and mounts; idempotent."""
+    process = config.setdefault("process", {})
+    env = [e for e in process.get("env", []) if e.split("=", 1)[0] not in edits.env]
+    process["env"] = env + [f"{k}={v}" for k, v in sorted(edits.env.items())]
+    destinations = {m.container_path for m in edits.mounts}
+    mounts = [m for m in config.get("mounts", []) if m.get("destination") not in destinations]
+    config["mounts"] = mounts + [
+        {
+            "destination": m.container_path,
+            "type": "bind",
+            "source": m.host_path,
+            "options": list(m.options),
+        }
+        for m in edits.mounts
+    ]
+    linux = config.setdefault("linux", {})
+    paths = {d.path for d in edits.devices}
+    devices = [d for d in linux.get("devices", []) if d.get("path") not in paths]
+    linux["devices"] = devices + [
+        {
+            "path": d.path,
+            "type": d.type or "c",
+            "major": d.major,
+            "minor": d.minor,
+            "fileMode": DEVICE_MODE,
+            "uid": 0,
+            "gid": 0,
+        }
+        for d in edits.devices
+    ]
+    rules = linux.setdefault("resources", {}).setdefault("devices", [])
+    for d in edits.devices:
+        rule = {
+            "allow": True,
+            "type": d.type or "c",
+            "major": d.major,
+            "minor": d.minor,
+            "access": "rwm",
+        }
+        if rule not in rules:
+            rules.append(rule)
+    return config

@@ -1,0 +1,166 @@
+"""The runc wrapper and the OCI hook with Debian's runc on real bundles, against a real hcsd."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_daemon import Daemon
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="runc needs root"),
+    pytest.mark.skipif(
+        shutil.which("runc") is None, reason="runc is not installed (apt install runc)"
+    ),
+    pytest.mark.skipif(
+        not os.path.exists("/bin/busybox"),
+        reason="busybox is not installed (apt install busybox-static)",
+    ),
+]
+
+BIN = Path(sys.executable).parent
+A100_0 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
+APPLETS = ("sh", "cat", "stat", "env", "ls", "echo")
+
+
+@pytest.fixture
+def hcsd(tmp_path: Path) -> Iterator[Daemon]:
+    (tmp_path / "hcsd").mkdir()
+    daemon = Daemon(tmp_path / "hcsd")
+    libhcs = tmp_path / "libhcs.so"
+    libhcs.write_bytes(b"placeholder: the bundle test checks the mount, not the library")
+    daemon.config.write_text(
+        daemon.config.read_text().replace(
+            "[runtime]\n", f'[runtime]\nnri = false\nlibhcs_path = "{libhcs}"\n'
+        )
+    )
+    daemon.start()
+    yield daemon
+    daemon.close()
+
+
+def make_bundle(root: Path, annotations: dict[str, str], script: str) -> Path:
+    bundle = root / "bundle"
+    rootfs = bundle / "rootfs"
+    (rootfs / "bin").mkdir(parents=True)
+    shutil.copy("/bin/busybox", rootfs / "bin" / "busybox")
+    for applet in APPLETS:
+        (rootfs / "bin" / applet).symlink_to("busybox")
+    for directory in ("dev", "proc", "sys", "etc", "run", "usr/lib/hcs", "tmp"):
+        (rootfs / directory).mkdir(parents=True, exist_ok=True)
+    (rootfs / "etc" / "ld.so.preload").write_text("")
+    subprocess.run(["runc", "spec"], cwd=bundle, check=True)
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"]["terminal"] = False
+    config["process"]["args"] = ["sh", "-c", script]
+    config["root"]["readonly"] = False
+    config["annotations"] = annotations
+    (bundle / "config.json").write_text(json.dumps(config))
+    return bundle
+
+
+def runtime(daemon: Daemon, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, HCS_SOCKET=daemon.socket, HCS_RUNC=shutil.which("runc") or "runc")
+    return subprocess.run(
+        [str(BIN / "hcs-runtime"), "--root", str(root / "runc-state"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+INSPECT = (
+    "stat -c '%F %t %T' /dev/nvidia0; echo cuda=$CUDA_VISIBLE_DEVICES; echo cfg=$HCS_CONFIG; "
+    "cat /run/hcs/quota.conf; cat /etc/ld.so.preload; ls /dev"
+)
+
+
+def test_runc_wrapper_injects_devices_env_mounts_and_quota(hcsd: Daemon, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, {"hcs.io/vram": "8Gi", "hcs.io/vendors": "nvidia"}, INSPECT)
+    result = runtime(hcsd, tmp_path, "run", "--keep", "--bundle", str(bundle), "job-1")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "character special file c3 0" in out  # major 195, minor 0
+    assert f"cuda={A100_0}" in out and "cfg=/run/hcs/quota.conf" in out
+    assert "device.0.vram_limit=8589934592" in out
+    assert "/usr/lib/hcs/libhcs.so" in out  # /etc/ld.so.preload was replaced by ours
+    assert "nvidia1" not in out  # only the granted GPU
+    held = json.loads(hcsd.hcsctl("--json", "allocations").stdout)
+    assert [a["container_id"] for a in held] == ["job-1"]
+    gone = runtime(hcsd, tmp_path, "delete", "job-1")
+    assert gone.returncode == 0, gone.stderr
+    assert json.loads(hcsd.hcsctl("--json", "allocations").stdout) == []
+
+
+def test_runc_wrapper_refusal_fails_creation_with_the_reason(hcsd: Daemon, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, {"hcs.io/vram": "1Ti"}, "true")
+    result = runtime(hcsd, tmp_path, "run", "--bundle", str(bundle), "too-big")
+    assert result.returncode == 1
+    assert result.stderr.startswith("hcs-runtime: too-big: ") and "1Ti wanted" in result.stderr
+
+
+def test_runc_wrapper_passes_other_containers_through(hcsd: Daemon, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, {}, "echo untouched; ls /dev")
+    result = runtime(hcsd, tmp_path, "run", "--bundle", str(bundle), "plain")
+    assert result.returncode == 0 and "untouched" in result.stdout
+    assert "nvidia" not in result.stdout
+
+
+def with_hook(bundle: Path, daemon: Daemon) -> None:
+    config = json.loads((bundle / "config.json").read_text())
+    hook = {
+        "path": str(BIN / "hcs-oci-hook"),
+        "args": ["hcs-oci-hook", "createRuntime"],
+        "env": [f"HCS_SOCKET={daemon.socket}", f"PATH={os.environ['PATH']}"],
+    }
+    config.setdefault("hooks", {})["createRuntime"] = [hook]
+    (bundle / "config.json").write_text(json.dumps(config))
+
+
+def test_oci_hook_refuses_a_container_whose_devices_were_not_injected(
+    hcsd: Daemon, tmp_path: Path
+) -> None:
+    bundle = make_bundle(tmp_path, {"hcs.io/vram": "2Gi", "hcs.io/vendors": "nvidia"}, "true")
+    with_hook(bundle, hcsd)
+    result = subprocess.run(
+        ["runc", "--root", str(tmp_path / "state"), "run", "--bundle", str(bundle), "hooked"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "devices assigned by hcsd were not injected: /dev/nvidia0" in result.stderr
+
+
+def test_oci_hook_accepts_an_injected_container(hcsd: Daemon, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, {"hcs.io/vram": "2Gi"}, "echo hooked-ok")
+    with_hook(bundle, hcsd)
+    result = runtime(hcsd, tmp_path, "run", "--bundle", str(bundle), "hooked-2")
+    assert result.returncode == 0, result.stderr
+    assert "hooked-ok" in result.stdout
+
+
+@pytest.mark.parametrize("state", ["", "{", '{"id": 1}', "[]"])
+def test_oci_hook_rejects_malformed_state(hcsd: Daemon, state: str) -> None:
+    result = subprocess.run(
+        [str(BIN / "hcs-oci-hook"), "createRuntime"],
+        input=state,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=dict(os.environ, HCS_SOCKET=hcsd.socket),
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("hcs-oci-hook: malformed container state on stdin")
