@@ -140,7 +140,8 @@ def test_oci_hook_refuses_a_container_whose_devices_were_not_injected(
         check=False,
     )
     assert result.returncode != 0
-    assert "devices assigned by hcsd were not injected: /dev/nvidia0" in result.stderr
+    assert "devices assigned by hcsd were not injected: /dev/nvidia-uvm" in result.stderr
+    assert "/dev/nvidia0, /dev/nvidiactl (enable NRI or CDI in the runtime)" in result.stderr
 
 
 def test_oci_hook_accepts_an_injected_container(hcsd: Daemon, tmp_path: Path) -> None:
