@@ -10,6 +10,7 @@ The only acceptable outcomes are a clean result or our own protocol errors; anyt
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 
 import atheris
@@ -37,7 +38,7 @@ class _Sink:
 
 async def _handler(payload: bytes) -> bytes:
     request = api.ContainerRequest.FromString(payload)
-    try:
+    with contextlib.suppress(RequestError, ValueError):
         local_request(
             request.container.id or "x",
             request.container.name,
@@ -45,8 +46,6 @@ async def _handler(payload: bytes) -> bytes:
             dict(request.container.annotations),
             dict(request.pod.annotations),
         )
-    except (RequestError, ValueError):
-        pass
     return b""
 
 
@@ -57,10 +56,8 @@ async def _decode_all(data: bytes) -> None:
     reader.feed_eof()
     mux = Mux(reader, _Sink())  # type: ignore[arg-type]
     side = mux.open(1)
-    try:
+    with contextlib.suppress(MuxError):
         await mux.run()
-    except MuxError:
-        pass
     while True:
         try:
             message = await read_message(side)
@@ -68,10 +65,8 @@ async def _decode_all(data: bytes) -> None:
             return
         if message is None:
             return
-        try:
+        with contextlib.suppress(DecodeError):
             await _handler(wire.Request.FromString(message[2]).payload)
-        except DecodeError:
-            pass
 
 
 async def _run(data: bytes) -> None:
@@ -86,15 +81,11 @@ async def _run(data: bytes) -> None:
         {("nri.pkg.api.v1alpha1.Plugin", "CreateContainer"): _handler}, lambda _data: None
     )
     client = Client(lambda _data: None)
-    try:
+    with contextlib.suppress(MuxError):
         await mux.run()
-    except MuxError:
-        pass
     for side, consume in ((server_side, server.serve), (client_side, client.receive)):
-        try:
+        with contextlib.suppress(TtrpcError, DecodeError):
             await asyncio.wait_for(consume(side), 2)
-        except (TtrpcError, DecodeError):
-            pass
     await asyncio.sleep(0)  # let handler tasks finish
 
 
