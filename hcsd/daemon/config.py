@@ -225,6 +225,13 @@ KEYS: tuple[Key, ...] = (
     Key("runtime", "nri_socket", "/var/run/nri/nri.sock", "The runtime's NRI socket.", _path),
     Key(
         "runtime",
+        "nri_prelaunch_socket",
+        "/run/hcsd/nri-prelaunch.sock",
+        "Where hcs-nri-plugin (the pre-launched form in /opt/nri/plugins) reaches hcsd.",
+        _path,
+    ),
+    Key(
+        "runtime",
         "plugin_index",
         "10",
         "Two-digit NRI plugin index (lower runs first).",
@@ -291,6 +298,7 @@ class Config:
     health_rules: list[dict[str, str]] = field(default_factory=list)
     nri: bool = True
     nri_socket: str = "/var/run/nri/nri.sock"
+    nri_prelaunch_socket: str = "/run/hcsd/nri-prelaunch.sock"
     plugin_index: str = "10"
     libhcs_path: str = "/usr/lib/hcs/libhcs.so"
     assignment_key_file: str = "/etc/hcsd/assignment.key"
@@ -371,6 +379,7 @@ def _build(raw: Mapping[str, Any], source: str) -> Config:
         health_rules=values["health.rules"],
         nri=values["runtime.nri"],
         nri_socket=values["runtime.nri_socket"],
+        nri_prelaunch_socket=values["runtime.nri_prelaunch_socket"],
         plugin_index=values["runtime.plugin_index"],
         libhcs_path=values["runtime.libhcs_path"],
         assignment_key_file=values["runtime.assignment_key_file"],

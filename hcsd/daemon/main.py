@@ -144,6 +144,11 @@ class Daemon:
                     injector, socket_path=config.nri_socket, index=config.plugin_index
                 )
                 tasks.append(supervise(plugin.run(), "nri"))
+                tasks.append(
+                    supervise(
+                        plugin.serve_prelaunched(config.nri_prelaunch_socket), "nri-prelaunch"
+                    )
+                )
             if (interval := notify.watchdog_interval()) is not None:
                 tasks.append(supervise(self._watchdog(interval), "watchdog"))
             await run_tasks(tasks, grace=1.0)

@@ -48,7 +48,8 @@ class Daemon:
             f'[metrics]\nlisten = "127.0.0.1:{self.port}"\n'
             f'[discovery]\nbackends = ["simulated"]\nsimulated_node = "{MIXED_NODE}"\n'
             f'[allocator]\npolicy = "{policy}"\n'
-            f'[runtime]\nnri_socket = "{self.dir}/nri.sock"\ncdi_dir = "{self.dir}/cdi"\n{extra}'
+            f'[runtime]\nnri_socket = "{self.dir}/nri.sock"\ncdi_dir = "{self.dir}/cdi"\n'
+            f'nri_prelaunch_socket = "{self.dir}/nri-prelaunch.sock"\n{extra}'
         )
 
     def start(self, watchdog_usec: int = 0) -> list[str]:
@@ -288,3 +289,52 @@ def test_kernel_fault_marks_the_device_unhealthy_through_the_api(
         "health: device GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000 (0000:17:00.0) healthy -> "
         "unhealthy: xid-79" in daemon.logs()
     )
+
+
+async def test_prelaunched_plugin_relays_the_runtime_to_hcsd(daemon: Daemon) -> None:
+    """As the runtime does: exec the plugin with the connection on fd 3 and an empty env."""
+    import asyncio
+
+    from tests.nri.peer import RuntimePeer
+
+    daemon.write_config("binpack", '[health]\nsource = "off"\n')
+    daemon.start()
+    wrapper = daemon.dir / "10-hcsd"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"HCS_NRI_PRELAUNCH_SOCKET={daemon.dir}/nri-prelaunch.sock exec "
+        f"{Path(sys.executable).parent}/hcs-nri-plugin\n"
+    )
+    wrapper.chmod(0o755)
+    ours, theirs = socket.socketpair()
+    plugin = subprocess.Popen(
+        [str(wrapper)],
+        env={"NRI_PLUGIN_NAME": "hcsd", "NRI_PLUGIN_IDX": "10", "NRI_PLUGIN_SOCKET": "3"},
+        pass_fds=(3,),
+        preexec_fn=lambda: os.dup2(theirs.fileno(), 3),  # noqa: PLW1509 - fd 3 as the runtime sets it
+    )
+    theirs.close()
+    try:
+        peer = RuntimePeer(*await asyncio.open_unix_connection(sock=ours))
+        await asyncio.wait_for(peer.registered.wait(), 10)
+        assert peer.registration is not None and peer.registration.plugin_idx == "10"
+        from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+
+        reply = await peer.call(
+            "CreateContainer",
+            api.ContainerRequest(
+                pod=api.PodSandbox(name="p", namespace="ns", uid="u"),
+                container=api.Container(
+                    id="prelaunched-1", name="main", annotations={"hcs.io/vram": "1Gi"}
+                ),
+            ),
+            api.CreateContainerResponse,
+        )
+        assert any(kv.key == "HCS_CONFIG" for kv in reply.adjust.env)
+        held = json.loads(daemon.hcsctl("--json", "allocations").stdout)
+        assert [a["container_id"] for a in held] == ["prelaunched-1"]
+        peer.close()
+        assert plugin.wait(timeout=10) == 0  # EOF from the runtime ends the relay
+    finally:
+        if plugin.poll() is None:
+            plugin.kill()

@@ -10,7 +10,9 @@ really exist. When the runtime goes away (EOF), the plugin reconnects with backo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 
@@ -90,6 +92,32 @@ class NriPlugin:
                 writer.close()
             log.info("nri: runtime connection closed; reconnecting")
             await asyncio.sleep(self.backoff[0])
+
+    async def serve_prelaunched(self, socket_path: str) -> None:
+        """Accept connections relayed by `hcs-nri-plugin` (the runtime's pre-launched form)."""
+        directory = os.path.dirname(socket_path) or "."
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(socket_path)
+        old_umask = os.umask(0o177)
+        try:
+            server = await asyncio.start_unix_server(self._prelaunched, socket_path)
+        finally:
+            os.umask(old_umask)
+        log.info("nri: accepting pre-launched plugin connections on %s", socket_path)
+        async with server:
+            await server.serve_forever()
+
+    async def _prelaunched(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        log.info("nri: the runtime started hcsd's pre-launched plugin")
+        try:
+            await self.session(reader, writer)
+        except (MuxError, TtrpcError, ConnectionError) as e:
+            log.warning("nri: pre-launched session ended: %s", e)
+        finally:
+            writer.close()
 
     async def session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one runtime connection until it closes."""
