@@ -157,6 +157,9 @@ class NodeService:
             for d in self._devices.values()
         ]
 
+    def device(self, uuid: str) -> Device | None:
+        return self._devices.get(uuid)
+
     def device_status(self, uuid: str) -> DeviceStatus | None:
         for status in self.devices():
             if status.device.uuid == uuid:

@@ -76,13 +76,9 @@ class Injector:
 
     def create(self, info: ContainerInfo) -> ContainerEdits | None:
         """Allocate (durably) and return the container's edits; None if it asks for nothing."""
-        allocation = self._allocation(info)
-        if allocation is None:
+        held = self._allocation(info)
+        if held is None:
             return None
-        try:
-            held, _ = self.service.hold(allocation)
-        except Refused as e:
-            raise InjectionRefused(str(e), invalid=False) from e
         devices = self._devices(held)
         try:
             edits = merge(
@@ -140,6 +136,7 @@ class Injector:
         return released
 
     def _allocation(self, info: ContainerInfo) -> Allocation | None:
+        """The allocation now held for this container (in the ledger), or None."""
         text = info.pod_annotations.get(ANNOTATION)
         if text is not None:
             try:
@@ -158,9 +155,14 @@ class Injector:
             grants = assignment.containers.get(info.container_name)
             if not grants:
                 return None  # the scheduler gave this container nothing (e.g. a sidecar)
-            return Allocation(
+            allocation = Allocation(
                 info.container_id, grants, info.pod, info.container_name, self.clock(), "assignment"
             )
+            try:
+                held, _ = self.service.hold(allocation)
+            except Refused as e:
+                raise InjectionRefused(str(e), invalid=False) from e
+            return held
         try:
             request = local_request(
                 info.container_id,
@@ -182,5 +184,12 @@ class Injector:
         return held
 
     def _devices(self, allocation: Allocation) -> list[Device]:
-        by_uuid = {s.device.uuid: s.device for s in self.service.devices()}
-        return [by_uuid[g.device_uuid] for g in allocation.grants]
+        devices = []
+        for grant in allocation.grants:
+            device = self.service.device(grant.device_uuid)
+            if device is None:  # held from before a device was lost: nothing to inject
+                raise InjectionRefused(
+                    f"device {grant.device_uuid} is not on this node", invalid=False
+                )
+            devices.append(device)
+        return devices
