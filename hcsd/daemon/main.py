@@ -67,12 +67,14 @@ class Daemon:
         self.config_path = config_path
         self.stopping = asyncio.Event()
         self.service: NodeService | None = None
+        self.backends: list[DiscoveryBackend] = []
 
     def _open_state(self) -> tuple[Inventory, Ledger]:
         """Discovery and ledger replay: what must work before anything is served."""
         config = self.config
+        self.backends = build_backends(config)
         try:
-            inventory = discover_all(config.node_name, build_backends(config))
+            inventory = discover_all(config.node_name, self.backends)
         except DiscoveryError as e:
             raise StartupError(f"failed to discover devices: {e}") from e
         ledger = Ledger(config.state_dir, compact_after=config.compact_after)
@@ -200,7 +202,7 @@ class Daemon:
             ),
             rules=(*DEFAULT_RULES, *compile_rules(config.health_rules)),
         )
-        return HealthWatcher(service, settings)
+        return HealthWatcher(service, settings, backends=self.backends)
 
     def _status(self) -> str:
         assert self.service is not None

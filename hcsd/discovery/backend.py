@@ -37,6 +37,16 @@ class DiscoveryBackend(abc.ABC):
         this node simply has no such devices.
         """
 
+    def health_counters(self) -> dict[str, dict[str, int]]:
+        """Fault counters per device uuid, by name, each only ever increasing.
+
+        The vendor's own health view (ECC errors, retired pages, link errors) for the health
+        watcher's polling fallback, which turns every increase into an event. Names the
+        watcher knows: ecc_uncorrectable, ecc_correctable, retired_pages, row_remap_failures,
+        pcie_replays, link_errors, device_errors. Backends without such a view return {}.
+        """
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release library handles; called once at shutdown."""
 

@@ -15,12 +15,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from hcsd.discovery import DiscoveryBackend
 from hcsd.health.analyzer import AnalyzerSettings, HealthAnalyzer
 from hcsd.health.events import HealthEvent
 from hcsd.health.parsing import DEFAULT_RULES, LineRule
 from hcsd.health.sources.aer import AerPoller
 from hcsd.health.sources.base import HealthSource, SourceUnavailable
 from hcsd.health.sources.bcc import BccSource
+from hcsd.health.sources.counters import CounterPoller
 from hcsd.health.sources.ebpf import EbpfSource
 from hcsd.health.sources.kmsg import KmsgSource
 from hcsd.model import HealthState
@@ -52,6 +54,7 @@ class HealthWatcher:
         settings: WatcherSettings,
         *,
         clock: Callable[[], float] = time.monotonic,
+        backends: Sequence[DiscoveryBackend] = (),
     ) -> None:
         self.service = service
         self.settings = settings
@@ -60,6 +63,11 @@ class HealthWatcher:
         self.source: HealthSource | None = None
         self.source_name = "off"
         self.aer: AerPoller | None = None
+        self.counters = (
+            CounterPoller(backends, self._bus_of_uuid, interval=settings.aer_interval)
+            if backends
+            else None
+        )
         self.events: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self.unattributed = 0
         self.unavailable: dict[str, str] = {}
@@ -92,11 +100,19 @@ class HealthWatcher:
                 buses, sysfs=self.settings.sysfs, interval=self.settings.aer_interval
             )
         if self.source is None:
-            self.source_name = "sysfs-polling" if self.aer is not None else "off"
+            self.source_name = "polling" if (self.aer or self.counters) else "off"
+        extras = [
+            name
+            for name, poller in (
+                ("AER counters in sysfs", self.aer),
+                ("vendor counters", self.counters),
+            )
+            if poller
+        ]
         log.info(
             "health: watching with %s%s",
             self.source_name,
-            " + AER counters in sysfs" if self.aer and self.source else "",
+            "".join(f" + {e}" for e in extras) if self.source else "",
         )
         return self.source_name
 
@@ -107,12 +123,14 @@ class HealthWatcher:
         so that the status line names the active source).
         """
         loop = asyncio.get_running_loop()
-        next_aer = 0.0
+        next_poll = 0.0
         try:
             while True:
-                if self.aer is not None and loop.time() >= next_aer:
-                    self.aer.poll(self.on_event)
-                    next_aer = loop.time() + self.aer.interval
+                if loop.time() >= next_poll:
+                    for poller in (self.aer, self.counters):
+                        if poller is not None:
+                            poller.poll(self.on_event)
+                    next_poll = loop.time() + self.settings.aer_interval
                 for uuid in self.analyzer.tick():
                     self._apply(uuid, None)
                 await asyncio.sleep(self.settings.tick_interval)
@@ -137,6 +155,10 @@ class HealthWatcher:
         """For the cluster side: a device measured well below its peers."""
         self.analyzer.report_slow(uuid, ratio)
         self._apply(uuid, None)
+
+    def _bus_of_uuid(self, uuid: str) -> str | None:
+        device = self.service.device(uuid)
+        return device.pci_bus_id if device is not None else None
 
     def _uuid_for_bus(self, bus_id: str) -> str | None:
         for status in self.service.devices():

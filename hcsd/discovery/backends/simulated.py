@@ -34,6 +34,7 @@ _DEVICE_KEYS = {
     "health_score",
     "health_state",
     "attributes",
+    "counters",
 }
 _LINK_KEYS = {"a", "b", "kind", "gbps"}
 
@@ -48,6 +49,22 @@ class SimulatedBackend(DiscoveryBackend):
 
     def discover(self) -> Sequence[Device]:
         return load_node_file(self.path)
+
+    def health_counters(self) -> dict[str, dict[str, int]]:
+        """`counters = {...}` of each device, re-read on every poll so a test or a demo can
+        raise them in the file while hcsd runs. An unreadable file reports nothing."""
+        try:
+            data = tomllib.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError):
+            return {}
+        counters: dict[str, dict[str, int]] = {}
+        for raw in data.get("device", []):
+            values = raw.get("counters", {}) if isinstance(raw, dict) else {}
+            if isinstance(values, dict):
+                counters[str(raw.get("uuid"))] = {
+                    str(k): v for k, v in values.items() if isinstance(v, int) and v >= 0
+                }
+        return counters
 
 
 def load_node_file(path: Path) -> list[Device]:
