@@ -1,0 +1,61 @@
+/* libhcs internals: configuration, accounting, tracking, logging, real-symbol resolution. */
+#ifndef HCS_INTERNAL_H
+#define HCS_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HCS_API __attribute__((visibility("default")))
+#define HCS_MAX_DEVICES 16
+#define HCS_UUID_LEN 96
+
+/* config.c: one table of settings, read once. */
+struct hcs_config {
+	bool enforcing;           /* false: pass everything through */
+	bool shared;              /* true: a container region file; false: process-private */
+	int ndevices;             /* devices with a limit; 0 with `uniform` = every device */
+	bool uniform;             /* HCS_VRAM_QUOTA: one limit for every device */
+	uint64_t uniform_limit;
+	uint64_t limit[HCS_MAX_DEVICES];
+	int compute_percent[HCS_MAX_DEVICES];
+	char uuid[HCS_MAX_DEVICES][HCS_UUID_LEN];
+	char region_path[512];
+};
+extern struct hcs_config hcs_cfg;
+void hcs_config_load(void);
+int hcs_parse_quantity(const char *text, uint64_t *out);
+int hcs_parse_config_text(const char *text, struct hcs_config *cfg, char *why, size_t why_len);
+
+/* accounting.c: the shared usage region. */
+int hcs_reserve(int ordinal, uint64_t size);    /* 0 ok, -1 over quota */
+void hcs_unreserve(int ordinal, uint64_t size);
+uint64_t hcs_limit_of(int ordinal);             /* UINT64_MAX when unlimited */
+uint64_t hcs_used_of(int ordinal);
+int hcs_ordinal_of_uuid(const char *uuid);      /* -1 if the uuid has no limit entry */
+void hcs_accounting_after_fork(void);
+
+/* track.c: pointer/handle -> (device, size), so frees subtract exactly what was added. */
+enum hcs_kind { HCS_KIND_PTR = 1, HCS_KIND_VMM = 2, HCS_KIND_HIP = 3, HCS_KIND_ACL = 4,
+		HCS_KIND_RT = 5, HCS_KIND_CNRT = 6, HCS_KIND_CN = 7, HCS_KIND_RT_PHYS = 8 };
+bool hcs_track(uint64_t key, int kind, int ordinal, uint64_t size);
+bool hcs_untrack(uint64_t key, int kind, int *ordinal, uint64_t *size);
+uint64_t hcs_tracked_count(void);
+extern uint64_t hcs_unknown_frees;
+
+/* log.c: fixed buffer, `libhcs:` prefix, capped repeats; no malloc. */
+void hcs_log(const char *format, ...) __attribute__((format(printf, 1, 2)));
+
+/* init.c: once-only set-up and real symbol lookup. */
+void hcs_init(void);
+bool hcs_dlsym_ready(void);
+void *hcs_real(const char *const *libraries, const char *symbol);
+extern __thread int hcs_in_hook __attribute__((tls_model("initial-exec")));  /* >0 inside a hook */
+
+/* Generic allocation bookkeeping used by every vendor backend. */
+static inline bool hcs_enforcing(void)
+{
+	return hcs_cfg.enforcing && hcs_in_hook == 0;
+}
+
+#endif
