@@ -30,7 +30,7 @@ static __attribute__((unused)) int fake_insert(uint64_t key, uint64_t size, int 
 {
 	uint32_t i = (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 48);
 	for (uint32_t n = 0; n < FAKE_SLOTS; n++, i = (i + 1) & (FAKE_SLOTS - 1))
-		if (!fake_blocks[i].used) {
+		if (fake_blocks[i].used != 1) {
 			fake_blocks[i] = (struct fake_block){key, size, device, 1};
 			return 0;
 		}
@@ -39,9 +39,14 @@ static __attribute__((unused)) int fake_insert(uint64_t key, uint64_t size, int 
 
 static __attribute__((unused)) struct fake_block *fake_find(uint64_t key)
 {
-	for (uint32_t i = 0; i < FAKE_SLOTS; i++)
-		if (fake_blocks[i].used && fake_blocks[i].key == key)
+	/* Same probe sequence as fake_insert; freed slots are marked 2 (tombstone). */
+	uint32_t i = (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 48);
+	for (uint32_t n = 0; n < FAKE_SLOTS; n++, i = (i + 1) & (FAKE_SLOTS - 1)) {
+		if (fake_blocks[i].used == 0)
+			return NULL;
+		if (fake_blocks[i].used == 1 && fake_blocks[i].key == key)
 			return &fake_blocks[i];
+	}
 	return NULL;
 }
 
@@ -84,7 +89,7 @@ static __attribute__((unused)) int fake_free(uint64_t key, int handle_only)
 	}
 	fake_used[block->device] -= block->size;
 	uint64_t size = block->size;
-	block->used = 0;
+	block->used = 2;
 	pthread_mutex_unlock(&fake_lock);
 	if (!handle_only) {
 		if (size >= FAKE_BIG)
