@@ -79,7 +79,7 @@ if command -v valgrind >/dev/null; then
   run valgrind-cuda $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_cuda"
   run valgrind-lookup $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_lookup"
   run valgrind-vendors $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_vendors"
-  run valgrind-stress HCS_VRAM_QUOTA=64Mi STRESS_ITERATIONS=5000 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_stress"
+  run valgrind-stress HCS_VRAM_QUOTA=16Mi STRESS_ITERATIONS=5000 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_stress"
 else
   echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 4))
 fi

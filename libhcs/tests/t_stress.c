@@ -60,9 +60,9 @@ int main(void)
 	size_t f, t;
 	cuMemGetInfo_v2(&f, &t);
 	CHECK(total_failures == 0, "%ld driver failures", total_failures);
-	CHECK(f == t && t == 64 * MiB, "accounting ends at exactly zero: free %zu of %zu", f, t);
-	printf("# %d threads x %ld iterations, %ld refusals at the 64Mi quota\n", THREADS,
-	       iterations, total_refused);
+	CHECK(f == t, "accounting ends at exactly zero: free %zu of %zu", f, t);
+	printf("# %d threads x %ld iterations, %ld refusals at the %zu MiB quota\n", THREADS,
+	       iterations, total_refused, t / MiB);
 	CHECK(total_refused > 0, "the quota was hit under contention");
 	return check_done("stress");
 }
