@@ -62,7 +62,7 @@ int main(void)
 	CHECK(total_failures == 0, "%ld driver failures", total_failures);
 	CHECK(f == t, "accounting ends at exactly zero: free %zu of %zu", f, t);
 	printf("# %d threads x %ld iterations, %ld refusals at the %zu MiB quota\n", THREADS,
-	       iterations, total_refused, t / MiB);
+	       iterations, total_refused, (size_t)(t / MiB));
 	CHECK(total_refused > 0, "the quota was hit under contention");
 	return check_done("stress");
 }
