@@ -25,6 +25,19 @@ static CUresult (*real_cuGetProcAddress_v2)(const char *, void **, int, cuuint64
 					    CUdriverProcAddressQueryResult *);
 static CUresult (*real_cuCtxGetDevice)(CUdevice *);
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static CUresult (*real_cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int,
+				       unsigned int, unsigned int, unsigned int, unsigned int,
+				       CUstream, void **, void **);
+static CUresult (*real_cuLaunchKernelEx)(const void *, CUfunction, void **, void **);
+static CUresult (*real_cuGraphLaunch)(CUgraphExec, CUstream);
+static pthread_once_t launch_once = PTHREAD_ONCE_INIT;
+
+static void resolve_launch(void)
+{
+	HCS_RESOLVE(libraries, cuLaunchKernel);
+	HCS_RESOLVE(libraries, cuLaunchKernelEx);
+	HCS_RESOLVE(libraries, cuGraphLaunch);
+}
 
 static void resolve(void)
 {
@@ -179,6 +192,7 @@ CUresult hcs_cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 /* Real entry -> our hook: whatever version the driver picked, we match by address. */
 static void *swap_for_hook(void *function)
 {
+	pthread_once(&launch_once, resolve_launch);
 	struct { void **real; void *hook; } table[] = {
 		{(void **)&real_cuMemAlloc_v2, (void *)cuMemAlloc_v2},
 		{(void **)&real_cuMemAllocPitch_v2, (void *)cuMemAllocPitch_v2},
@@ -192,6 +206,9 @@ static void *swap_for_hook(void *function)
 		{(void **)&real_cuMemGetInfo_v2, (void *)cuMemGetInfo_v2},
 		{(void **)&real_cuGetProcAddress, (void *)cuGetProcAddress},
 		{(void **)&real_cuGetProcAddress_v2, (void *)cuGetProcAddress_v2},
+		{(void **)&real_cuLaunchKernel, (void *)cuLaunchKernel},
+		{(void **)&real_cuLaunchKernelEx, (void *)cuLaunchKernelEx},
+		{(void **)&real_cuGraphLaunch, (void *)cuGraphLaunch},
 	};
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
 		if (function && *table[i].real == function)
@@ -218,4 +235,47 @@ CUresult hcs_cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cu
 	if (rc == CUDA_SUCCESS && pfn)
 		*pfn = swap_for_hook(*pfn);
 	return rc;
+}
+
+/* Kernel launches: only devices with a compute share below 100% are measured and paced. */
+void hcs_throttle(int device, int share);
+int hcs_compute_share(int *device);
+int hcs_pair_begin(int device, CUstream stream);
+void hcs_pair_end(int index, CUstream stream);
+
+
+#define PACED(name, stream, ...)                                                              \
+	pthread_once(&launch_once, resolve_launch);                                          \
+	MISSING(name);                                                                       \
+	int device, share = hcs_compute_share(&device);                                      \
+	if (!share)                                                                          \
+		return real_##name(__VA_ARGS__);                                             \
+	hcs_in_hook++;                                                                       \
+	hcs_throttle(device, share);                                                         \
+	int pair = hcs_pair_begin(device, stream);                                           \
+	CUresult rc = real_##name(__VA_ARGS__);                                              \
+	hcs_pair_end(pair, stream);                                                          \
+	hcs_in_hook--;                                                                       \
+	return rc
+
+CUresult hcs_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+			    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+			    CUstream stream, void **params, void **extra)
+{
+	PACED(cuLaunchKernel, stream, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+}
+
+/* CUlaunchConfig: {unsigned gridDimX, Y, Z, blockDimX, Y, Z, sharedMemBytes; CUstream hStream;
+ * ...}: the stream sits after seven unsigned ints, at offset 32 (8-byte aligned). */
+CUresult hcs_cuLaunchKernelEx(const void *config, CUfunction f, void **params, void **extra)
+{
+	CUstream stream = NULL;
+	if (config)
+		memcpy(&stream, (const char *)config + 32, sizeof(stream));
+	PACED(cuLaunchKernelEx, stream, config, f, params, extra);
+}
+
+CUresult hcs_cuGraphLaunch(CUgraphExec graph, CUstream stream)
+{
+	PACED(cuGraphLaunch, stream, graph, stream);
 }

@@ -28,6 +28,13 @@ FORWARD(CUresult, cuGetProcAddress, (const char *s, void **pfn, int v, cuuint64_
 FORWARD(CUresult, cuGetProcAddress_v2,
 	(const char *s, void **pfn, int v, cuuint64_t f, CUdriverProcAddressQueryResult *st),
 	(s, pfn, v, f, st))
+FORWARD(CUresult, cuLaunchKernel,
+	(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+	 unsigned int by, unsigned int bz, unsigned int sh, CUstream st, void **p, void **e),
+	(f, gx, gy, gz, bx, by, bz, sh, st, p, e))
+FORWARD(CUresult, cuLaunchKernelEx, (const void *c, CUfunction f, void **p, void **e),
+	(c, f, p, e))
+FORWARD(CUresult, cuGraphLaunch, (CUgraphExec g, CUstream st), (g, st))
 FORWARD(nvmlReturn_t, nvmlDeviceGetMemoryInfo, (nvmlDevice_t d, nvmlMemory_t *m), (d, m))
 FORWARD(nvmlReturn_t, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t d, nvmlMemory_v2_t *m), (d, m))
 FORWARD(hipError_t, hipMalloc, (void **p, size_t s), (p, s))
@@ -57,7 +64,8 @@ static const struct { const char *name; void *hook; } hooks[] = {
 	ENTRY(cuMemAlloc_v2), ENTRY(cuMemAllocPitch_v2), ENTRY(cuMemAllocManaged),
 	ENTRY(cuMemAllocAsync), ENTRY(cuMemAllocFromPoolAsync), ENTRY(cuMemFree_v2),
 	ENTRY(cuMemFreeAsync), ENTRY(cuMemCreate), ENTRY(cuMemRelease), ENTRY(cuMemGetInfo_v2),
-	ENTRY(cuGetProcAddress), ENTRY(cuGetProcAddress_v2), ENTRY(nvmlDeviceGetMemoryInfo),
+	ENTRY(cuGetProcAddress), ENTRY(cuGetProcAddress_v2), ENTRY(cuLaunchKernel),
+	ENTRY(cuLaunchKernelEx), ENTRY(cuGraphLaunch), ENTRY(nvmlDeviceGetMemoryInfo),
 	ENTRY(nvmlDeviceGetMemoryInfo_v2), ENTRY(hipMalloc), ENTRY(hipMallocManaged),
 	ENTRY(hipMallocAsync), ENTRY(hipExtMallocWithFlags), ENTRY(hipFree), ENTRY(hipFreeAsync),
 	ENTRY(hipMemGetInfo), ENTRY(aclrtMalloc), ENTRY(aclrtFree), ENTRY(aclrtGetMemInfo),

@@ -21,6 +21,11 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
 			     CUdriverProcAddressQueryResult *status);
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+			unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+			CUstream stream, void **params, void **extra);
+CUresult cuLaunchKernelEx(const void *config, CUfunction f, void **params, void **extra);
+CUresult cuGraphLaunch(CUgraphExec graph, CUstream stream);
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
 hipError_t hipMalloc(void **ptr, size_t size);

@@ -49,6 +49,14 @@ dir=$(quota_dir GPU-fake-0 $((1 << 30)))
 run multi-process HCS_CONFIG=$dir/quota.conf LD_PRELOAD=$lib -- "$build/t_multiproc"
 test -f "$dir/usage.shm" && record usage-region-file 0 "RESULT r 1 0" || record usage-region-file 1 "RESULT r 0 1"
 run stress HCS_VRAM_QUOTA=64Mi LD_PRELOAD=$lib -- "$build/t_stress"
+share_dir() { # percent
+  local dir; dir=$(quota_dir GPU-fake-0 $((1 << 30)))
+  sed -i "s/compute_percent=100/compute_percent=$1/" "$dir/quota.conf"; echo "$dir"
+}
+dir=$(share_dir 25)
+run compute-share-25 HCS_CONFIG=$dir/quota.conf EXPECT_SHARE=25 LD_PRELOAD=$lib -- "$build/t_compute"
+dir=$(share_dir 100)
+run compute-unlimited HCS_CONFIG=$dir/quota.conf EXPECT_SHARE=100 LD_PRELOAD=$lib -- "$build/t_compute"
 
 # Malformed settings: enforcement off, exactly one clear line, the application unharmed.
 bad=$(mktemp -p "$work"); printf 'version=7\n' > "$bad"

@@ -39,6 +39,10 @@ FAKE_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t s, const v
 FAKE_API CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return fake_free(h, 1) ? CUDA_ERROR_INVALID_VALUE : 0; }
 FAKE_API CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { fake_info(f, t); return CUDA_SUCCESS; }
 
+FAKE_API CUresult cuLaunchKernel(void *, unsigned int, unsigned int, unsigned int, unsigned int,
+				 unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
+FAKE_API CUresult cuGraphLaunch(void *, CUstream);
+
 /* The driver appends _v2 to names whose ABI changed when the version asks for it. */
 FAKE_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
@@ -55,6 +59,8 @@ FAKE_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, 
 		{"cuMemCreate", (void *)cuMemCreate, NULL},
 		{"cuMemRelease", (void *)cuMemRelease, NULL},
 		{"cuCtxGetDevice", (void *)cuCtxGetDevice, NULL},
+		{"cuLaunchKernel", (void *)cuLaunchKernel, NULL},
+		{"cuGraphLaunch", (void *)cuGraphLaunch, NULL},
 	};
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
 		if (strcmp(table[i].name, symbol) == 0) {
@@ -71,3 +77,85 @@ FAKE_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int versio
 	if (status) *status = rc == CUDA_SUCCESS ? 0 : 1;
 	return rc;
 }
+
+/* Kernels and events on one device timeline: a launch occupies FAKE_KERNEL_US of device time
+ * after whatever is queued; the queue holds two kernels, after which launching blocks (as a
+ * real driver's does when its queue is full). Events take the timeline's time when recorded. */
+#include <time.h>
+typedef void *CUevent;
+struct fake_event { long long ts; };
+static long long timeline_end, busy_total;
+static pthread_mutex_t timeline_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static long long fake_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static CUresult fake_launch(void)
+{
+	const char *text = getenv("FAKE_KERNEL_US");
+	long long duration = (text ? atoll(text) : 1000) * 1000;
+	pthread_mutex_lock(&timeline_lock);
+	long long now = fake_now();
+	long long start = timeline_end > now ? timeline_end : now;
+	timeline_end = start + duration;
+	busy_total += duration;
+	long long wait = timeline_end - now - 2 * duration;
+	pthread_mutex_unlock(&timeline_lock);
+	if (wait > 0) {
+		struct timespec pause = {wait / 1000000000LL, wait % 1000000000LL};
+		nanosleep(&pause, NULL);
+	}
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz,
+				 unsigned int bx, unsigned int by, unsigned int bz,
+				 unsigned int shared, CUstream stream, void **params, void **extra)
+{
+	(void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared;
+	(void)stream; (void)params; (void)extra;
+	return fake_launch();
+}
+FAKE_API CUresult cuLaunchKernelEx(const void *config, void *f, void **params, void **extra)
+{
+	(void)config; (void)f; (void)params; (void)extra;
+	return fake_launch();
+}
+FAKE_API CUresult cuGraphLaunch(void *graph, CUstream stream)
+{
+	(void)graph; (void)stream;
+	return fake_launch();
+}
+FAKE_API CUresult cuEventCreate(CUevent *event, unsigned int flags)
+{
+	(void)flags;
+	*event = calloc(1, sizeof(struct fake_event));
+	return *event ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+FAKE_API CUresult cuEventDestroy_v2(CUevent event) { free(event); return CUDA_SUCCESS; }
+FAKE_API CUresult cuEventRecord(CUevent event, CUstream stream)
+{
+	(void)stream;
+	pthread_mutex_lock(&timeline_lock);
+	long long now = fake_now();
+	((struct fake_event *)event)->ts = timeline_end > now ? timeline_end : now;
+	pthread_mutex_unlock(&timeline_lock);
+	return CUDA_SUCCESS;
+}
+FAKE_API CUresult cuEventQuery(CUevent event)
+{
+	return fake_now() >= ((struct fake_event *)event)->ts ? CUDA_SUCCESS : 600;
+}
+FAKE_API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
+{
+	*ms = (float)(((struct fake_event *)end)->ts - ((struct fake_event *)start)->ts) / 1e6f;
+	return CUDA_SUCCESS;
+}
+/* For tests: device time used so far and when the timeline ends. */
+FAKE_API long long fakeBusyNanos(void) { return busy_total; }
+FAKE_API long long fakeTimelineEnd(void) { return timeline_end; }
+FAKE_API long long fakeNow(void) { return fake_now(); }

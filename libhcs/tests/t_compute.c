@@ -1,0 +1,48 @@
+/* The compute share: launching 1 ms kernels as fast as the queue takes them for 1.5 s, the
+ * device is busy about `EXPECT_SHARE` percent of the time (direct launches, cuGetProcAddress
+ * launches and graph launches alike). Run with HCS_CONFIG whose compute_percent is set. */
+#include <stdlib.h>
+
+#include "../include/hcs_abi.h"
+#include "check.h"
+
+CUresult cuLaunchKernel(void *, unsigned int, unsigned int, unsigned int, unsigned int,
+			unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
+CUresult cuGraphLaunch(void *, CUstream);
+CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
+long long fakeBusyNanos(void);
+long long fakeTimelineEnd(void);
+long long fakeNow(void);
+
+typedef CUresult (*launch_fn)(void *, unsigned int, unsigned int, unsigned int, unsigned int,
+			      unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
+
+static double busy_fraction(int how)
+{
+	launch_fn resolved = NULL;
+	cuGetProcAddress("cuLaunchKernel", (void **)&resolved, 12000, 0);
+	long long start = fakeNow(), busy0 = fakeBusyNanos();
+	while (fakeNow() - start < 1500000000LL) {
+		CUresult rc = how == 0 ? cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL)
+			    : how == 1 ? resolved(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL)
+				       : cuGraphLaunch(NULL, NULL);
+		if (rc != 0)
+			return -1;
+	}
+	long long end = fakeTimelineEnd() > fakeNow() ? fakeTimelineEnd() : fakeNow();
+	return (double)(fakeBusyNanos() - busy0) / (double)(end - start);
+}
+
+int main(void)
+{
+	double expect = atof(getenv("EXPECT_SHARE")) / 100.0;
+	const char *names[] = {"cuLaunchKernel", "cuGetProcAddress launch", "cuGraphLaunch"};
+	for (int how = 0; how < 3; how++) {
+		double fraction = busy_fraction(how);
+		printf("# %s: device busy %.1f%% (share %.0f%%)\n", names[how], fraction * 100,
+		       expect * 100);
+		CHECK(fraction > expect - 0.07 && fraction < expect + 0.07,
+		      "%s: busy %.3f, expected about %.2f", names[how], fraction, expect);
+	}
+	return check_done("compute-share");
+}
