@@ -27,8 +27,11 @@ def free_port() -> int:
 
 
 class Daemon:
-    def __init__(self, tmp_path: Path, *, policy: str = "binpack") -> None:
+    def __init__(
+        self, tmp_path: Path, *, policy: str = "binpack", node_file: Path = MIXED_NODE
+    ) -> None:
         self.dir = tmp_path
+        self.node_file = node_file
         self.socket = str(tmp_path / "hcsd.sock")
         self.port = free_port()
         self.config = tmp_path / "hcsd.toml"
@@ -46,7 +49,7 @@ class Daemon:
             f'[daemon]\nsocket = "{self.socket}"\nstate_dir = "{self.dir}/state"\n'
             f'run_dir = "{self.dir}"\nshutdown_grace = 1\n'
             f'[metrics]\nlisten = "127.0.0.1:{self.port}"\n'
-            f'[discovery]\nbackends = ["simulated"]\nsimulated_node = "{MIXED_NODE}"\n'
+            f'[discovery]\nbackends = ["simulated"]\nsimulated_node = "{self.node_file}"\n'
             f'[allocator]\npolicy = "{policy}"\n'
             f'[runtime]\nnri_socket = "{self.dir}/nri.sock"\ncdi_dir = "{self.dir}/cdi"\n'
             f'nri_prelaunch_socket = "{self.dir}/nri-prelaunch.sock"\n{extra}'
