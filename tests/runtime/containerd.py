@@ -1,4 +1,4 @@
-"""A real containerd (with NRI on) in a scratch directory, driven through CRI with crictl.
+"""A real containerd (with NRI on) in a scratch directory, driven through CRI as kubelet does.
 
 Every path lives under the scratch directory, so nothing touches a containerd the host may run.
 Pods use the host network (no CNI needed). `restrict_oom_score_adj` is set because these
@@ -15,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.runtime.cri import Cri, CriError
 from tests.runtime.image import PAUSE_IMAGE, SHELL_IMAGE, build_image
 from tests.runtime.peers import CACHE, Binaries
 
@@ -63,6 +64,8 @@ class Containerd:
         self.log = directory / "containerd.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.pods: list[str] = []
+        self.sandboxes: dict[str, object] = {}
+        self.cri: Cri | None = None
 
     def start(self) -> None:
         for sub in ("nri", "nri-plugins", "nri-conf", "logs"):
@@ -82,7 +85,7 @@ class Containerd:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"containerd exited:\n{self.tail()}")
-            if self.socket.exists() and self._crictl_ok("info"):
+            if self.socket.exists() and self._ready():
                 break
             time.sleep(0.1)
         else:
@@ -116,50 +119,37 @@ class Containerd:
             return ""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
-    def _crictl_ok(self, *args: str) -> bool:
-        return (
-            subprocess.run(
-                self._crictl_cmd(*args), capture_output=True, timeout=30, check=False
-            ).returncode
-            == 0
-        )
+    def _ready(self) -> bool:
+        if self.cri is None:
+            self.cri = Cri(self.socket)
+        try:
+            self.cri.call("Version", timeout=2)
+        except CriError:
+            return False
+        return True
 
-    def _crictl_cmd(self, *args: str) -> list[str]:
-        return [
-            str(self.bin.crictl),
-            "--runtime-endpoint",
-            f"unix://{self.socket}",
-            "--image-endpoint",
-            f"unix://{self.socket}",
-            "--timeout",
-            "20s",
-            *args,
-        ]
-
-    def crictl(self, *args: str) -> str:
-        result = subprocess.run(
-            self._crictl_cmd(*args), capture_output=True, text=True, timeout=60, check=False
-        )
-        if result.returncode != 0:
-            raise CrictlError(result.stderr.strip() or result.stdout.strip())
-        return result.stdout.strip()
+    def _pb(self) -> object:
+        assert self.cri is not None
+        return self.cri.pb
 
     def run_pod(
         self, name: str, namespace: str, uid: str, annotations: dict[str, str] | None = None
     ) -> str:
-        spec = self.dir / f"pod-{name}.json"
-        spec.write_text(
-            json.dumps(
-                {
-                    "metadata": {"name": name, "namespace": namespace, "uid": uid, "attempt": 1},
-                    "log_directory": str(self.dir / "logs" / name),
-                    "annotations": annotations or {},
-                    "linux": {"security_context": {"namespace_options": {"network": 2}}},
-                }
-            )
+        assert self.cri is not None
+        pb = self.cri.pb
+        config = pb.PodSandboxConfig(
+            metadata=pb.PodSandboxMetadata(name=name, namespace=namespace, uid=uid, attempt=1),
+            log_directory=str(self.dir / "logs" / name),
+            annotations=annotations or {},
+            linux=pb.LinuxPodSandboxConfig(
+                security_context=pb.LinuxSandboxSecurityContext(
+                    namespace_options=pb.NamespaceOption(network=pb.NODE)
+                )
+            ),
         )
-        pod = self.crictl("runp", str(spec))
+        pod = str(self.cri.call("RunPodSandbox", config=config).pod_sandbox_id)
         self.pods.append(pod)
+        self.sandboxes[pod] = config
         return pod
 
     def create_container(
@@ -170,38 +160,62 @@ class Containerd:
         command: list[str],
         annotations: dict[str, str] | None = None,
     ) -> str:
-        spec = self.dir / f"ctr-{pod_name}-{name}.json"
-        spec.write_text(
-            json.dumps(
-                {
-                    "metadata": {"name": name},
-                    "image": {"image": SHELL_IMAGE},
-                    "command": command,
-                    "log_path": f"{name}.log",
-                    "annotations": annotations or {},
-                }
-            )
+        assert self.cri is not None
+        pb = self.cri.pb
+        config = pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name=name),
+            image=pb.ImageSpec(image=SHELL_IMAGE),
+            command=command,
+            log_path=f"{name}.log",
+            annotations=annotations or {},
         )
-        return self.crictl("create", pod, str(spec), str(self.dir / f"pod-{pod_name}.json"))
+        response = self.cri.call(
+            "CreateContainer", pod_sandbox_id=pod, config=config, sandbox_config=self.sandboxes[pod]
+        )
+        return str(response.container_id)
+
+    def start_container(self, container: str) -> None:
+        assert self.cri is not None
+        self.cri.call("StartContainer", container_id=container)
+
+    def stop(self, container: str) -> None:
+        assert self.cri is not None
+        self.cri.call("StopContainer", container_id=container, timeout=5)
+
+    def remove(self, container: str) -> None:
+        assert self.cri is not None
+        self.cri.call("RemoveContainer", container_id=container)
 
     def inspect(self, container: str) -> dict[str, object]:
-        return json.loads(self.crictl("inspect", container))  # type: ignore[no-any-return]
+        """The runtime's verbose status: `info` holds the OCI spec it generated."""
+        assert self.cri is not None
+        response = self.cri.call("ContainerStatus", container_id=container, verbose=True)
+        return {"status": response.status, "info": json.loads(response.info["info"])}
 
     def logs(self, container: str) -> str:
-        return self.crictl("logs", container)
+        """The container's output from its CRI log file (`<time> <stream> <tag> <line>`)."""
+        status = self.inspect(container)["status"]
+        path = Path(status.log_path)  # type: ignore[attr-defined]
+        if not path.exists():
+            return ""
+        return "\n".join(line.split(" ", 3)[-1] for line in path.read_text().splitlines())
 
     def restart(self) -> None:
         """Stop containerd (pods keep running in their shims) and start it on the same state."""
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout=30)
+        if self.cri is not None:
+            self.cri.close()
+            self.cri = None
         self.start()
 
     def close(self) -> None:
         for pod in self.pods:
-            for verb in ("stopp", "rmp"):
-                with contextlib.suppress(CrictlError, subprocess.TimeoutExpired):
-                    self.crictl(verb, pod)
+            for method in ("StopPodSandbox", "RemovePodSandbox"):
+                if self.cri is not None:
+                    with contextlib.suppress(CriError):
+                        self.cri.call(method, pod_sandbox_id=pod)
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -217,7 +231,3 @@ class Containerd:
                 cgroup.rmdir()
             except OSError:
                 pass
-
-
-class CrictlError(Exception):
-    """crictl failed; the message is the runtime's own error text."""

@@ -1,4 +1,4 @@
-"""containerd, its runc shim, ctr and crictl, built from their Go modules once and cached under
+"""containerd, its runc shim and ctr, built from their Go modules once and cached under
 ~/.cache/hcs/peers (a warm run only checks the files). Returns a reason instead of binaries when
 they cannot be had, so tests skip loudly."""
 
@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CONTAINERD = "v2.3.4"
-CRICTL = "v1.36.0"
 CACHE = Path(os.environ.get("HCS_CACHE", Path.home() / ".cache" / "hcs"))
 BIN = CACHE / "peers" / "bin"
 BUILDS = [
@@ -34,7 +33,6 @@ BUILDS = [
         "ctr",
         {},
     ),
-    ([], f"sigs.k8s.io/cri-tools/cmd/crictl@{CRICTL}", "crictl", {}),
 ]
 
 
@@ -43,7 +41,6 @@ class Binaries:
     containerd: Path
     shim: Path
     ctr: Path
-    crictl: Path
     runc: Path
 
 
@@ -79,6 +76,4 @@ def ensure_binaries() -> Binaries | str:
             )
             if result.returncode != 0:
                 return f"building {name} failed: {result.stderr.strip()[-500:]}"
-    return Binaries(
-        BIN / "containerd", BIN / "containerd-shim-runc-v2", BIN / "ctr", BIN / "crictl", Path(runc)
-    )
+    return Binaries(BIN / "containerd", BIN / "containerd-shim-runc-v2", BIN / "ctr", Path(runc))

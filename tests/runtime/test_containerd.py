@@ -14,7 +14,8 @@ import pytest
 
 from hcsd.runtime.assignment import sign
 from tests.integration.test_daemon import Daemon
-from tests.runtime.containerd import Containerd, CrictlError
+from tests.runtime.containerd import Containerd
+from tests.runtime.cri import CriError
 
 pytestmark = pytest.mark.slow
 
@@ -49,15 +50,14 @@ def hcsd(containerd: Containerd, tmp_path: Path) -> Iterator[Daemon]:
     key.write_bytes(KEY)
     key.chmod(0o600)
     daemon = Daemon(tmp_path / "hcsd", node_file=node)
-    daemon.config.write_text(
-        daemon.config.read_text()
-        .replace(
-            "[runtime]\n",
-            f'[runtime]\nnri_socket = "{containerd.nri_socket}"\nlibhcs_path = "{libhcs}"\n'
-            f'assignment_key_file = "{key}"\n',
-        )
-        .replace('node]\nname = "test-node"', 'node]\nname = "rt-node"')
+    text = daemon.config.read_text()
+    text = text.replace(
+        f'nri_socket = "{daemon.dir}/nri.sock"', f'nri_socket = "{containerd.nri_socket}"'
     )
+    text = text.replace(
+        "[runtime]\n", f'[runtime]\nlibhcs_path = "{libhcs}"\nassignment_key_file = "{key}"\n'
+    ).replace('name = "test-node"', 'name = "rt-node"')
+    daemon.config.write_text(text)
     daemon.start()
     wait_for(lambda: daemon.logs().count("nri: registered") >= 1, "hcsd registered with NRI")
     yield daemon
@@ -100,16 +100,16 @@ def test_container_gets_devices_env_mounts_and_quota(containerd: Containerd, hcs
     mounts = {m["destination"]: m for m in spec["mounts"]}
     assert "ro" in mounts["/etc/ld.so.preload"]["options"]
     assert "ro" in mounts["/usr/lib/hcs/libhcs.so"]["options"]
-    containerd.crictl("start", ctr)
+    containerd.start_container(ctr)
     wait_for(lambda: "libhcs.so" in containerd.logs(ctr), "the container ran")
     out = containerd.logs(ctr)
     assert "node character special file 1 3" in out
     assert f"cuda={GPU0}" in out and "cfg=/run/hcs/quota.conf" in out
     assert "device.0.vram_limit=8589934592" in out and f"device.0.uuid={GPU0}" in out
     assert "/usr/lib/hcs/libhcs.so" in out
-    containerd.crictl("stop", ctr)
+    containerd.stop(ctr)
     wait_for(lambda: ctr not in allocations(hcsd), "stop released the allocation")
-    containerd.crictl("rm", ctr)
+    containerd.remove(ctr)
 
 
 def test_forged_assignment_fails_creation_with_the_reason(
@@ -126,7 +126,7 @@ def test_forged_assignment_fails_creation_with_the_reason(
     pod = containerd.run_pod(
         "forged", "team-b", "uid-2", annotations={"hcs.io/assignment": json.dumps(forged)}
     )
-    with pytest.raises(CrictlError, match="signature does not verify"):
+    with pytest.raises(CriError, match="signature does not verify"):
         containerd.create_container(pod, "forged", "main", ["true"])
     assert allocations(hcsd) == {}
     genuine = sign(body, KEY)
@@ -139,7 +139,7 @@ def test_forged_assignment_fails_creation_with_the_reason(
 
 def test_over_capacity_fails_creation(containerd: Containerd, hcsd: Daemon) -> None:
     pod = containerd.run_pod("greedy", "team-c", "uid-3")
-    with pytest.raises(CrictlError, match=r"hcsd: team-c/greedy/main: .*1Ti wanted"):
+    with pytest.raises(CriError, match=r"hcsd: team-c/greedy/main: .*1Ti wanted"):
         containerd.create_container(
             pod, "greedy", "main", ["true"], annotations={"hcs.io/vram": "1Ti"}
         )
@@ -150,7 +150,7 @@ def test_restarts_lose_nothing(containerd: Containerd, hcsd: Daemon) -> None:
     ctr = containerd.create_container(
         pod, "long", "main", ["sleep", "300"], annotations={"hcs.io/vram": "4Gi"}
     )
-    containerd.crictl("start", ctr)
+    containerd.start_container(ctr)
     containerd.restart()
     wait_for(lambda: hcsd.logs().count("nri: registered") >= 2, "hcsd re-registered")
     wait_for(lambda: "nri: synchronized" in hcsd.logs(), "Synchronize after the restart")
@@ -159,5 +159,5 @@ def test_restarts_lose_nothing(containerd: Containerd, hcsd: Daemon) -> None:
     hcsd.start()
     wait_for(lambda: hcsd.logs().count("nri: registered") >= 3, "hcsd registered again")
     assert ctr in allocations(hcsd), "the ledger kept it across an hcsd restart"
-    containerd.crictl("stop", ctr)
+    containerd.stop(ctr)
     wait_for(lambda: ctr not in allocations(hcsd), "stop released it")
