@@ -32,6 +32,8 @@ _REFUSAL_REASONS = (
     "over_capacity",
     "conflict",
     "write_failed",
+    "bad_assignment",
+    "prepare_failed",
 )
 
 

@@ -89,6 +89,8 @@ class Injector:
             )
         except (OSError, ValueError) as e:
             self.service.release(info.container_id)
+            self.service.refusals["prepare_failed"] += 1
+            log.warning("%s: refused: %s", info.label, e)
             raise InjectionRefused(
                 f"{info.label}: failed to prepare the container: {e}",
                 invalid=isinstance(e, ValueError),

@@ -58,6 +58,12 @@ class QuotaFiles:
         self, container_id: str, grants: Sequence[Grant], devices: Sequence[Device]
     ) -> ContainerEdits:
         """Write the quota file (atomically) and return the edits that expose it."""
+        if not os.path.isfile(self.libhcs_path):
+            # Refuse now with the reason, rather than hand the runtime a mount that fails at
+            # start with a bare stat error, or run the container without its quota.
+            raise FileNotFoundError(
+                f"libhcs is not installed at {self.libhcs_path}; the VRAM quota cannot be enforced"
+            )
         directory = self.directory(container_id)
         os.makedirs(directory, mode=0o755, exist_ok=True)
         fs = OsFileSystem()

@@ -285,3 +285,24 @@ async def test_unknown_methods_get_unimplemented(nri: Setup) -> None:
 async def test_session_ends_on_eof(nri: Setup) -> None:
     nri.peer.close()
     await asyncio.wait_for(nri.session, 2)
+
+
+def test_missing_libhcs_refuses_with_the_reason_and_keeps_nothing(
+    tmp_path: Path, mixed_inventory: Inventory
+) -> None:
+    from hcsd.runtime.injector import ContainerInfo, InjectionRefused
+
+    ledger = Ledger(str(tmp_path / "state"))
+    ledger.open()
+    service = NodeService(mixed_inventory, ledger)
+    injector = Injector(
+        service,
+        InjectorSettings(
+            node_name="sim", run_dir=str(tmp_path / "run"), libhcs_path=str(tmp_path / "absent.so")
+        ),
+    )
+    info = ContainerInfo("c9", "main", PodRef("ns", "p", "u"), {"hcs.io/vram": "1Gi"})
+    with pytest.raises(InjectionRefused, match=r"libhcs is not installed at .*absent\.so"):
+        injector.create(info)
+    assert ledger.get("c9") is None and service.refusals["prepare_failed"] == 1
+    ledger.close()
