@@ -13,11 +13,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import summary_us, write_result  # noqa: E402
-from tests.integration.test_daemon import Daemon  # noqa: E402
-from tests.runtime.containerd import Containerd  # noqa: E402
-from tests.runtime.peers import ensure_binaries  # noqa: E402
-from tests.runtime.test_containerd import NODE  # noqa: E402
+from bench.common import summary_us, write_result
+from tests.integration.test_daemon import Daemon
+from tests.runtime.containerd import Containerd
+from tests.runtime.peers import ensure_binaries
+from tests.runtime.test_containerd import NODE
 
 CONTAINERS = 25
 
