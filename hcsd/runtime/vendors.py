@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from hcsd.model import Device, Vendor
 from hcsd.runtime.edits import ContainerEdits, MountEdit
+from hcsd.runtime.vendor_cdi import vendor_spec_edits
 
 __all__ = ["VENDOR_RUNTIME", "VendorRuntime", "vendor_edits"]
 
@@ -75,7 +76,9 @@ VENDOR_RUNTIME: Mapping[Vendor, VendorRuntime] = {
 
 
 def vendor_edits(
-    devices: Sequence[Device], driver_paths: Mapping[str, Sequence[str]] | None = None
+    devices: Sequence[Device],
+    driver_paths: Mapping[str, Sequence[str]] | None = None,
+    vendor_specs: Sequence[str] | None = None,
 ) -> ContainerEdits:
     """Edits for a container holding `devices` (all of one vendor)."""
     if not devices:
@@ -91,11 +94,16 @@ def vendor_edits(
     env += [
         (name, host_ids if spec.select_by_uuid else ordinals) for name in spec.app_selection_env
     ]
-    paths = (driver_paths or {}).get(vendor.value, spec.driver_paths)
-    mounts = [MountEdit(p, p) for p in paths if os.path.exists(p)]
-    libraries = [d for d in spec.library_dirs if os.path.isdir(d)]
-    if libraries:
-        env.append(("LD_LIBRARY_PATH", ":".join(libraries)))
+    from_vendor = vendor_spec_edits(vendor, vendor_specs)
+    if from_vendor is not None:  # the vendor's generator knows its driver best
+        mounts = list(from_vendor.mounts)
+        env = [*from_vendor.env, *env]  # our device selection comes last and wins
+    else:
+        paths = (driver_paths or {}).get(vendor.value, spec.driver_paths)
+        mounts = [MountEdit(p, p) for p in paths if os.path.exists(p)]
+        libraries = [d for d in spec.library_dirs if os.path.isdir(d)]
+        if libraries:
+            env.append(("LD_LIBRARY_PATH", ":".join(libraries)))
     if len(devices) > 1 and not _all_p2p(devices):
         env.extend(spec.no_p2p_env)
     return ContainerEdits(devices=tuple(nodes), env=tuple(env), mounts=tuple(mounts))
