@@ -60,6 +60,8 @@ class SimulatedDaemon:
         self,
         extra_env: dict[str, str] | None = None,
         config_extra: str = '[health]\nsource = "off"\n',
+        *,
+        nri: bool = False,
     ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hcs-bench-"))
         self.socket = str(self.dir / "hcsd.sock")
@@ -70,7 +72,8 @@ class SimulatedDaemon:
         config.write_text(
             f'[daemon]\nsocket = "{self.socket}"\nstate_dir = "{self.dir}/state"\n'
             f'run_dir = "{self.dir}"\n[metrics]\nlisten = "127.0.0.1:{port}"\n'
-            f'[runtime]\nnri = false\ncdi_dir = "{self.dir}/cdi"\n'
+            f'[runtime]\nnri = {"true" if nri else "false"}\ncdi_dir = "{self.dir}/cdi"\n'
+            f'nri_socket = "{self.dir}/nri.sock"\nnri_prelaunch_socket = "{self.dir}/pre.sock"\n'
             f'[discovery]\nsimulated_node = "{ROOT}/examples/nodes/mixed.toml"\n' + config_extra
         )
         env = dict(os.environ, **(extra_env or {}))

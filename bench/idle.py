@@ -34,7 +34,13 @@ def rss_bytes(pid: int) -> int:
 
 
 def main() -> dict[str, object]:
-    daemon = SimulatedDaemon({"WATCHDOG_USEC": "20000000", "NOTIFY_SOCKET": ""})
+    # Everything on, as installed: health watching (eBPF where it loads) and the NRI plugin
+    # (retrying its connection: no runtime listens here), plus a systemd-style watchdog.
+    bpf = Path(__file__).resolve().parent.parent / "bpf" / "build"
+    full = f'[health]\nsource = "auto"\nbpf_dir = "{bpf}"\n'
+    daemon = SimulatedDaemon(
+        {"WATCHDOG_USEC": "20000000", "NOTIFY_SOCKET": ""}, config_extra=full, nri=True
+    )
     pid = daemon.process.pid
     try:
         time.sleep(SETTLE_S)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import api_latency, health_bench, idle, ledger_bench
+from bench import api_latency, health_bench, idle, ledger_bench, nri_bench, runtime_bench
 from bench.common import write_result
+from bench.libhcs import run as libhcs_bench
 
 
 def main() -> int:
@@ -17,6 +18,9 @@ def main() -> int:
         "ledger": ledger_bench.main(),
         "idle": idle.main(),
         "health": health_bench.main(),
+        "nri": nri_bench.main(),
+        "runtime": runtime_bench.main(),
+        "libhcs": libhcs_bench.main(),
     }
     write_result("summary", results)
     missed = [name for name, result in results.items() if not result.get("meets_target", True)]

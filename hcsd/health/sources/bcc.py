@@ -92,6 +92,11 @@ class BccSource(HealthSource):
         self.matched = 0
 
     def start(self, loop: asyncio.AbstractEventLoop, emit: Emit) -> None:
+        headers = f"/lib/modules/{os.uname().release}/build"
+        if not os.path.isdir(headers) and not os.path.exists("/sys/kernel/kheaders.tar.xz"):
+            # bcc compiles against the running kernel's headers; without them, importing it
+            # would only map LLVM into the daemon (tens of MB) for a certain failure.
+            raise SourceUnavailable(f"bcc needs kernel headers and there are none at {headers}")
         bcc = _import_bcc()
         try:
             self._bpf = bcc.BPF(text=bcc_program().encode())
