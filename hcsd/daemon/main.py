@@ -30,7 +30,7 @@ from hcsd.health.analyzer import AnalyzerSettings
 from hcsd.health.parsing import DEFAULT_RULES, compile_rules
 from hcsd.health.watching import HealthWatcher, WatcherSettings
 from hcsd.ledger import Ledger, LedgerError
-from hcsd.runtime.cdi import write_spec
+from hcsd.runtime.cdi import keep_spec_current, write_spec
 from hcsd.runtime.injector import Injector, InjectorSettings
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.service import NodeService
@@ -141,6 +141,8 @@ class Daemon:
             tasks = [supervise(self.stopping.wait(), "signals")]
             if watcher is not None:
                 tasks.append(supervise(watcher.run(), "health"))
+            if config.cdi_dir:
+                tasks.append(supervise(keep_spec_current(config.cdi_dir, service), "cdi"))
             if config.nri:
                 plugin = NriPlugin(
                     injector, socket_path=config.nri_socket, index=config.plugin_index
@@ -179,8 +181,8 @@ class Daemon:
         )
         if config.cdi_dir:
             try:
-                path = write_spec(config.cdi_dir, [s.device for s in service.devices()])
-                log.info("CDI spec written to %s", path)
+                write_spec(config.cdi_dir, [s.device for s in service.devices()])
+                log.info("CDI spec in %s is current", config.cdi_dir)
             except OSError as e:
                 log.warning("cannot write the CDI spec in %s: %s", config.cdi_dir, e)
         return injector

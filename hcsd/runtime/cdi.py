@@ -9,6 +9,7 @@ as JSON, which is YAML too (CDI readers accept both), atomically.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,8 +18,11 @@ from hcsd.ledger.fs import OsFileSystem, write_atomic
 from hcsd.model import Device
 from hcsd.runtime.edits import ContainerEdits
 from hcsd.runtime.vendors import vendor_edits
+from hcsd.service import EventKind, NodeService, WatchOverflow
 
-__all__ = ["CDI_KIND", "SPEC_NAME", "render_spec", "write_spec"]
+__all__ = ["CDI_KIND", "SPEC_NAME", "keep_spec_current", "render_spec", "write_spec"]
+
+log = logging.getLogger(__name__)
 
 CDI_KIND = "hcs.io/device"
 CDI_VERSION = "0.6.0"
@@ -63,10 +67,47 @@ def write_spec(
     directory: str,
     devices: Sequence[Device],
     driver_paths: Mapping[str, Sequence[str]] | None = None,
-) -> str:
+) -> bool:
+    """Write the spec if its content changed; returns whether it wrote."""
     os.makedirs(directory, mode=0o755, exist_ok=True)
     path = os.path.join(directory, SPEC_NAME)
     text = json.dumps(render_spec(devices, driver_paths), indent=2, sort_keys=True) + "\n"
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return False
+    except OSError:
+        pass
     write_atomic(OsFileSystem(), path, text.encode())
     os.chmod(path, 0o644)
-    return path
+    return True
+
+
+def _signature(service: NodeService) -> tuple[object, ...]:
+    """What the spec depends on: each device's identity and nodes (not usage or health)."""
+    return tuple(
+        (d.uuid, d.vendor, d.index, d.device_nodes, d.shared_nodes)
+        for d in (status.device for status in service.devices())
+    )
+
+
+async def keep_spec_current(directory: str, service: NodeService) -> None:
+    """Rewrite the spec when the devices change (hot-plug), not on every allocation."""
+    last = _signature(service)
+    while True:
+        subscription = service.subscribe(send_initial=False)
+        try:
+            async for event in subscription:
+                if event.kind not in (EventKind.DEVICE_CHANGED, EventKind.DEVICE_REMOVED):
+                    continue
+                current = _signature(service)
+                if current == last:
+                    continue
+                last = current
+                try:
+                    write_spec(directory, [s.device for s in service.devices()])
+                    log.info("CDI spec in %s updated for a device change", directory)
+                except OSError as e:
+                    log.warning("cannot update the CDI spec in %s: %s", directory, e)
+        except WatchOverflow:
+            last = ()  # missed events: compare afresh on the next one

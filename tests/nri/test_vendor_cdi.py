@@ -64,3 +64,35 @@ def test_without_a_vendor_spec_the_configured_directories_are_used(tmp_path: Pat
         vendor_specs=[str(tmp_path / "none*.yaml")],
     )
     assert [m.host_path for m in edits.mounts] == [str(driver)]
+
+
+async def test_cdi_spec_follows_device_changes(tmp_path: Path, mixed_inventory: object) -> None:
+    import asyncio
+    import json
+    from dataclasses import replace
+
+    from hcsd.ledger import Ledger
+    from hcsd.model import DeviceNode, Request
+    from hcsd.runtime.cdi import keep_spec_current, write_spec
+    from hcsd.service import NodeService
+
+    ledger = Ledger(str(tmp_path / "state"))
+    ledger.open()
+    service = NodeService(mixed_inventory, ledger)  # type: ignore[arg-type]
+    spec = tmp_path / "cdi" / "hcs.io-device.yaml"
+    assert write_spec(str(tmp_path / "cdi"), [s.device for s in service.devices()])
+    assert not write_spec(str(tmp_path / "cdi"), [s.device for s in service.devices()])
+    task = asyncio.create_task(keep_spec_current(str(tmp_path / "cdi"), service))
+    await asyncio.sleep(0)
+    before = spec.stat().st_mtime_ns
+    service.allocate(Request("c", vram_bytes=2**30))  # usage changes: no rewrite
+    await asyncio.sleep(0.05)
+    assert spec.stat().st_mtime_ns == before
+    device = service.devices()[0].device
+    service.set_device(replace(device, device_nodes=(DeviceNode("/dev/nvidia7", 195, 7),)))
+    await asyncio.sleep(0.05)
+    names = {e["name"]: e for e in json.loads(spec.read_text())["devices"]}
+    nodes = [n["path"] for n in names[device.uuid]["containerEdits"]["deviceNodes"]]
+    assert "/dev/nvidia7" in nodes
+    task.cancel()
+    ledger.close()
