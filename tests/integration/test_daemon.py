@@ -301,6 +301,11 @@ async def test_prelaunched_plugin_relays_the_runtime_to_hcsd(daemon: Daemon) -> 
     from tests.nri.peer import RuntimePeer
 
     daemon.write_config("binpack", '[health]\nsource = "off"\n')
+    libhcs = daemon.dir / "libhcs.so"
+    libhcs.write_bytes(b"placeholder: this test checks the relay, not the library")
+    daemon.config.write_text(
+        daemon.config.read_text().replace("[runtime]\n", f'[runtime]\nlibhcs_path = "{libhcs}"\n')
+    )
     daemon.start()
     wrapper = daemon.dir / "10-hcsd"
     wrapper.write_text(
