@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CACHE ?= $(HOME)/.cache/hcs
 
-.PHONY: run test test-quick deps lint proto proto-check bench clean
+.PHONY: run test test-quick deps lint proto proto-check bench clean package
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,10 @@ proto-check: $(STAMP)
 ## make bench: the benchmarks under bench/ (figures printed, JSON in bench/out/)
 bench: $(STAMP)
 	$(PY) bench/run_all.py
+
+## make package: dist/hcsd_VERSION_amd64.deb and dist/hcsd-VERSION.x86_64.rpm (docs/packaging.md)
+package: $(STAMP)
+	PYTHON=$(PY) packaging/build-packages
 
 clean:
 	rm -rf $(VENV) .run bench/out
