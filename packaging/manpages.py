@@ -1,0 +1,41 @@
+"""Render the man pages of hcsd(8) and hcsctl(1) from their own --help text (no drift)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+PAGES = {
+    ("hcsd", "8"): [["hcsd.daemon.main"]],
+    ("hcsctl", "1"): [["hcsd.cli.main"], ["hcsd.cli.main", "setup"]],
+}
+
+
+def roff(text: str) -> str:
+    return "\n".join(line.replace("\\", "\\e").replace("-", "\\-") for line in text.splitlines())
+
+
+def main() -> int:
+    version, out = sys.argv[1], Path(sys.argv[2])
+    for (name, section), commands in PAGES.items():
+        parts = [f'.TH {name.upper()} {section} "" "hcsd {version}" "HCS"', ".SH NAME"]
+        parts.append(f"{name} \\- see the usage below")
+        for command in commands:
+            result = subprocess.run(
+                [sys.executable, "-m", *command[:1], *command[1:], "--help"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if result.returncode != 0:
+                continue
+            title = " ".join([name, *command[1:]])
+            parts += [f".SH {title.upper()}", ".nf", roff(result.stdout), ".fi"]
+        parts += [".SH SEE ALSO", "/usr/share/doc/hcsd/README.md, packaging.md"]
+        (out / f"man{section}" / f"{name}.{section}").write_text("\n".join(parts) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
