@@ -30,9 +30,17 @@ class Fingerprint:
     attributes: tuple[tuple[str, str], ...]
     known: bool
 
-    def device_fields(self) -> dict[str, float]:
-        """Keyword arguments for `Device` (tflops_fp16=..., ...)."""
-        return {name: self.figures.get(name, 0.0) for name in FIGURES}
+    def apply(self, device: Device) -> Device:
+        """The device with this model name, these figures and the profile attributes added."""
+        return replace(
+            device,
+            model=self.model,
+            tflops_fp16=self.figures.get("tflops_fp16", 0.0),
+            tflops_bf16=self.figures.get("tflops_bf16", 0.0),
+            tflops_fp32=self.figures.get("tflops_fp32", 0.0),
+            tops_int8=self.figures.get("tops_int8", 0.0),
+            attributes=(*device.attributes, *self.attributes),
+        )
 
 
 def fingerprint(

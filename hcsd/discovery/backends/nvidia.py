@@ -1,0 +1,249 @@
+"""NVIDIA GPUs through NVML (`pynvml` from nvidia-ml-py), the driver's own management library.
+
+What it reads per GPU: uuid, name, memory, PCI bus id, minor number (for /dev/nvidiaN), compute
+capability, max clocks, power limit, MIG mode; per pair: NVLink (direct or through NVSwitch),
+else peer-to-peer status and the PCIe topology level. NUMA node and PCIe link come from sysfs.
+Health counters (ECC, retired pages, row remapping, PCIe replays, NVLink recovery errors) are
+re-read on every poll from handles kept since discovery.
+
+MIG is reported (`mig_mode` attribute) and the GPU is still offered whole: HCS does not split
+MIG instances, and a MIG-enabled GPU must not break discovery.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from hcsd.discovery import pci
+from hcsd.discovery.backend import DiscoveryBackend, DiscoveryError
+from hcsd.discovery.nodes import device_node, existing_nodes
+from hcsd.model import Device, Link, LinkKind, Vendor
+from hcsd.profiles.fingerprint import fingerprint
+
+__all__ = ["NvidiaBackend"]
+
+log = logging.getLogger(__name__)
+
+SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+MAX_LINKS = 18  # NVLink 4 has 18 per GPU; NVML answers INVALID_ARGUMENT past the last one
+LINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}  # per link, one direction
+_LEVEL_KIND = [(20, LinkKind.PCIE_SWITCH), (40, LinkKind.PCIE_HOST)]  # NVML_TOPOLOGY_*
+
+
+class NvidiaBackend(DiscoveryBackend):
+    name = "nvidia"
+
+    def __init__(
+        self,
+        *,
+        library: str = "",
+        sysfs: Path = Path("/sys"),
+        dev_root: Path = Path("/dev"),
+    ) -> None:
+        self.library = library  # empty: the loader's search path (libnvidia-ml.so.1)
+        self.sysfs = sysfs
+        self.dev_root = dev_root
+        self._handles: dict[str, Any] = {}
+        self._active_links: dict[str, list[int]] = {}
+        self._open = False
+
+    def discover(self) -> Sequence[Device]:
+        self._init()
+        count = _call("count devices", pynvml.nvmlDeviceGetCount)
+        driver = _text(_call("read the driver version", pynvml.nvmlSystemGetDriverVersion))
+        handles = [_call("open GPU", pynvml.nvmlDeviceGetHandleByIndex, i) for i in range(count)]
+        base = [self._device(i, h, driver) for i, h in enumerate(handles)]
+        gpu_buses = {d.pci_bus_id for d in base}
+        remote = {d.uuid: self._nvlinks(d.uuid, h) for d, h in zip(base, handles, strict=True)}
+        # Links to buses that are not GPUs go to NVSwitches, which join every GPU behind them.
+        switched = {
+            uuid: sum(g for bus, g in peers.items() if bus not in gpu_buses)
+            for uuid, peers in remote.items()
+        }
+        devices = []
+        for a, handle_a in zip(base, handles, strict=True):
+            links = tuple(
+                _nvlink(a, b, remote, switched) or self._pcie_link(a, b, handle_a, handle_b)
+                for b, handle_b in zip(base, handles, strict=True)
+                if b.uuid != a.uuid
+            )
+            devices.append(_with(a, links=links))
+        return devices
+
+    def health_counters(self) -> dict[str, dict[str, int]]:
+        counters: dict[str, dict[str, int]] = {}
+        for uuid, handle in self._handles.items():
+            try:
+                counters[uuid] = self._counters(uuid, handle)
+            except pynvml.NVMLError as e:
+                log.debug("nvidia: counters of %s unavailable: %s", uuid, e)
+        return counters
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self._handles.clear()
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError as e:
+                log.debug("nvidia: shutdown: %s", e)
+
+    # -- discovery steps ---------------------------------------------------------------------
+
+    def _init(self) -> None:
+        if self._open:
+            return
+        if self.library:
+            with pynvml.libLoadLock:  # pynvml keeps one library per process
+                loaded = getattr(pynvml.nvmlLib, "_name", None)
+                if loaded is not None and loaded != self.library:
+                    raise DiscoveryError(
+                        f"failed to load NVML from {self.library}: {loaded} is already loaded"
+                    )
+                if loaded is None:
+                    try:
+                        pynvml.nvmlLib = ctypes.CDLL(self.library)
+                    except OSError as e:
+                        raise DiscoveryError(f"failed to load NVML from {self.library}: {e}") from e
+        _call("initialise NVML (is the NVIDIA driver loaded?)", pynvml.nvmlInit)
+        self._open = True
+
+    def _device(self, index: int, handle: Any, driver: str) -> Device:
+        uuid = _text(_call("read the uuid", pynvml.nvmlDeviceGetUUID, handle))
+        name = _text(_call(f"read the name of {uuid}", pynvml.nvmlDeviceGetName, handle))
+        memory = _call(f"read the memory of {uuid}", pynvml.nvmlDeviceGetMemoryInfo, handle)
+        pci_info = _call(f"read the PCI info of {uuid}", pynvml.nvmlDeviceGetPciInfo, handle)
+        bus = pci.normalise_address(_text(pci_info.busId))
+        minor = _call(f"read the minor number of {uuid}", pynvml.nvmlDeviceGetMinorNumber, handle)
+        major, cc_minor = _optional(pynvml.nvmlDeviceGetCudaComputeCapability, handle) or (0, 0)
+        function = pci.read_function(self.sysfs, bus)
+        attributes = [("compute_capability", f"{major}.{cc_minor}"), ("driver_version", driver)]
+        for label, clock in (("max_sm_clock_mhz", 1), ("max_mem_clock_mhz", 2)):
+            if (value := _optional(pynvml.nvmlDeviceGetMaxClockInfo, handle, clock)) is not None:
+                attributes.append((label, str(value)))
+        if (limit := _optional(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)) is not None:
+            attributes.append(("power_limit_w", f"{limit / 1000:g}"))
+        if (mig := _optional(pynvml.nvmlDeviceGetMigMode, handle)) is not None:
+            attributes.append(("mig_mode", "enabled" if mig[0] else "disabled"))
+            if mig[0]:
+                log.info("nvidia: MIG is enabled on %s; HCS offers it as one whole GPU", uuid)
+        self._handles[uuid] = handle
+        device = Device(
+            uuid=uuid,
+            vendor=Vendor.NVIDIA,
+            model=name,
+            index=index,
+            pci_bus_id=bus,
+            vram_bytes=int(memory.total),
+            numa_node=function.numa_node if function else -1,
+            device_nodes=(device_node(self.dev_root, f"nvidia{minor}"),),
+            shared_nodes=existing_nodes(self.dev_root, SHARED_NODES),
+            attributes=(
+                *attributes,
+                *(function.attributes() if function else ()),
+            ),
+        )
+        return fingerprint(Vendor.NVIDIA, name).apply(device)
+
+    def _nvlinks(self, uuid: str, handle: Any) -> dict[str, float]:
+        """GB/s of active NVLinks by remote bus id (GPUs or NVSwitches)."""
+        remote: dict[str, float] = {}
+        active = []
+        for link in range(MAX_LINKS):
+            try:
+                if not pynvml.nvmlDeviceGetNvLinkState(handle, link):
+                    continue
+                version = pynvml.nvmlDeviceGetNvLinkVersion(handle, link)
+                peer = pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)
+            except pynvml.NVMLError:
+                break  # not supported on this board, or past the last link
+            bus = pci.normalise_address(_text(peer.busId))
+            remote[bus] = remote.get(bus, 0.0) + LINK_GBPS.get(int(version), 25.0)
+            active.append(link)
+        self._active_links[uuid] = active
+        return remote
+
+    def _pcie_link(self, a: Device, b: Device, handle_a: Any, handle_b: Any) -> Link:
+        level = _optional(pynvml.nvmlDeviceGetTopologyCommonAncestor, handle_a, handle_b)
+        status = _optional(pynvml.nvmlDeviceGetP2PStatus, handle_a, handle_b, 0)  # caps: read
+        kind = LinkKind.SYSTEM
+        if level is not None:
+            kind = next((k for limit, k in _LEVEL_KIND if level <= limit), LinkKind.SYSTEM)
+        if kind is LinkKind.PCIE_SWITCH and status != 0:  # NVML_P2P_STATUS_OK
+            kind = LinkKind.PCIE_HOST
+        return Link(b.uuid, kind, self._pcie_gbps(a, b))
+
+    def _pcie_gbps(self, a: Device, b: Device) -> float:
+        rates = [
+            f.link_gbps
+            for bus in (a.pci_bus_id, b.pci_bus_id)
+            if (f := pci.read_function(self.sysfs, bus)) is not None
+        ]
+        return min(rates) if len(rates) == 2 else 0.0
+
+    def _counters(self, uuid: str, handle: Any) -> dict[str, int]:
+        counters: dict[str, int] = {}
+        for label, error_type in (("ecc_correctable", 0), ("ecc_uncorrectable", 1)):
+            value = _optional(pynvml.nvmlDeviceGetTotalEccErrors, handle, error_type, 0)
+            if value is not None:  # volatile counts: monotonic while the driver stays loaded
+                counters[label] = int(value)
+        retired = [_optional(_retired_count, handle, cause) for cause in (0, 1)]
+        if all(r is not None for r in retired):
+            counters["retired_pages"] = sum(r or 0 for r in retired)
+        if (rows := _optional(pynvml.nvmlDeviceGetRemappedRows, handle)) is not None:
+            counters["row_remap_failures"] = int(rows[3])
+        if (replays := _optional(pynvml.nvmlDeviceGetPcieReplayCounter, handle)) is not None:
+            counters["pcie_replays"] = int(replays)
+        links = self._active_links.get(uuid, [])
+        if links:
+            counters["link_errors"] = sum(
+                int(_optional(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, 1) or 0)
+                for link in links  # NVML_NVLINK_ERROR_DL_RECOVERY
+            )
+        return counters
+
+
+def _nvlink(
+    a: Device, b: Device, remote: dict[str, dict[str, float]], switched: dict[str, float]
+) -> Link | None:
+    if direct := remote[a.uuid].get(b.pci_bus_id, 0.0):
+        return Link(b.uuid, LinkKind.NVLINK, direct)
+    if switched[a.uuid] and switched[b.uuid]:
+        return Link(b.uuid, LinkKind.NVLINK, min(switched[a.uuid], switched[b.uuid]))
+    return None
+
+
+def _retired_count(handle: Any, cause: int) -> int:
+    return len(pynvml.nvmlDeviceGetRetiredPages(handle, cause))
+
+
+def _with(device: Device, *, links: tuple[Link, ...]) -> Device:
+    return replace(device, links=links)
+
+
+def _call(step: str, function: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return function(*args)
+    except pynvml.NVMLError as e:
+        raise DiscoveryError(f"failed to {step}: {e}") from e
+
+
+def _optional(function: Callable[..., Any], *args: Any) -> Any:
+    """A value the GPU may not support (NOT_SUPPORTED and the like answer None)."""
+    try:
+        return function(*args)
+    except pynvml.NVMLError_GpuIsLost:
+        raise
+    except pynvml.NVMLError:
+        return None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

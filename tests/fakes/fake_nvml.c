@@ -1,0 +1,306 @@
+/*
+ * A fake libnvidia-ml.so.1: the NVML calls HCS's NVIDIA backend makes, with NVML's real ABI
+ * (types and versioned symbol names as in nvml.h), answering from a config file named by
+ * FAKE_NVML_CONFIG. The real pynvml bindings load it, so the backend is tested through the same
+ * ctypes calls it makes against the driver.
+ *
+ *   driver version=550.54.15
+ *   device uuid=GPU-... name="NVIDIA A100-SXM4-80GB" bus=00000000:17:00.0 memory=85899345920
+ *          cc=8.0 minor=0 mig=0 ecc_uncorrected=0 retired=unsupported lost=0 ...
+ *   nvlink device=0 link=0 remote=00000000:31:00.0 version=3 errors=0
+ *   topo a=0 b=1 level=10 p2p=0
+ */
+#include "fakecfg.h"
+
+typedef int nvmlReturn_t;
+typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_GPU_IS_LOST = 15,
+};
+#define MAX_DEVICES 16
+#define MAX_LINKS 18
+#define ENV "FAKE_NVML_CONFIG"
+
+struct nvmlDevice_st {
+    const struct cfg_record *rec;
+    int index;
+};
+static struct cfg config;
+static struct nvmlDevice_st devices[MAX_DEVICES];
+static int device_count, initialised;
+static char driver_version[80] = "550.54.15";
+
+static void index_config(void) {
+    device_count = 0;
+    for (int i = 0; i < config.count; i++) {
+        const struct cfg_record *rec = &config.records[i];
+        if (strcmp(rec->kind, "device") == 0 && device_count < MAX_DEVICES) {
+            devices[device_count].rec = rec;
+            devices[device_count].index = device_count;
+            device_count++;
+        } else if (strcmp(rec->kind, "driver") == 0) {
+            cfg_str(driver_version, sizeof(driver_version), rec, "version");
+        }
+    }
+}
+
+static nvmlReturn_t check(nvmlDevice_t device) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (device < devices || device >= devices + device_count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (cfg_long(device->rec, "lost", 0)) return NVML_ERROR_GPU_IS_LOST;
+    return NVML_SUCCESS;
+}
+
+/* Counters: re-read the file when it changed, so a test can raise them while hcsd polls. */
+static void refresh(void) {
+    if (cfg_changed(&config, ENV) && cfg_load(&config, ENV) >= 0) index_config();
+}
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    if (cfg_load(&config, ENV) < 0) return 9; /* NVML_ERROR_DRIVER_NOT_LOADED */
+    index_config();
+    initialised++;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlShutdown(void) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    initialised--;
+    return NVML_SUCCESS;
+}
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    default: return "Unknown Error";
+    }
+}
+
+static nvmlReturn_t copy_string(char *dst, unsigned int length, const char *src) {
+    if (!dst) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(src) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, strlen(src) + 1);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    return copy_string(version, length, driver_version);
+}
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    *count = (unsigned int)device_count;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (index >= (unsigned int)device_count || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &devices[index];
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    nvmlReturn_t r = check(device);
+    return r ? r : copy_string(uuid, length, cfg_get(device->rec, "uuid", ""));
+}
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    nvmlReturn_t r = check(device);
+    return r ? r : copy_string(name, length, cfg_get(device->rec, "name", ""));
+}
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    *minor = (unsigned int)cfg_long(device->rec, "minor", device->index);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    memory->total = cfg_ull(device->rec, "memory", 0);
+    memory->used = cfg_ull(device->rec, "used", 0);
+    memory->free = memory->total - memory->used;
+    return NVML_SUCCESS;
+}
+
+static void fill_pci(nvmlPciInfo_t *pci, const char *bus_id, unsigned int device_id) {
+    memset(pci, 0, sizeof(*pci));
+    snprintf(pci->busId, sizeof(pci->busId), "%s", bus_id);
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%s", bus_id + (strlen(bus_id) > 12 ? 4 : 0));
+    sscanf(bus_id, "%x:%x:%x", &pci->domain, &pci->bus, &pci->device);
+    pci->pciDeviceId = device_id;
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    fill_pci(pci, cfg_get(device->rec, "bus", ""), (unsigned int)cfg_ull(device->rec, "pci_id", 0x20B210DE));
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    if (sscanf(cfg_get(device->rec, "cc", "8.0"), "%d.%d", major, minor) != 2) return 999;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, int type, unsigned int *clock) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    if (type == 1) *clock = (unsigned int)cfg_long(device->rec, "sm_clock", 1410);
+    else if (type == 2) *clock = (unsigned int)cfg_long(device->rec, "mem_clock", 1593);
+    else return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    *limit = (unsigned int)cfg_long(device->rec, "power", 400000);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    const char *mig = cfg_get(device->rec, "mig", "unsupported");
+    if (strcmp(mig, "unsupported") == 0) return NVML_ERROR_NOT_SUPPORTED;
+    *current = *pending = (unsigned int)atoi(mig);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type, int counter_type,
+                                         unsigned long long *count) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    (void)counter_type;
+    refresh();
+    if (strcmp(cfg_get(device->rec, "ecc", "on"), "off") == 0) return NVML_ERROR_NOT_SUPPORTED;
+    *count = cfg_ull(device->rec, error_type ? "ecc_uncorrected" : "ecc_corrected", 0);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, int cause, unsigned int *count,
+                                       unsigned long long *addresses) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    refresh();
+    if (strcmp(cfg_get(device->rec, "retired", "supported"), "unsupported") == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int have = (unsigned int)cfg_long(device->rec, cause ? "retired_dbe" : "retired_sbe", 0);
+    if (*count < have) {
+        *count = have;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < have; i++) addresses[i] = 0x1000ULL * (i + 1);
+    *count = have;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrected,
+                                       unsigned int *uncorrected, unsigned int *pending,
+                                       unsigned int *failed) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    refresh();
+    if (strcmp(cfg_get(device->rec, "remap", "supported"), "unsupported") == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *corrected = (unsigned int)cfg_long(device->rec, "remap_corrected", 0);
+    *uncorrected = (unsigned int)cfg_long(device->rec, "remap_uncorrected", 0);
+    *pending = (unsigned int)cfg_long(device->rec, "remap_pending", 0);
+    *failed = (unsigned int)cfg_long(device->rec, "remap_failed", 0);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    refresh();
+    *value = (unsigned int)cfg_long(device->rec, "replays", 0);
+    return NVML_SUCCESS;
+}
+
+static const struct cfg_record *find_link(nvmlDevice_t device, unsigned int link) {
+    for (int i = 0; i < config.count; i++) {
+        const struct cfg_record *rec = &config.records[i];
+        if (strcmp(rec->kind, "nvlink") == 0 && cfg_long(rec, "device", -1) == device->index &&
+            cfg_long(rec, "link", -1) == (long)link)
+            return rec;
+    }
+    return NULL;
+}
+static nvmlReturn_t link_check(nvmlDevice_t device, unsigned int link) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    if (link >= MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+    /* Devices without NVLink answer NOT_SUPPORTED, as PCIe-only boards do. */
+    int any = 0;
+    for (unsigned int l = 0; l < MAX_LINKS; l++) any |= find_link(device, l) != NULL;
+    return any ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, int *active) {
+    nvmlReturn_t r = link_check(device, link);
+    if (r) return r;
+    *active = find_link(device, link) != NULL;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version) {
+    nvmlReturn_t r = link_check(device, link);
+    if (r) return r;
+    const struct cfg_record *rec = find_link(device, link);
+    if (!rec) return NVML_ERROR_INVALID_ARGUMENT;
+    *version = (unsigned int)cfg_long(rec, "version", 3);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci) {
+    nvmlReturn_t r = link_check(device, link);
+    if (r) return r;
+    const struct cfg_record *rec = find_link(device, link);
+    if (!rec) return NVML_ERROR_INVALID_ARGUMENT;
+    fill_pci(pci, cfg_get(rec, "remote", ""), 0);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, int counter,
+                                             unsigned long long *value) {
+    nvmlReturn_t r = link_check(device, link);
+    if (r) return r;
+    refresh();
+    const struct cfg_record *rec = find_link(device, link);
+    if (!rec) return NVML_ERROR_INVALID_ARGUMENT;
+    *value = counter == 1 ? cfg_ull(rec, "errors", 0) : 0; /* DL_RECOVERY */
+    return NVML_SUCCESS;
+}
+
+static const struct cfg_record *find_pair(nvmlDevice_t a, nvmlDevice_t b) {
+    for (int i = 0; i < config.count; i++) {
+        const struct cfg_record *rec = &config.records[i];
+        if (strcmp(rec->kind, "topo") != 0) continue;
+        long x = cfg_long(rec, "a", -1), y = cfg_long(rec, "b", -1);
+        if ((x == a->index && y == b->index) || (x == b->index && y == a->index)) return rec;
+    }
+    return NULL;
+}
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, int caps, int *status) {
+    nvmlReturn_t r = check(a) ? check(a) : check(b);
+    if (r) return r;
+    (void)caps;
+    const struct cfg_record *rec = find_pair(a, b);
+    *status = rec ? (int)cfg_long(rec, "p2p", 0) : 0; /* 0 = NVML_P2P_STATUS_OK */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, int *level) {
+    nvmlReturn_t r = check(a) ? check(a) : check(b);
+    if (r) return r;
+    const struct cfg_record *rec = find_pair(a, b);
+    *level = rec ? (int)cfg_long(rec, "level", 30) : 30; /* NVML_TOPOLOGY_HOSTBRIDGE */
+    return NVML_SUCCESS;
+}

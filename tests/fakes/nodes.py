@@ -1,0 +1,88 @@
+"""Whole fake nodes per vendor: library config + sysfs + /dev, as a test or benchmark needs them.
+
+Each builder returns the paths a backend takes (config for the fake library, sysfs root, device
+root) so the same node serves the tests, the benchmark and a demo of real backends over fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.fakes import Function, make_devfs, make_sysfs, write_config
+
+__all__ = ["FakeNode", "nvidia_node"]
+
+A100 = "NVIDIA A100-SXM4-80GB"
+GiB = 2**30
+
+
+@dataclass
+class FakeNode:
+    config: Path
+    sysfs: Path
+    dev: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def nvidia_bus(index: int) -> str:
+    return f"0000:{0x17 + 0x10 * index:02x}:00.0"
+
+
+def nvidia_node(
+    root: Path,
+    *,
+    count: int = 8,
+    topology: str = "nvswitch",  # "nvswitch" (HGX), "pairs" (bridged pairs), "pcie"
+    name: str = A100,
+    overrides: Mapping[int, Mapping[str, object]] | None = None,
+    mknod: bool = True,
+) -> FakeNode:
+    """`count` GPUs; NVSwitch nodes get 12 links per GPU to 6 switches (NVLink 3)."""
+    records: list[tuple[str, Mapping[str, object]]] = [("driver", {"version": "550.54.15"})]
+    functions = []
+    for i in range(count):
+        bus = nvidia_bus(i)
+        values: dict[str, object] = {
+            "uuid": f"GPU-00000000-0000-0000-0000-{i:012x}",
+            "name": name,
+            "bus": "0000" + bus,  # NVML's 8-digit domain
+            "memory": 80 * GiB,
+            "used": 512 * 2**20,
+            "cc": "8.0",
+            "minor": i,
+            "mig": 0,
+            "retired": "unsupported",  # Ampere remaps rows instead
+        }
+        values.update((overrides or {}).get(i, {}))
+        records.append(("device", values))
+        functions.append(Function(bus, 0x10DE, 0x20B2, numa_node=0 if i < count // 2 else 1))
+    if topology == "nvswitch":
+        for i in range(count):
+            for link in range(12):
+                remote = f"00000000:{0xC0 + link // 2:02x}:00.0"  # six NVSwitches
+                records.append(("nvlink", {"device": i, "link": link, "remote": remote}))
+    elif topology == "pairs":
+        for i in range(0, count - 1, 2):
+            for a, b in ((i, i + 1), (i + 1, i)):
+                for link in range(4):
+                    remote = "0000" + nvidia_bus(b)
+                    records.append(("nvlink", {"device": a, "link": link, "remote": remote}))
+    for a in range(count):
+        for b in range(a + 1, count):
+            same_socket = (a < count // 2) == (b < count // 2)
+            level = 20 if same_socket else 50
+            records.append(("topo", {"a": a, "b": b, "level": level, "p2p": 0}))
+    node = FakeNode(
+        config=write_config(root / "nvml.conf", records),
+        sysfs=make_sysfs(root / "sys", functions),
+        dev=root / "dev",
+    )
+    node.dev.mkdir(exist_ok=True)
+    if mknod:
+        nodes = {f"nvidia{i}": (195, i) for i in range(count)}
+        nodes |= {"nvidiactl": (195, 255), "nvidia-uvm": (235, 0), "nvidia-uvm-tools": (235, 1)}
+        make_devfs(node.dev, nodes)
+    node.env = {"FAKE_NVML_CONFIG": str(node.config)}
+    return node
