@@ -86,3 +86,49 @@ def nvidia_node(
         make_devfs(node.dev, nodes)
     node.env = {"FAKE_NVML_CONFIG": str(node.config)}
     return node
+
+
+def ascend_node(root: Path, *, count: int = 8, chip: str = "910B3", mknod: bool = True) -> FakeNode:
+    """`count` chips, one per card, all joined by HCCS (an Atlas 800T A2)."""
+    records: list[tuple[str, Mapping[str, object]]] = []
+    functions = []
+    for i in range(count):
+        bus = f"0000:{0xC1 + i:02x}:00.0"
+        values: dict[str, object] = {
+            "card": i,
+            "device": 0,
+            "logic": i,
+            "chip_type": "Ascend",
+            "chip_name": chip,
+            "hbm_mb": 65536,
+            "hbm_used_mb": 3161,
+            "health": 0,
+            "bus": bus,
+        }
+        records.append(("device", values))
+        functions.append(Function(bus, 0x19E5, 0xD802, class_code=0x120000, numa_node=i // 4))
+    for a in range(count):
+        for b in range(a + 1, count):
+            records.append(
+                ("topo", {"card1": a, "device1": 0, "card2": b, "device2": 0, "type": 3})
+            )
+    node = FakeNode(
+        config=write_config(root / "dcmi.conf", records),
+        sysfs=make_sysfs(root / "sys", functions),
+        dev=root / "dev",
+    )
+    node.dev.mkdir(exist_ok=True)
+    if mknod:
+        nodes = {f"davinci{i}": (236, i) for i in range(count)}
+        nodes |= {"davinci_manager": (237, 0), "devmm_svm": (238, 0), "hisi_hdc": (239, 0)}
+        make_devfs(node.dev, nodes)
+    node.env = {"FAKE_DCMI_CONFIG": str(node.config)}
+    return node
+
+
+def tool(root: Path, name: str, output: Path) -> Path:
+    """An executable standing in for a vendor tool: prints a recorded output."""
+    path = root / name
+    path.write_text(f"#!/bin/sh\ncat '{output}'\n")
+    path.chmod(0o755)
+    return path
