@@ -132,3 +132,61 @@ def tool(root: Path, name: str, output: Path) -> Path:
     path.write_text(f"#!/bin/sh\ncat '{output}'\n")
     path.chmod(0o755)
     return path
+
+
+def hygon_node(
+    root: Path, *, count: int = 8, xgmi_pairs: bool = True, mknod: bool = True
+) -> FakeNode:
+    """A KFD topology with one CPU node and `count` DCUs (pairs joined by xGMI), amdgpu sysfs."""
+    functions = []
+    kfd = root / "sys" / "class" / "kfd" / "kfd" / "topology" / "nodes"
+    cpu = kfd / "0"
+    cpu.mkdir(parents=True)
+    (cpu / "properties").write_text("cpu_cores_count 64\nsimd_count 0\n")
+    dev_nodes: dict[str, tuple[int, int]] = {"kfd": (510, 0)}
+    for i in range(count):
+        bus_number = 0x3D + 3 * i
+        bus = f"0000:{bus_number:02x}:00.0"
+        path = kfd / str(i + 1)
+        path.mkdir()
+        (path / "name").write_text("gfx928\n")
+        (path / "properties").write_text(
+            f"simd_count 480\nvendor_id {0x1D94}\ndevice_id {0x6210}\n"
+            f"location_id {bus_number << 8}\n"
+            f"domain 0\ndrm_render_minor {128 + i}\nunique_id {0x5A5A0000 + i}\n"
+            "max_engine_clk_fcompute 1500\n"
+        )
+        bank = path / "mem_banks" / "0"
+        bank.mkdir(parents=True)
+        (bank / "properties").write_text(f"heap_type 1\nsize_in_bytes {64 * GiB}\n")
+        if xgmi_pairs:
+            peer = i + 2 if i % 2 == 0 else i
+            link = path / "io_links" / "0"
+            link.mkdir(parents=True)
+            link.joinpath("properties").write_text(
+                f"type 11\nnode_from {i + 1}\nnode_to {peer}\nmax_bandwidth 92000\n"
+            )
+        functions.append(
+            Function(
+                bus,
+                0x1D94,
+                0x6210,
+                class_code=0x038000,
+                numa_node=i // 4,
+                extra={
+                    "mem_info_vram_total": str(64 * GiB),
+                    "mem_info_vram_used": str(GiB),
+                    "ras/umc_err_count": "ue: 0\nce: 0",
+                    f"drm/card{i}/dev": f"226:{i}",
+                },
+            )
+        )
+        dev_nodes[f"dri/renderD{128 + i}"] = (226, 128 + i)
+        dev_nodes[f"dri/card{i}"] = (226, i)
+    node = FakeNode(
+        config=root / "none", sysfs=make_sysfs(root / "sys", functions), dev=root / "dev"
+    )
+    node.dev.mkdir(exist_ok=True)
+    if mknod:
+        make_devfs(node.dev, dev_nodes)
+    return node
