@@ -190,3 +190,43 @@ def hygon_node(
     if mknod:
         make_devfs(node.dev, dev_nodes)
     return node
+
+
+def cambricon_node(root: Path, *, count: int = 8, mknod: bool = True) -> FakeNode:
+    """`count` MLU370-X8 cards in a ring of MLU-Links (two ports to each neighbour)."""
+    records: list[tuple[str, Mapping[str, object]]] = []
+    functions = []
+    uuid = "20001012-1916-0000-0000-{:012x}".format  # CNDev: 36 characters, no prefix
+    for i in range(count):
+        bus = f"0000:{0x3D + i:02x}:00.0"
+        records.append(
+            (
+                "device",
+                {
+                    "name": "MLU370-X8",
+                    "uuid": uuid(i),
+                    "memory_mb": 49152,
+                    "used_mb": 1024,
+                    "bus": bus,
+                    "health": 1,
+                    "ports": 4 if count > 1 else 0,
+                },
+            )
+        )
+        functions.append(Function(bus, 0xCABC, 0x0370, class_code=0x120000, numa_node=i // 4))
+        if count > 1:
+            for port, peer in enumerate([(i + 1) % count] * 2 + [(i - 1) % count] * 2):
+                records.append(("mlulink", {"device": i, "port": port, "remote_uuid": uuid(peer)}))
+    node = FakeNode(
+        config=write_config(root / "cndev.conf", records),
+        sysfs=make_sysfs(root / "sys", functions),
+        dev=root / "dev",
+    )
+    node.dev.mkdir(exist_ok=True)
+    if mknod:
+        nodes = {f"cambricon_dev{i}": (240, i) for i in range(count)}
+        nodes |= {f"cambricon_ipcm{i}": (241, i) for i in range(count)}
+        nodes |= {"cambricon_ctl": (242, 0)}
+        make_devfs(node.dev, nodes)
+    node.env = {"FAKE_CNDEV_CONFIG": str(node.config)}
+    return node
