@@ -17,7 +17,7 @@ from google.protobuf.json_format import MessageToDict
 
 from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cli import tables
+from hcsd.cli import setup, tables
 
 __all__ = ["main"]
 
@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     release = commands.add_parser("release", help="release a container's allocation")
     release.add_argument("container", help="container id")
+    setup.add_parser(commands)
     return parser
 
 
@@ -172,6 +173,8 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "setup":  # works without a running hcsd
+        return setup.run(args)
     try:
         with Client(args.socket, timeout=args.timeout) as client:
             COMMANDS[args.command](client, args)

@@ -1,0 +1,199 @@
+"""`hcsctl setup containerd|crio`: register hcsd with the container runtime's NRI.
+
+Never edits anything without `--yes` or an interactive yes; `--dry-run` prints the diff. The
+user's config is not rewritten: NRI is switched on through a drop-in (containerd `imports`,
+CRI-O's crio.conf.d). The one edit of a user's file, adding the drop-in directory to
+containerd's `imports`, is backed up first. Works without a running hcsd.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import shutil
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["add_parser", "run"]
+
+NRI_SECTION = '[plugins."io.containerd.nri.v1.nri"]'
+PLUGIN_BINARY = "/usr/bin/hcs-nri-plugin"
+
+
+@dataclass(frozen=True)
+class Change:
+    path: Path
+    old: str | None
+    new: str
+    mode: int = 0o644
+
+
+class SetupError(Exception):
+    pass
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    setup = commands.add_parser("setup", help="register hcsd with containerd or CRI-O (NRI)")
+    runtimes = setup.add_subparsers(dest="runtime", required=True, metavar="RUNTIME")
+    for name, text in (("containerd", "enable NRI in containerd"), ("crio", "enable NRI in CRI-O")):
+        p = runtimes.add_parser(name, help=text)
+        p.add_argument("--dry-run", action="store_true", help="print the diff, change nothing")
+        p.add_argument("--yes", "-y", action="store_true", help="apply without asking")
+        p.add_argument("--root", default="/", help="act on a tree under this root (tests)")
+    containerd = runtimes.choices["containerd"]
+    containerd.add_argument("--config", default="/etc/containerd/config.toml")
+    containerd.add_argument("--drop-in-dir", default="/etc/containerd/conf.d")
+    containerd.add_argument(
+        "--prelaunched",
+        action="store_true",
+        help="also install /opt/nri/plugins/INDEX-hcsd (containerd starts the plugin)",
+    )
+    containerd.add_argument("--index", default="10", help="NRI plugin index (two digits)")
+    crio = runtimes.choices["crio"]
+    crio.add_argument("--drop-in-dir", default="/etc/crio/crio.conf.d")
+
+
+def _under(root: str, path: str) -> Path:
+    return Path(root) / path.lstrip("/")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def containerd_changes(args: argparse.Namespace) -> tuple[list[Change], list[str]]:
+    notes: list[str] = []
+    config_path = _under(args.root, args.config)
+    text = _read(config_path)
+    try:
+        config = tomllib.loads(text or "")
+    except tomllib.TOMLDecodeError as e:
+        raise SetupError(f"{args.config} is not valid TOML: {e}") from None
+    # version 2 is containerd 1.x's format, version 3 containerd 2.x's (NRI on by default).
+    version = config.get("version", 3 if text is None else 1)
+    if version not in (2, 3):
+        raise SetupError(f"{args.config}: config version {version!r} is not supported (2 or 3)")
+    nri = config.get("plugins", {}).get("io.containerd.nri.v1.nri", {})
+    changes: list[Change] = []
+    if nri.get("disable") is False or (version == 3 and "disable" not in nri):
+        notes.append(f"NRI is already enabled (config version {version})")
+    else:
+        drop_in_dir = args.drop_in_dir.rstrip("/")
+        drop_in = f"{drop_in_dir}/{args.index}-hcsd-nri.toml"
+        body = (
+            "# Written by hcsctl setup containerd: switch on NRI for hcsd.\n"
+            f"version = {version}\n\n{NRI_SECTION}\n  disable = false\n"
+            '  plugin_path = "/opt/nri/plugins"\n  socket_path = "/var/run/nri/nri.sock"\n'
+        )
+        changes.append(Change(_under(args.root, drop_in), _read(_under(args.root, drop_in)), body))
+        imports = config.get("imports", [])
+        pattern = f"{drop_in_dir}/*.toml"
+        if pattern not in imports and drop_in not in imports:
+            changes.append(Change(config_path, text, _add_import(text or "", pattern, imports)))
+        if nri.get("disable") is True:
+            notes.append(f"{args.config} disables NRI; the drop-in (imported later) overrides it")
+    if args.prelaunched:
+        wrapper = f"/opt/nri/plugins/{args.index}-hcsd"
+        body = f"#!/bin/sh\n# Installed by hcsctl setup containerd.\nexec {PLUGIN_BINARY}\n"
+        path = _under(args.root, wrapper)
+        changes.append(Change(path, _read(path), body, 0o755))
+    return [c for c in changes if c.old != c.new], notes
+
+
+def _add_import(text: str, pattern: str, imports: list[str]) -> str:
+    """Add pattern to the top-level imports list with a one-line edit."""
+    lines = text.splitlines(keepends=True)
+    new_line = "imports = " + "[" + ", ".join(f'"{i}"' for i in [*imports, pattern]) + "]\n"
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("["):
+            break
+        if line.split("=")[0].strip() == "imports":
+            if not line.rstrip().endswith("]"):
+                raise SetupError("a multi-line imports list: add " + pattern + " to it by hand")
+            lines[i] = new_line
+            return "".join(lines)
+    for i, line in enumerate(lines):
+        if line.split("=")[0].strip() == "version":
+            lines.insert(i + 1, new_line)
+            return "".join(lines)
+    return new_line + "".join(lines)
+
+
+def crio_changes(args: argparse.Namespace) -> tuple[list[Change], list[str]]:
+    notes = []
+    hook = _under(args.root, "/usr/share/containers/oci/hooks.d/hcs.json")
+    if hook.exists():
+        notes.append("OCI hook in /usr/share/containers/oci/hooks.d (CRI-O's default hooks_dir)")
+    else:
+        notes.append("no hooks.d/hcs.json: the hcsd package installs it")
+    path = _under(args.root, f"{args.drop_in_dir.rstrip('/')}/10-hcsd-nri.conf")
+    body = (
+        "# Written by hcsctl setup crio: switch on NRI for hcsd.\n"
+        '[crio.nri]\nenable_nri = true\nnri_listen = "/var/run/nri/nri.sock"\n'
+    )
+    changes = [Change(path, _read(path), body)]
+    return [c for c in changes if c.old != c.new], notes
+
+
+def diff(change: Change) -> str:
+    old = (change.old or "").splitlines(keepends=True)
+    label = str(change.path)
+    return "".join(
+        difflib.unified_diff(
+            old,
+            change.new.splitlines(keepends=True),
+            "/dev/null" if change.old is None else label,
+            label,
+        )
+    )
+
+
+def apply(change: Change) -> None:
+    path = change.path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if change.old is not None:
+        backup = path.with_name(f"{path.name}.hcs-backup-{time.strftime('%Y%m%d%H%M%S')}")
+        shutil.copy2(path, backup)
+        print(f"backup: {backup}")
+    tmp = path.with_name(f".{path.name}.hcs-tmp")
+    tmp.write_text(change.new, encoding="utf-8")
+    os.chmod(tmp, change.mode)
+    os.replace(tmp, path)
+    print(f"wrote {path}")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        changes, notes = (
+            containerd_changes(args) if args.runtime == "containerd" else crio_changes(args)
+        )
+    except SetupError as e:
+        print(f"hcsctl: {e}", file=sys.stderr)
+        return 1
+    for note in notes:
+        print(note)
+    if not changes:
+        print("nothing to change")
+        return 0
+    for change in changes:
+        sys.stdout.write(diff(change))
+    if args.dry_run:
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("hcsctl: not applied: pass --yes (or run interactively)", file=sys.stderr)
+            return 2
+        if input("apply these changes? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("not applied")
+            return 1
+    for change in changes:
+        apply(change)
+    print(f"now restart {args.runtime}: systemctl restart {args.runtime}")
+    return 0
