@@ -1,39 +1,84 @@
-"""Fixtures for tests against a real containerd: the built peers, a scratch containerd."""
+"""Fixtures for tests against a real containerd: the built peers, the images, a scratch containerd.
+
+Everything here skips with the reason when a peer cannot be had (not root, no Go, a failed
+build), and the cold build prints its progress past pytest's capture: it takes minutes.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.runtime.containerd import Containerd
-from tests.runtime.peers import Binaries, ensure_binaries
+from tests.runtime.image import ImageError, ensure_busybox_image, ensure_pause_image
+from tests.runtime.peers import Binaries, Log, ensure_binaries, ensure_containerd_17
+
+
+def _terminal_log(config: pytest.Config) -> Log:
+    """A logger that writes to the terminal even while pytest captures output."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+
+    def log(message: str) -> None:
+        if capture is None:
+            print(message, file=sys.stderr, flush=True)
+            return
+        with capture.global_and_fixture_disabled():
+            print(message, file=sys.stderr, flush=True)
+
+    return log
 
 
 @pytest.fixture(scope="session")
-def runtime_binaries() -> Binaries:
+def runtime_binaries(pytestconfig: pytest.Config) -> Binaries:
+    """containerd 2.3, its shim, ctr, crictl and runc; skips loudly with the reason."""
     if os.geteuid() != 0:
-        pytest.skip("containerd tests need root")
-    if not Path("/bin/busybox").exists():
-        pytest.skip("busybox is not installed (apt install busybox-static)")
-    found = ensure_binaries()
+        pytest.skip("the real-runtime tests need root (containerd, runc, mounts, cgroups)")
+    found = ensure_binaries(_terminal_log(pytestconfig))
     if isinstance(found, str):
-        pytest.skip(f"containerd cannot be had here: {found}")
+        pytest.skip(f"the runtime peers cannot be had here: {found}")
     return found
 
 
-@pytest.fixture
-def containerd(runtime_binaries: Binaries, tmp_path: Path) -> Iterator[Containerd]:
-    # A short path: unix socket paths are limited to 108 bytes.
-    directory = Path("/tmp") / f"hcs-ctrd-{os.getpid()}-{tmp_path.name[-8:]}"
-    directory.mkdir(parents=True, exist_ok=True)
-    runtime = Containerd(runtime_binaries, directory)
+@pytest.fixture(scope="session")
+def runtime_binaries_17(pytestconfig: pytest.Config, runtime_binaries: Binaries) -> Binaries:
+    """The same peers with containerd 1.7 (NRI v0.8) in place of 2.3; optional."""
+    found = ensure_containerd_17(runtime_binaries, _terminal_log(pytestconfig))
+    if isinstance(found, str):
+        pytest.skip(f"containerd 1.7 cannot be had here: {found}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def busybox_image() -> Path:
+    """The OCI layout tarball of docker.io/hcs/busybox:test (the pause image is built too)."""
     try:
-        runtime.start()
-    except RuntimeError:
-        runtime.close()
-        raise
-    yield runtime
-    runtime.close()
+        ensure_pause_image()
+        return ensure_busybox_image()
+    except ImageError as e:
+        pytest.skip(f"the test images cannot be built: {e}")
+
+
+def _launched(binaries: Binaries, tmp_path: Path) -> Iterator[Containerd]:
+    nri_socket = tmp_path / "nri" / "nri.sock"
+    with Containerd(binaries, tmp_path / "containerd", nri_socket=nri_socket) as runtime:
+        yield runtime
+
+
+@pytest.fixture
+def containerd(
+    runtime_binaries: Binaries, busybox_image: Path, tmp_path: Path
+) -> Iterator[Containerd]:
+    """A running containerd 2.3 of its own; NRI listens on `tmp_path/nri/nri.sock`."""
+    yield from _launched(runtime_binaries, tmp_path)
+
+
+@pytest.fixture
+def containerd_17(
+    runtime_binaries_17: Binaries, busybox_image: Path, tmp_path: Path
+) -> Iterator[Containerd]:
+    """A running containerd 1.7 with NRI enabled; NRI listens on `tmp_path/nri/nri.sock`."""
+    yield from _launched(runtime_binaries_17, tmp_path)

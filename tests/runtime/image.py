@@ -1,22 +1,49 @@
-"""OCI image-layout tarballs built locally (no registry is reachable): busybox-static with its
-applets, importable with `ctr images import`. Two images: a shell image for test containers
-and a pause stand-in (a shell that sleeps and exits on TERM) for pod sandboxes."""
+"""Container images for the runtime tests, built locally as OCI image-layout tarballs.
+
+No registry is reachable from the test machines, so the images are written with the standard
+library from Debian's busybox-static: one uncompressed layer holding /bin/busybox, its applet
+links, /etc/passwd and /etc/group. `ctr -n k8s.io images import` reads the tarball; the
+`io.containerd.image.name` annotation names the image. The tarballs are reproducible (fixed
+mtimes and owners) and cached under ~/.cache/hcs/images by a hash of what goes in, so a new
+busybox or a change here builds a new one.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import os
+import platform
+import struct
 import tarfile
 from pathlib import Path
 
+from tests.runtime.peers import CACHE
+
 BUSYBOX = Path("/bin/busybox")
-APPLETS = ("sh", "cat", "stat", "ls", "env", "sleep", "echo", "true", "test")
-SHELL_IMAGE = "docker.io/hcs/busybox:test"
+BUSYBOX_IMAGE = "docker.io/hcs/busybox:test"
 PAUSE_IMAGE = "docker.io/hcs/pause:test"
+IMAGES = CACHE / "images"
+APPLETS = (
+    "sh", "cat", "ls", "env", "sleep", "stat", "echo", "true", "false", "test", "grep", "id",
+    "mkdir", "rm", "touch", "head", "tail", "wc", "ps", "kill", "readlink", "printf", "uname",
+    "mount", "hostname",
+)  # fmt: skip
+# PID 1 ignores TERM unless it traps it; `wait` returns at once on a trapped signal, where a
+# foreground `sleep` would hold the exit back until it ends.
+PAUSE_COMMAND = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+FORMAT = 1  # bump when the layout written here changes
+MTIME = 1_700_000_000
+ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64le", "s390x": "s390x"}
 
 
-def _add(
+class ImageError(Exception):
+    """The image cannot be built here (busybox-static missing)."""
+
+
+def _entry(
     tar: tarfile.TarFile,
     name: str,
     data: bytes = b"",
@@ -26,84 +53,124 @@ def _add(
     link: str = "",
 ) -> None:
     info = tarfile.TarInfo(name)
-    info.mode, info.type, info.linkname, info.size = mode, kind, link, len(data)
-    tar.addfile(info, io.BytesIO(data) if data else None)
+    info.mode, info.type, info.linkname, info.mtime = mode, kind, link, MTIME
+    info.size = len(data) if kind == tarfile.REGTYPE else 0
+    tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
 
-def _layer() -> bytes:
+def layer(busybox: bytes) -> bytes:
+    """The image's only layer: an uncompressed tar of a minimal busybox root."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for directory in ("bin", "etc", "dev", "proc", "sys", "tmp", "run"):
-            _add(tar, directory, mode=0o755, kind=tarfile.DIRTYPE)
-        _add(tar, "bin/busybox", BUSYBOX.read_bytes(), mode=0o755)
+        for directory in ("bin", "dev", "etc", "proc", "root", "run", "sys", "usr", "var"):
+            _entry(tar, directory, mode=0o755, kind=tarfile.DIRTYPE)
+        _entry(tar, "tmp", mode=0o1777, kind=tarfile.DIRTYPE)
+        _entry(tar, "bin/busybox", busybox, mode=0o755)
         for applet in APPLETS:
-            _add(tar, f"bin/{applet}", kind=tarfile.SYMTYPE, link="busybox")
-        _add(tar, "etc/passwd", b"root:x:0:0:root:/:/bin/sh\n")
-        _add(tar, "etc/group", b"root:x:0:\n")
+            _entry(tar, f"bin/{applet}", kind=tarfile.SYMTYPE, link="busybox")
+        _entry(tar, "etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:\n")
+        _entry(tar, "etc/group", b"root:x:0:\nnogroup:x:65534:\n")
     return buffer.getvalue()
 
 
-def _blob(tar: tarfile.TarFile, data: bytes) -> tuple[str, int]:
-    digest = hashlib.sha256(data).hexdigest()
-    _add(tar, f"blobs/sha256/{digest}", data)
-    return f"sha256:{digest}", len(data)
+def _blob(tar: tarfile.TarFile, document: bytes) -> dict[str, object]:
+    digest = hashlib.sha256(document).hexdigest()
+    _entry(tar, f"blobs/sha256/{digest}", document)
+    return {"digest": f"sha256:{digest}", "size": len(document)}
 
 
-def build_image(path: Path, name: str, command: list[str]) -> Path:
-    """Write an OCI layout tarball for `name` running `command` (cached by path)."""
-    if path.exists():
-        return path
-    layer = _layer()
-    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-    config = json.dumps(
+def _json(document: object) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def oci_layout(name: str, command: list[str], busybox: bytes) -> bytes:
+    """An OCI image-layout tarball of `name` whose default command is `command`."""
+    layer_bytes = layer(busybox)
+    arch = ARCHITECTURES.get(platform.machine(), platform.machine())
+    config = _json(
         {
-            "architecture": "amd64",
+            "architecture": arch,
             "os": "linux",
-            "config": {"Cmd": command, "Env": ["PATH=/bin"]},
-            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+            "config": {"Cmd": command, "Env": [PATH_ENV], "WorkingDir": "/"},
+            "rootfs": {
+                "type": "layers",
+                "diff_ids": ["sha256:" + hashlib.sha256(layer_bytes).hexdigest()],
+            },
         }
-    ).encode()
+    )
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        layer_digest, layer_size = _blob(tar, layer)
-        config_digest, config_size = _blob(tar, config)
-        manifest = json.dumps(
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        _entry(tar, "blobs", mode=0o755, kind=tarfile.DIRTYPE)
+        _entry(tar, "blobs/sha256", mode=0o755, kind=tarfile.DIRTYPE)
+        layer_ref = _blob(tar, layer_bytes)
+        config_ref = _blob(tar, config)
+        manifest = _json(
             {
                 "schemaVersion": 2,
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": {
-                    "mediaType": "application/vnd.oci.image.config.v1+json",
-                    "digest": config_digest,
-                    "size": config_size,
-                },
-                "layers": [
-                    {
-                        "mediaType": "application/vnd.oci.image.layer.v1.tar",
-                        "digest": layer_digest,
-                        "size": layer_size,
-                    }
-                ],
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config_ref},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", **layer_ref}],
             }
-        ).encode()
-        manifest_digest, manifest_size = _blob(tar, manifest)
-        index = json.dumps(
-            {
-                "schemaVersion": 2,
-                "manifests": [
-                    {
-                        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                        "digest": manifest_digest,
-                        "size": manifest_size,
-                        "annotations": {
-                            "io.containerd.image.name": name,
-                            "org.opencontainers.image.ref.name": "test",
-                        },
-                    }
-                ],
-            }
-        ).encode()
-        _add(tar, "index.json", index)
-        _add(tar, "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(buffer.getvalue())
+        )
+        manifest_ref = _blob(tar, manifest)
+        index = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [
+                {
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    **manifest_ref,
+                    "platform": {"architecture": arch, "os": "linux"},
+                    "annotations": {
+                        "io.containerd.image.name": name,
+                        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
+                    },
+                }
+            ],
+        }
+        _entry(tar, "index.json", _json(index))
+        _entry(tar, "oci-layout", _json({"imageLayoutVersion": "1.0.0"}))
+    return buffer.getvalue()
+
+
+def is_static_elf(binary: bytes) -> bool:
+    """True for an ELF64 executable without an interpreter (PT_INTERP): it runs in an image
+    that has no libc. Debian's `busybox` package is dynamic; `busybox-static` is not."""
+    if binary[:4] != b"\x7fELF" or binary[4] != 2:
+        return False
+    order = "<" if binary[5] == 1 else ">"
+    (table,) = struct.unpack_from(order + "Q", binary, 0x20)
+    size, count = struct.unpack_from(order + "HH", binary, 0x36)
+    pt_interp = 3
+    return all(
+        struct.unpack_from(order + "I", binary, table + i * size)[0] != pt_interp
+        for i in range(count)
+    )
+
+
+def _ensure(stem: str, name: str, command: list[str]) -> Path:
+    """Build the image once per busybox binary and layout format; reuse the cached tarball."""
+    if not BUSYBOX.exists():
+        raise ImageError(f"{BUSYBOX} is missing (apt install busybox-static)")
+    busybox = BUSYBOX.read_bytes()
+    if not is_static_elf(busybox):
+        raise ImageError(f"{BUSYBOX} is dynamically linked (apt install busybox-static)")
+    key = hashlib.sha256(_json([FORMAT, name, command, APPLETS]) + busybox).hexdigest()[:16]
+    path = IMAGES / f"{stem}-{key}.tar"
+    if path.exists():
+        return path
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    partial.write_bytes(oci_layout(name, command, busybox))
+    partial.rename(path)  # atomic: a concurrent worker sees a whole tarball or none
     return path
+
+
+def ensure_busybox_image() -> Path:
+    """`docker.io/hcs/busybox:test`: the image test containers run (default command `sh`)."""
+    return _ensure("busybox", BUSYBOX_IMAGE, ["sh"])
+
+
+def ensure_pause_image() -> Path:
+    """`docker.io/hcs/pause:test`: the sandbox image, a shell that sleeps until TERM."""
+    return _ensure("pause", PAUSE_IMAGE, PAUSE_COMMAND)

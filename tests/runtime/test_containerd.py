@@ -14,8 +14,7 @@ import pytest
 
 from hcsd.runtime.assignment import sign
 from tests.integration.test_daemon import Daemon
-from tests.runtime.containerd import Containerd
-from tests.runtime.cri import CriError
+from tests.runtime.containerd import Containerd, CrictlError
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +86,7 @@ INSPECT = (
 def test_container_gets_devices_env_mounts_and_quota(containerd: Containerd, hcsd: Daemon) -> None:
     pod = containerd.run_pod("trainer", "team-a", "uid-1")
     ctr = containerd.create_container(
-        pod, "trainer", "main", ["sh", "-c", INSPECT], annotations={"hcs.io/vram": "8Gi"}
+        pod, "main", command=["sh", "-c", INSPECT], annotations={"hcs.io/vram": "8Gi"}
     )
     held = allocations(hcsd)[ctr]
     assert held["pod"] == {"namespace": "team-a", "name": "trainer", "uid": "uid-1"}
@@ -100,16 +99,16 @@ def test_container_gets_devices_env_mounts_and_quota(containerd: Containerd, hcs
     mounts = {m["destination"]: m for m in spec["mounts"]}
     assert "ro" in mounts["/etc/ld.so.preload"]["options"]
     assert "ro" in mounts["/usr/lib/hcs/libhcs.so"]["options"]
-    containerd.start_container(ctr)
+    containerd.start(ctr)
     wait_for(lambda: "libhcs.so" in containerd.logs(ctr), "the container ran")
     out = containerd.logs(ctr)
     assert "node character special file 1 3" in out
     assert f"cuda={GPU0}" in out and "cfg=/run/hcs/quota.conf" in out
     assert "device.0.vram_limit=8589934592" in out and f"device.0.uuid={GPU0}" in out
     assert "/usr/lib/hcs/libhcs.so" in out
-    containerd.stop(ctr)
+    containerd.stop_container(ctr)
     wait_for(lambda: ctr not in allocations(hcsd), "stop released the allocation")
-    containerd.remove(ctr)
+    containerd.remove_container(ctr)
 
 
 def test_forged_assignment_fails_creation_with_the_reason(
@@ -126,31 +125,31 @@ def test_forged_assignment_fails_creation_with_the_reason(
     pod = containerd.run_pod(
         "forged", "team-b", "uid-2", annotations={"hcs.io/assignment": json.dumps(forged)}
     )
-    with pytest.raises(CriError, match="signature does not verify"):
-        containerd.create_container(pod, "forged", "main", ["true"])
+    with pytest.raises(CrictlError, match="signature does not verify"):
+        containerd.create_container(pod, "main", command=["true"])
     assert allocations(hcsd) == {}
     genuine = sign(body, KEY)
     pod = containerd.run_pod(
         "signed", "team-b", "uid-2", annotations={"hcs.io/assignment": genuine}
     )
-    ctr = containerd.create_container(pod, "signed", "main", ["true"])
+    ctr = containerd.create_container(pod, "main", command=["true"])
     assert allocations(hcsd)[ctr]["source"] == "assignment"
 
 
 def test_over_capacity_fails_creation(containerd: Containerd, hcsd: Daemon) -> None:
     pod = containerd.run_pod("greedy", "team-c", "uid-3")
-    with pytest.raises(CriError, match=r"hcsd: team-c/greedy/main: .*1Ti wanted"):
+    with pytest.raises(CrictlError, match=r"hcsd: team-c/greedy/main: .*1Ti wanted"):
         containerd.create_container(
-            pod, "greedy", "main", ["true"], annotations={"hcs.io/vram": "1Ti"}
+            pod, "main", command=["true"], annotations={"hcs.io/vram": "1Ti"}
         )
 
 
 def test_restarts_lose_nothing(containerd: Containerd, hcsd: Daemon) -> None:
     pod = containerd.run_pod("long", "team-d", "uid-4")
     ctr = containerd.create_container(
-        pod, "long", "main", ["sleep", "300"], annotations={"hcs.io/vram": "4Gi"}
+        pod, "main", command=["sleep", "300"], annotations={"hcs.io/vram": "4Gi"}
     )
-    containerd.start_container(ctr)
+    containerd.start(ctr)
     containerd.restart()
     wait_for(lambda: hcsd.logs().count("nri: registered") >= 2, "hcsd re-registered")
     wait_for(lambda: "nri: synchronized" in hcsd.logs(), "Synchronize after the restart")
@@ -159,5 +158,5 @@ def test_restarts_lose_nothing(containerd: Containerd, hcsd: Daemon) -> None:
     hcsd.start()
     wait_for(lambda: hcsd.logs().count("nri: registered") >= 3, "hcsd registered again")
     assert ctr in allocations(hcsd), "the ledger kept it across an hcsd restart"
-    containerd.stop(ctr)
+    containerd.stop_container(ctr)
     wait_for(lambda: ctr not in allocations(hcsd), "stop released it")
