@@ -60,14 +60,20 @@ def packages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Release 1 and release 2 (the upgrade) of both packages, built by `make package`."""
     need("dpkg-deb", "rpmbuild", "fakeroot")
     out: dict[str, Path] = {}
+    dist = tmp_path_factory.mktemp("dist")  # private: a concurrent `make package` cannot clobber it
     for release in ("1", "2"):
-        env = {**os.environ, "HCS_RELEASE": release, "PYTHON": str(REPO / ".venv/bin/python")}
+        env = {
+            **os.environ,
+            "HCS_RELEASE": release,
+            "HCS_DIST": str(dist),
+            "PYTHON": str(REPO / ".venv/bin/python"),
+        }
         log = sh(REPO / "packaging/build-packages", cwd=REPO, env=env, timeout=900)
         print(log)
         version = sh(REPO / ".venv/bin/python", "-c", "import hcsd; print(hcsd.__version__)")
         version = version.strip() + "-" + release
-        out[f"deb{release}"] = REPO / f"dist/hcsd_{version}_amd64.deb"
-        out[f"rpm{release}"] = REPO / f"dist/hcsd-{version}.x86_64.rpm"
+        out[f"deb{release}"] = dist / f"hcsd_{version}_amd64.deb"
+        out[f"rpm{release}"] = dist / f"hcsd-{version}.x86_64.rpm"
     return out
 
 
