@@ -1,4 +1,4 @@
-"""Container create+start time through a real containerd 2.3 (CRI, runc), with hcsd's NRI plugin
+"""Container create+start time through a real containerd 2.3 (crictl, runc), with hcsd's NRI plugin
 injecting a GPU slice vs the same containerd with no plugin, in one run. Needs root and the
 runtime test peers (built and cached by tests/runtime/peers.py)."""
 
@@ -28,12 +28,12 @@ def create_times(runtime: Containerd, tag: str, annotations: dict[str, str]) -> 
         pod = runtime.run_pod(f"{tag}{i}", "bench", f"uid-{tag}-{i}")
         started = time.perf_counter()
         ctr = runtime.create_container(
-            pod, f"{tag}{i}", "main", ["sleep", "30"], annotations=annotations
+            pod, "main", command=["sleep", "30"], annotations=annotations
         )
-        runtime.start_container(ctr)
+        runtime.start(ctr)
         seconds.append(time.perf_counter() - started)
-        runtime.stop(ctr)
-        runtime.remove(ctr)
+        runtime.stop_container(ctr)
+        runtime.remove_container(ctr)
     return seconds
 
 
@@ -47,7 +47,7 @@ def main() -> dict[str, object]:
         return {"skipped": binaries}
     directory = Path(tempfile.mkdtemp(prefix="hcs-rtb-", dir="/tmp"))
     runtime = Containerd(binaries, directory / "c")
-    runtime.start()
+    runtime.launch()
     daemon = None
     try:
         without = create_times(runtime, "plain", {})
