@@ -114,6 +114,7 @@ class AscendBackend(DiscoveryBackend):
         self.sysfs, self.dev_root = sysfs, dev_root
         self._dcmi: Any = None
         self._chips: dict[str, tuple[int, int]] = {}  # uuid -> (card, device)
+        self._gbps: dict[str, float] = {}  # bus -> PCIe GB/s, read once per discovery
 
     def discover(self) -> Sequence[Device]:
         try:
@@ -230,7 +231,9 @@ class AscendBackend(DiscoveryBackend):
         if kind is LinkKind.HCCS:
             family = "910B" if "910B" in a.model else "910"
             return Link(b.uuid, kind, HCCS_GBPS[family])
-        return Link(b.uuid, kind, _pcie_gbps(self.sysfs, a, b))
+        return Link(
+            b.uuid, kind, min(self._gbps.get(a.pci_bus_id, 0.0), self._gbps.get(b.pci_bus_id, 0.0))
+        )
 
     # -- shared ------------------------------------------------------------------------------
 
@@ -246,6 +249,7 @@ class AscendBackend(DiscoveryBackend):
         attributes: list[tuple[str, str]],
     ) -> Device:
         function = pci.read_function(self.sysfs, bus)
+        self._gbps[bus] = function.link_gbps if function else 0.0
         state = _HEALTH.get(health, HealthState.UNHEALTHY)
         device = Device(
             uuid=uuid,
@@ -318,12 +322,3 @@ def parse_npu_smi(text: str) -> list[dict[str, str]]:
             }
         )
     return chips
-
-
-def _pcie_gbps(sysfs: Path, a: Device, b: Device) -> float:
-    rates = [
-        f.link_gbps
-        for bus in (a.pci_bus_id, b.pci_bus_id)
-        if (f := pci.read_function(sysfs, bus)) is not None
-    ]
-    return min(rates) if len(rates) == 2 else 0.0

@@ -60,6 +60,7 @@ class HygonBackend(DiscoveryBackend):
     ) -> None:
         self.hy_smi, self.sysfs, self.dev_root = hy_smi, sysfs, dev_root
         self._buses: dict[str, str] = {}  # uuid -> bus
+        self._gbps: dict[str, float] = {}  # bus -> PCIe GB/s, read once per discovery
 
     def discover(self) -> Sequence[Device]:
         nodes = [n for n in self._kfd_nodes() if n.properties.get("vendor_id") == 0x1D94]
@@ -141,6 +142,7 @@ class HygonBackend(DiscoveryBackend):
         if not nodes:
             raise DiscoveryError(f"DCU {bus} has no DRM device node (render minor missing)")
         function = pci.read_function(self.sysfs, bus)
+        self._gbps[bus] = function.link_gbps if function else 0.0
         name = names.get(bus, node.isa or "unknown DCU")
         device = Device(
             uuid=uuid,
@@ -175,12 +177,8 @@ class HygonBackend(DiscoveryBackend):
             peer = next(d for d in devices if d.uuid == peer_uuid)
             same_numa = peer.numa_node == device.numa_node and device.numa_node >= 0
             kind = LinkKind.PCIE_HOST if same_numa else LinkKind.SYSTEM
-            rates = [
-                f.link_gbps
-                for b in (device.pci_bus_id, peer.pci_bus_id)
-                if (f := pci.read_function(self.sysfs, b)) is not None
-            ]
-            links.append(Link(peer_uuid, kind, min(rates) if len(rates) == 2 else 0.0))
+            gbps = min(self._gbps.get(device.pci_bus_id, 0.0), self._gbps.get(peer.pci_bus_id, 0.0))
+            links.append(Link(peer_uuid, kind, gbps))
         return tuple(links)
 
 

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 MAX_LINKS = 18  # NVLink 4 has 18 per GPU; NVML answers INVALID_ARGUMENT past the last one
 LINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}  # per link, one direction
+_UNSUPPORTED = (3, 13)  # NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND
 _LEVEL_KIND = [(20, LinkKind.PCIE_SWITCH), (40, LinkKind.PCIE_HOST)]  # NVML_TOPOLOGY_*
 
 
@@ -52,6 +53,8 @@ class NvidiaBackend(DiscoveryBackend):
         self.dev_root = dev_root
         self._handles: dict[str, Any] = {}
         self._active_links: dict[str, list[int]] = {}
+        self._supported: dict[str, set[str]] = {}
+        self._gbps: dict[str, float] = {}  # bus -> PCIe GB/s, read once per discovery
         self._open = False
 
     def discover(self) -> Sequence[Device]:
@@ -124,6 +127,7 @@ class NvidiaBackend(DiscoveryBackend):
         minor = _call(f"read the minor number of {uuid}", pynvml.nvmlDeviceGetMinorNumber, handle)
         major, cc_minor = _optional(pynvml.nvmlDeviceGetCudaComputeCapability, handle) or (0, 0)
         function = pci.read_function(self.sysfs, bus)
+        self._gbps[bus] = function.link_gbps if function else 0.0
         attributes = [("compute_capability", f"{major}.{cc_minor}"), ("driver_version", driver)]
         for label, clock in (("max_sm_clock_mhz", 1), ("max_mem_clock_mhz", 2)):
             if (value := _optional(pynvml.nvmlDeviceGetMaxClockInfo, handle, clock)) is not None:
@@ -181,32 +185,24 @@ class NvidiaBackend(DiscoveryBackend):
         return Link(b.uuid, kind, self._pcie_gbps(a, b))
 
     def _pcie_gbps(self, a: Device, b: Device) -> float:
-        rates = [
-            f.link_gbps
-            for bus in (a.pci_bus_id, b.pci_bus_id)
-            if (f := pci.read_function(self.sysfs, bus)) is not None
-        ]
-        return min(rates) if len(rates) == 2 else 0.0
+        return min(self._gbps.get(a.pci_bus_id, 0.0), self._gbps.get(b.pci_bus_id, 0.0))
 
     def _counters(self, uuid: str, handle: Any) -> dict[str, int]:
+        """Each counter the GPU supports; what answered NOT_SUPPORTED once is not asked again
+        (Ampere answers so for retired pages on every call, and exceptions cost)."""
+        readers = _readers(self._active_links.get(uuid, []))
+        supported = self._supported.get(uuid)
         counters: dict[str, int] = {}
-        for label, error_type in (("ecc_correctable", 0), ("ecc_uncorrectable", 1)):
-            value = _optional(pynvml.nvmlDeviceGetTotalEccErrors, handle, error_type, 0)
-            if value is not None:  # volatile counts: monotonic while the driver stays loaded
-                counters[label] = int(value)
-        retired = [_optional(_retired_count, handle, cause) for cause in (0, 1)]
-        if all(r is not None for r in retired):
-            counters["retired_pages"] = sum(r or 0 for r in retired)
-        if (rows := _optional(pynvml.nvmlDeviceGetRemappedRows, handle)) is not None:
-            counters["row_remap_failures"] = int(rows[3])
-        if (replays := _optional(pynvml.nvmlDeviceGetPcieReplayCounter, handle)) is not None:
-            counters["pcie_replays"] = int(replays)
-        links = self._active_links.get(uuid, [])
-        if links:
-            counters["link_errors"] = sum(
-                int(_optional(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, 1) or 0)
-                for link in links  # NVML_NVLINK_ERROR_DL_RECOVERY
-            )
+        for name, read in readers.items():
+            if supported is not None and name not in supported:
+                continue
+            try:
+                counters[name] = read(handle)
+            except pynvml.NVMLError as e:
+                if e.value not in _UNSUPPORTED:
+                    raise
+        if supported is None:
+            self._supported[uuid] = set(counters)
         return counters
 
 
@@ -222,6 +218,23 @@ def _nvlink(
 
 def _retired_count(handle: Any, cause: int) -> int:
     return len(pynvml.nvmlDeviceGetRetiredPages(handle, cause))
+
+
+def _readers(links: Sequence[int]) -> dict[str, Callable[[Any], int]]:
+    """Health counters by the names the health watcher knows. ECC counts are volatile ones:
+    monotonic while the driver stays loaded, which is what the watcher compares."""
+    readers: dict[str, Callable[[Any], int]] = {
+        "ecc_correctable": lambda h: int(pynvml.nvmlDeviceGetTotalEccErrors(h, 0, 0)),
+        "ecc_uncorrectable": lambda h: int(pynvml.nvmlDeviceGetTotalEccErrors(h, 1, 0)),
+        "retired_pages": lambda h: _retired_count(h, 0) + _retired_count(h, 1),
+        "row_remap_failures": lambda h: int(pynvml.nvmlDeviceGetRemappedRows(h)[3]),
+        "pcie_replays": lambda h: int(pynvml.nvmlDeviceGetPcieReplayCounter(h)),
+    }
+    if links:  # NVML_NVLINK_ERROR_DL_RECOVERY on every active link
+        readers["link_errors"] = lambda h: sum(
+            int(pynvml.nvmlDeviceGetNvLinkErrorCounter(h, link, 1)) for link in links
+        )
+    return readers
 
 
 def _with(device: Device, *, links: tuple[Link, ...]) -> Device:
