@@ -1,0 +1,74 @@
+"""The daemon's side of discovery: `auto`, factories from config keys, real backends over fakes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hcsd.daemon.backends import expand_auto
+from hcsd.daemon.config import load_config
+from hcsd.daemon.main import StartupError, build_backends
+from hcsd.discovery import discover_all
+from tests.fakes import Function, make_sysfs
+from tests.fakes.nodes import nvidia_node
+
+
+def _config(tmp_path: Path, **discovery: object) -> Path:
+    lines = ["[discovery]"]
+    for key, value in discovery.items():
+        rendered = f'"{value}"' if isinstance(value, str) else str(value).lower()
+        if isinstance(value, list):
+            rendered = "[" + ", ".join(f'"{v}"' for v in value) + "]"
+        lines.append(f"{key} = {rendered}")
+    path = tmp_path / "hcsd.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_auto_runs_the_vendors_on_the_bus(tmp_path: Path) -> None:
+    sysfs = make_sysfs(
+        tmp_path / "sys",
+        [
+            Function("0000:17:00.0", 0x10DE, 0x20B2),
+            Function("0000:3d:00.0", 0x1D94, 0x6210, class_code=0x038000),
+            Function("0000:00:00.0", 0x1D94, 0x1450, class_code=0x060000),  # a CPU bridge
+        ],
+    )
+    config = load_config(str(_config(tmp_path, backends=["auto"], sysfs=str(sysfs))))
+    assert expand_auto(config.backends, config) == ["nvidia", "hygon"]
+    assert [b.name for b in build_backends(config)] == ["nvidia", "hygon"]
+
+
+def test_auto_on_a_node_without_accelerators_runs_nothing(tmp_path: Path) -> None:
+    config = load_config(str(_config(tmp_path, backends=["auto"], sysfs=str(tmp_path))))
+    assert build_backends(config) == []
+
+
+def test_unknown_backend_names_the_available_ones(tmp_path: Path) -> None:
+    config = load_config(str(_config(tmp_path, backends=["nvidai"])))
+    with pytest.raises(StartupError, match="available: ascend, cambricon, hygon, nvidia"):
+        build_backends(config)
+
+
+def test_real_backends_over_fakes_from_the_config_file(
+    tmp_path: Path, devfs: Path, fake_libs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The simulated node as "real backends over fakes": only the config file differs."""
+    node = nvidia_node(tmp_path, count=4)
+    monkeypatch.setenv("FAKE_NVML_CONFIG", str(node.config))
+    path = _config(
+        tmp_path,
+        backends=["auto"],
+        sysfs=str(node.sysfs),
+        dev_root=str(node.dev),
+        nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
+    )
+    backends = build_backends(load_config(str(path)))
+    try:
+        inventory = discover_all("node", backends)
+    finally:
+        for backend in backends:
+            backend.close()
+    assert inventory.backends == ("nvidia",)
+    assert [d.model for d in inventory.devices] == ["A100-SXM4-80GB"] * 4
