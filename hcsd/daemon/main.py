@@ -21,6 +21,7 @@ from pathlib import Path
 from hcsd import __version__
 from hcsd.api.server import ApiServer, SocketInUse
 from hcsd.daemon import notify
+from hcsd.daemon.backends import VENDOR_BACKENDS, expand_auto, hotplug_watcher
 from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config, render_default_config
 from hcsd.daemon.logs import configure_logging, set_level
 from hcsd.daemon.metrics import MetricsServer
@@ -42,6 +43,7 @@ log = logging.getLogger("hcsd")
 
 BACKENDS: dict[str, Callable[[Config], DiscoveryBackend]] = {
     "simulated": lambda config: SimulatedBackend(Path(config.simulated_node)),
+    **VENDOR_BACKENDS,
 }
 
 
@@ -51,7 +53,7 @@ class StartupError(Exception):
 
 def build_backends(config: Config) -> list[DiscoveryBackend]:
     backends = []
-    for name in config.backends:
+    for name in expand_auto(config.backends, config):
         factory = BACKENDS.get(name)
         if factory is None:
             raise StartupError(
@@ -143,6 +145,8 @@ class Daemon:
                 tasks.append(supervise(watcher.run(), "health"))
             if config.cdi_dir:
                 tasks.append(supervise(keep_spec_current(config.cdi_dir, service), "cdi"))
+            if (hotplug := hotplug_watcher(config, service, self.backends)) is not None:
+                tasks.append(supervise(hotplug.run(), "hotplug"))
             if config.nri:
                 plugin = NriPlugin(
                     injector, socket_path=config.nri_socket, index=config.plugin_index
@@ -163,6 +167,8 @@ class Daemon:
             if metrics is not None:
                 await metrics.stop()
             ledger.close()
+            for backend in self.backends:
+                backend.close()
         log.info("hcsd stopped")
 
     def _injector(self, service: NodeService) -> Injector:
