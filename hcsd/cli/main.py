@@ -17,7 +17,7 @@ from google.protobuf.json_format import MessageToDict
 
 from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cli import setup, tables
+from hcsd.cli import convert, setup, tables
 
 __all__ = ["main"]
 
@@ -158,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     release = commands.add_parser("release", help="release a container's allocation")
     release.add_argument("container", help="container id")
     setup.add_parser(commands)
+    convert.add_parser(commands)
     return parser
 
 
@@ -175,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "setup":  # works without a running hcsd
         return setup.run(args)
+    if args.command == "convert":  # the profile database alone: no daemon needed
+        return convert.run(args)
     try:
         with Client(args.socket, timeout=args.timeout) as client:
             COMMANDS[args.command](client, args)
