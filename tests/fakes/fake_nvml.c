@@ -41,17 +41,23 @@ struct nvmlDevice_st {
 };
 static struct cfg config;
 static struct nvmlDevice_st devices[MAX_DEVICES];
+/* nvlink records by device and link, indexed once per load (calls stay O(1), as NVML's are) */
+static const struct cfg_record *links[MAX_DEVICES][MAX_LINKS];
 static int device_count, initialised;
 static char driver_version[80] = "550.54.15";
 
 static void index_config(void) {
     device_count = 0;
+    memset(links, 0, sizeof(links));
     for (int i = 0; i < config.count; i++) {
         const struct cfg_record *rec = &config.records[i];
         if (strcmp(rec->kind, "device") == 0 && device_count < MAX_DEVICES) {
             devices[device_count].rec = rec;
             devices[device_count].index = device_count;
             device_count++;
+        } else if (strcmp(rec->kind, "nvlink") == 0) {
+            long d = cfg_long(rec, "device", -1), l = cfg_long(rec, "link", -1);
+            if (d >= 0 && d < MAX_DEVICES && l >= 0 && l < MAX_LINKS) links[d][l] = rec;
         } else if (strcmp(rec->kind, "driver") == 0) {
             cfg_str(driver_version, sizeof(driver_version), rec, "version");
         }
@@ -230,13 +236,7 @@ nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *v
 }
 
 static const struct cfg_record *find_link(nvmlDevice_t device, unsigned int link) {
-    for (int i = 0; i < config.count; i++) {
-        const struct cfg_record *rec = &config.records[i];
-        if (strcmp(rec->kind, "nvlink") == 0 && cfg_long(rec, "device", -1) == device->index &&
-            cfg_long(rec, "link", -1) == (long)link)
-            return rec;
-    }
-    return NULL;
+    return links[device->index][link];
 }
 static nvmlReturn_t link_check(nvmlDevice_t device, unsigned int link) {
     nvmlReturn_t r = check(device);
