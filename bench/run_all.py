@@ -7,7 +7,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import api_latency, health_bench, idle, ledger_bench, nri_bench, runtime_bench
+from bench import (
+    api_latency,
+    discovery_bench,
+    health_bench,
+    idle,
+    ledger_bench,
+    nri_bench,
+    runtime_bench,
+)
 from bench.common import write_result
 from bench.libhcs import run as libhcs_bench
 
@@ -16,6 +24,7 @@ def main() -> int:
     results = {
         "api_latency": api_latency.main(),
         "ledger": ledger_bench.main(),
+        "discovery": discovery_bench.main(),
         "idle": idle.main(),
         "health": health_bench.main(),
         "nri": nri_bench.main(),
