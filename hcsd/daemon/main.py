@@ -145,8 +145,7 @@ class Daemon:
                 tasks.append(supervise(watcher.run(), "health"))
             if config.cdi_dir:
                 tasks.append(supervise(keep_spec_current(config.cdi_dir, service), "cdi"))
-            if (hotplug := hotplug_watcher(config, service, self.backends)) is not None:
-                tasks.append(supervise(hotplug.run(), "hotplug"))
+            tasks += self._hotplug_tasks(service)
             if config.nri:
                 plugin = NriPlugin(
                     injector, socket_path=config.nri_socket, index=config.plugin_index
@@ -170,6 +169,11 @@ class Daemon:
             for backend in self.backends:
                 backend.close()
         log.info("hcsd stopped")
+
+    def _hotplug_tasks(self, service: NodeService) -> list[asyncio.Task[None]]:
+        """The hot-plug watcher, when enabled and a real backend runs."""
+        watcher = hotplug_watcher(self.config, service, self.backends)
+        return [] if watcher is None else [supervise(watcher.run(), "hotplug")]
 
     def _injector(self, service: NodeService) -> Injector:
         """Container injection, shared by the NRI plugin and the hooks' API calls."""
