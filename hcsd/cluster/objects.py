@@ -1,0 +1,276 @@
+"""ComputeNode objects: built from hcsd's local API by the syncer, read back by the extender.
+
+Pure functions, no I/O. The syncer compares what it would write with what it wrote last, so
+the shapes here must be deterministic (sorted lists, no clocks except condition transition
+times carried over from the previous status), or every resync would be a write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hcsd.allocator import Usage
+from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.cluster.names import API_VERSION
+from hcsd.model import Device, Grant, HealthState, Link, LinkKind, Vendor
+from hcsd.quantity import format_bytes
+
+__all__ = [
+    "NodeView",
+    "PodHold",
+    "compute_node",
+    "node_spec",
+    "node_status",
+    "node_view",
+]
+
+_HEALTH = {
+    pb.HEALTH_STATE_HEALTHY: HealthState.HEALTHY,
+    pb.HEALTH_STATE_DEGRADED: HealthState.DEGRADED,
+    pb.HEALTH_STATE_UNHEALTHY: HealthState.UNHEALTHY,
+    pb.HEALTH_STATE_LOST: HealthState.LOST,
+}
+
+
+def node_spec(node: pb.Node, devices: Sequence[pb.Device]) -> dict[str, Any]:
+    """The inventory: what the node has, changing only on hot-plug or a new fingerprint."""
+    return {
+        "nodeName": node.name,
+        "hcsdVersion": node.version,
+        "backends": sorted(node.backends),
+        "devices": [
+            {
+                "uuid": d.uuid,
+                "vendor": d.vendor,
+                "model": d.model,
+                "index": d.index,
+                "pciBusID": d.pci_bus_id,
+                "numaNode": d.numa_node,
+                "vramBytes": d.vram_bytes,
+                "tflopsFP16": round(d.tflops_fp16, 3),
+                "tflopsBF16": round(d.tflops_bf16, 3),
+                "tflopsFP32": round(d.tflops_fp32, 3),
+                "topsINT8": round(d.tops_int8, 3),
+                "links": [
+                    {"peer": link.peer_uuid, "kind": link.kind, "gbps": round(link.gbps, 3)}
+                    for link in sorted(d.links, key=lambda link: link.peer_uuid)
+                ],
+            }
+            for d in sorted(devices, key=lambda d: (d.vendor, d.index, d.uuid))
+        ],
+    }
+
+
+def _condition(
+    kind: str, ok: bool, reason: str, message: str, *, previous: Mapping[str, Any], now: str
+) -> dict[str, str]:
+    """A condition whose transition time only moves when its status does."""
+    status = "True" if ok else "False"
+    old = {c.get("type"): c for c in previous.get("conditions", []) if isinstance(c, dict)}
+    before = old.get(kind, {})
+    since = before.get("lastTransitionTime") if before.get("status") == status else None
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since or now,
+    }
+
+
+def node_status(
+    devices: Sequence[pb.Device],
+    allocations: Sequence[pb.Allocation],
+    *,
+    previous: Mapping[str, Any],
+    now: str,
+) -> dict[str, Any]:
+    """Usage and health; `previous` (the status last written) keeps transition times stable."""
+    states = {d.uuid: _HEALTH.get(d.health_state, HealthState.HEALTHY) for d in devices}
+    healthy = sum(1 for s in states.values() if s is HealthState.HEALTHY)
+    schedulable = sum(1 for s in states.values() if s.schedulable)
+    total = sum(d.vram_bytes for d in devices)
+    allocated = sum(min(d.vram_allocated_bytes, d.vram_bytes) for d in devices)
+    bad = sorted(
+        f"{d.uuid} {states[d.uuid].value}" for d in devices if not states[d.uuid].schedulable
+    )
+    if not devices:
+        phase, ready_reason, ready_message = "NotReady", "NoDevices", "hcsd found no accelerators"
+    elif schedulable == 0:
+        phase, ready_reason, ready_message = "NotReady", "NoHealthyDevices", "; ".join(bad)
+    elif bad or healthy < len(devices):
+        phase, ready_reason, ready_message = "Degraded", "SomeDevicesUnhealthy", "; ".join(bad)
+    else:
+        phase, ready_reason, ready_message = "Ready", "AllDevicesHealthy", ""
+    return {
+        "phase": phase,
+        "vendors": ",".join(sorted({d.vendor for d in devices})),
+        "deviceCount": len(devices),
+        "healthyDevices": healthy,
+        "health": f"{healthy}/{len(devices)}",
+        "vramTotalBytes": total,
+        "vramAllocatedBytes": allocated,
+        "vramTotal": format_bytes(total),
+        "vramFree": format_bytes(total - allocated),
+        "conditions": [
+            _condition(
+                "Ready", schedulable > 0, ready_reason, ready_message, previous=previous, now=now
+            ),
+            _condition(
+                "HardwareHealthy",
+                healthy == len(devices),
+                "AllDevicesHealthy" if healthy == len(devices) else "DevicesNotHealthy",
+                "; ".join(bad)
+                or (f"{len(devices) - healthy} degraded" if healthy < len(devices) else ""),
+                previous=previous,
+                now=now,
+            ),
+        ],
+        "devices": [
+            {
+                "uuid": d.uuid,
+                "health": states[d.uuid].value,
+                "healthScore": d.health_score,
+                "vramAllocatedBytes": d.vram_allocated_bytes,
+                "computeAllocated": d.compute_allocated_percent,
+                "holders": d.allocation_count,
+            }
+            for d in sorted(devices, key=lambda d: (d.vendor, d.index, d.uuid))
+        ],
+        "allocations": [
+            {
+                "containerID": a.container_id,
+                "podUID": a.pod.uid,
+                "namespace": a.pod.namespace,
+                "pod": a.pod.name,
+                "container": a.container_name,
+                "source": a.source,
+                "grants": [
+                    {"uuid": g.device_uuid, "vramBytes": g.vram_bytes, "compute": g.compute_percent}
+                    for g in a.grants
+                ],
+            }
+            for a in sorted(allocations, key=lambda a: a.container_id)
+        ],
+    }
+
+
+def compute_node(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A new ComputeNode object (the status is written through its subresource after)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ComputeNode",
+        "metadata": {"name": name, "labels": {"hcs.io/node": name}},
+        "spec": spec,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class PodHold:
+    """What one pod's container holds on a node: from hcsd's allocations or an assignment."""
+
+    pod_uid: str
+    container: str
+    namespace: str
+    grants: tuple[Grant, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.pod_uid}/{self.container}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One ComputeNode as the extender schedules on it: model devices, and who holds what."""
+
+    name: str
+    devices: tuple[Device, ...]
+    holds: Mapping[str, PodHold]  # by "pod-uid/container"
+    local_usage: Mapping[str, Usage]  # allocations without a pod (hcsctl, local requests)
+    phase: str
+    generation: str = ""  # resourceVersion: a cheap "did anything change"
+    models: frozenset[str] = field(default_factory=frozenset)
+
+    def usage(self, extra: Iterable[PodHold] = ()) -> dict[str, Usage]:
+        """Per-device usage from holds, local allocations and `extra` (assumed, not yet seen)."""
+        vram: dict[str, int] = {u: x.vram_bytes for u, x in self.local_usage.items()}
+        compute: dict[str, int] = {u: x.compute_percent for u, x in self.local_usage.items()}
+        for hold in (*self.holds.values(), *extra):
+            for grant in hold.grants:
+                vram[grant.device_uuid] = vram.get(grant.device_uuid, 0) + grant.vram_bytes
+                compute[grant.device_uuid] = (
+                    compute.get(grant.device_uuid, 0) + grant.compute_percent
+                )
+        return {u: Usage(vram[u], min(compute.get(u, 0), 100)) for u in vram}
+
+
+class ObjectError(ValueError):
+    """A ComputeNode that does not have the shape the CRD schema promises."""
+
+
+def _device(raw: Mapping[str, Any], health: Mapping[str, Any]) -> Device:
+    links = tuple(
+        Link(str(link["peer"]), LinkKind(str(link["kind"])), float(link.get("gbps", 0.0)))
+        for link in raw.get("links") or ()
+    )
+    state = HealthState(str(health.get("health", "healthy")))
+    return Device(
+        uuid=str(raw["uuid"]),
+        vendor=Vendor.parse(str(raw["vendor"])),
+        model=str(raw["model"]),
+        index=int(raw.get("index", 0)),
+        pci_bus_id=str(raw.get("pciBusID", "")),
+        vram_bytes=int(raw["vramBytes"]),
+        numa_node=int(raw.get("numaNode", -1)),
+        tflops_fp16=float(raw.get("tflopsFP16", 0.0)),
+        tflops_bf16=float(raw.get("tflopsBF16", 0.0)),
+        tflops_fp32=float(raw.get("tflopsFP32", 0.0)),
+        tops_int8=float(raw.get("topsINT8", 0.0)),
+        links=links,
+        health_score=int(health.get("healthScore", 100)),
+        health_state=state,
+    )
+
+
+def node_view(obj: Mapping[str, Any]) -> NodeView:
+    """Read a ComputeNode; ObjectError when it is not what the schema promises."""
+    try:
+        name = str(obj["metadata"]["name"])
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        health = {str(d["uuid"]): d for d in status.get("devices") or ()}
+        devices = tuple(
+            _device(d, health.get(str(d["uuid"]), {})) for d in spec.get("devices") or ()
+        )
+        holds: dict[str, PodHold] = {}
+        local: dict[str, Usage] = {}
+        for a in status.get("allocations") or ():
+            grants = tuple(
+                Grant(str(g["uuid"]), int(g["vramBytes"]), int(g.get("compute", 0)))
+                for g in a.get("grants") or ()
+            )
+            uid = str(a.get("podUID") or "")
+            if uid:
+                hold = PodHold(
+                    uid, str(a.get("container", "")), str(a.get("namespace", "")), grants
+                )
+                holds[hold.key] = hold
+            else:
+                for g in grants:
+                    old = local.get(g.device_uuid, Usage())
+                    local[g.device_uuid] = Usage(
+                        old.vram_bytes + g.vram_bytes, old.compute_percent + g.compute_percent
+                    )
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ObjectError(f"ComputeNode {obj.get('metadata', {}).get('name')!r}: {e!r}") from e
+    return NodeView(
+        name=name,
+        devices=devices,
+        holds=holds,
+        local_usage=local,
+        phase=str(status.get("phase", "NotReady")) if status else "NotReady",
+        generation=str(obj.get("metadata", {}).get("resourceVersion", "")),
+        models=frozenset(d.model.lower() for d in devices),
+    )

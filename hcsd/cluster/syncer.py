@@ -1,0 +1,258 @@
+"""hcs-syncer: mirrors one node's hcsd into its ComputeNode and keeps its heartbeat Lease.
+
+What it writes, and when (the API server is shared by every node, so writes are the cost):
+- the ComputeNode's spec when the inventory changes (hot-plug, a new fingerprint);
+- its status when usage or health changes, never on a timer; bursts of hcsd events within
+  `settle` seconds become one write;
+- the Lease `hcs-node-<node>` every `renew` seconds while hcsd answers: the heartbeat the
+  extender checks. A dead hcsd stops the heartbeat, so the node stops getting pods.
+What was last written is remembered; after an API error it is forgotten, and the next pass
+reads the object back and writes only what differs (a full resync). Failures back off
+exponentially with jitter, so an API server outage is not met with a storm on its return.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hcsd.api.client import ApiError, Client
+from hcsd.cluster.keyfile import KeyError_, install_key
+from hcsd.cluster.kube import Kube, KubeError, paths_for
+from hcsd.cluster.names import API_VERSION, COMPUTE_NODES, NAMESPACE, NODE_LEASE_PREFIX
+from hcsd.cluster.objects import compute_node, node_spec, node_status
+from hcsd.cluster.timefmt import micro_time, rfc3339
+
+__all__ = ["Syncer", "SyncerSettings"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncerSettings:
+    node_name: str
+    socket_path: str = "/run/hcsd/hcsd.sock"
+    namespace: str = NAMESPACE
+    lease_seconds: int = 40  # the extender treats a node as gone after this
+    renew: float = 10.0  # 6 Lease writes a minute: the steady-state cost
+    settle: float = 0.2  # coalesce a burst of hcsd events into one status write
+    resync: float = 300.0  # re-read the object (a read, no write unless it differs)
+    backoff_max: float = 30.0
+    key_source: str = ""  # the Secret's file in the pod; empty: do not install a key
+    key_target: str = "/etc/hcsd/assignment.key"
+
+
+class Syncer:
+    """Run with `run()` in the foreground; `stop()` from a signal handler or another thread."""
+
+    def __init__(
+        self,
+        settings: SyncerSettings,
+        kube: Kube,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.clock = clock
+        self.writes: Counter[str] = Counter()  # spec, status, create, lease: what it cost
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._dirty = True
+        self._written: dict[str, Any] | None = None  # the object as last written or read
+        self._lease: dict[str, Any] | None = None
+        self._hcsd_up = False
+        self._failures = 0
+        self.synced = threading.Event()  # set after each pass that left the object current
+
+    @property
+    def node_path(self) -> str:
+        return paths_for(API_VERSION, COMPUTE_NODES, name=self.settings.node_name)
+
+    @property
+    def lease_path(self) -> str:
+        name = NODE_LEASE_PREFIX + self.settings.node_name
+        return paths_for("coordination.k8s.io/v1", "leases", self.settings.namespace, name)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        watcher = threading.Thread(target=self._watch_hcsd, name="hcsd-watch", daemon=True)
+        watcher.start()
+        next_renew = 0.0
+        next_resync = time.monotonic() + self.settings.resync
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            if now >= next_resync:
+                self._written = None  # read back and compare: catches edits by others
+                self._dirty = True
+                next_resync = now + self.settings.resync
+            try:
+                self._install_key()
+                if self._dirty:
+                    self._dirty = False
+                    self._sync()
+                if now >= next_renew:
+                    self._renew()
+                    next_renew = now + self.settings.renew
+                self._failures = 0
+            except (KubeError, ApiError) as e:
+                self._dirty = True
+                self._written = None
+                self._lease = None
+                self._failures += 1
+                # Capped well inside the Lease, so a short API outage does not age the heartbeat.
+                cap = min(self.settings.backoff_max, self.settings.lease_seconds / 4)
+                delay = min(cap, 0.5 * 2 ** min(self._failures, 8))
+                delay *= random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not a secret
+                log.warning("sync failed (%s); retrying in %.1fs", e, delay)
+                self._stopping.wait(delay)
+                continue
+            wait = max(0.0, min(next_renew, next_resync) - time.monotonic())
+            self._wake.wait(wait)
+            if self._wake.is_set():
+                self._wake.clear()
+                self._stopping.wait(self.settings.settle)  # let a burst finish
+        log.info("syncer stopped; writes: %s", dict(self.writes))
+
+    # --- hcsd side -------------------------------------------------------------------
+
+    def _watch_hcsd(self) -> None:
+        """Mark the state dirty on every hcsd event; reconnect with backoff when it goes."""
+        failures = 0
+        while not self._stopping.is_set():
+            client = Client(self.settings.socket_path, timeout=5.0)
+            try:
+                for _ in client.watch(send_initial=False):
+                    failures = 0
+                    self._dirty = True
+                    self._wake.set()
+                    if self._stopping.is_set():
+                        return
+            except ApiError as e:
+                failures += 1
+                if failures == 1:
+                    log.warning("watching hcsd: %s", e)
+            finally:
+                client.close()
+            self._dirty = True
+            self._wake.set()
+            self._stopping.wait(min(10.0, 0.2 * 2 ** min(failures, 6)))
+
+    def _read_hcsd(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        with Client(self.settings.socket_path, timeout=5.0) as hcsd:
+            node = hcsd.node()
+            devices = hcsd.devices()
+            allocations = hcsd.allocations()
+        previous = (self._written or {}).get("status") or {}
+        spec = node_spec(node, devices)
+        spec["nodeName"] = self.settings.node_name  # the Kubernetes name wins over hcsd's
+        status = node_status(devices, allocations, previous=previous, now=rfc3339(self.clock()))
+        return spec, status
+
+    # --- API side ----------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        try:
+            spec, status = self._read_hcsd()
+        except ApiError as e:
+            self._hcsd_up = False
+            log.warning("cannot read hcsd: %s (the heartbeat stops until it answers)", e)
+            return
+        self._hcsd_up = True
+        if self._written is None:
+            try:
+                self._written = self.kube.get(self.node_path)
+            except KubeError as e:
+                if not e.not_found:
+                    raise
+                self._written = self.kube.create(
+                    self.node_path.rsplit("/", 1)[0], compute_node(self.settings.node_name, spec)
+                )
+                self.writes["create"] += 1
+                log.info("created ComputeNode %s", self.settings.node_name)
+            # Transition times of what is there now, so a resync does not rewrite them.
+            _, status = self._read_hcsd()
+        if self._written.get("spec") != spec:
+            self._written = self.kube.patch(self.node_path, {"spec": spec})
+            self.writes["spec"] += 1
+            log.info(
+                "inventory of %s written (%d devices)",
+                self.settings.node_name,
+                len(spec["devices"]),
+            )
+        if self._written.get("status") != status:
+            self._written = self.kube.request(
+                "PUT",
+                self.node_path + "/status",
+                body={**self._written, "status": status},
+            )
+            self.writes["status"] += 1
+        self.synced.set()
+
+    def _renew(self) -> None:
+        """The heartbeat: only while hcsd answers, so the extender sees a dead node go."""
+        if not self._hcsd_up:
+            try:
+                with Client(self.settings.socket_path, timeout=3.0) as hcsd:
+                    hcsd.node()
+                self._hcsd_up = True
+                self._dirty = True
+            except ApiError:
+                return
+        now = micro_time(self.clock())
+        if self._lease is None:
+            try:
+                self._lease = self.kube.get(self.lease_path)
+            except KubeError as e:
+                if not e.not_found:
+                    raise
+                body = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {
+                        "name": NODE_LEASE_PREFIX + self.settings.node_name,
+                        "namespace": self.settings.namespace,
+                    },
+                    "spec": {
+                        "holderIdentity": self.settings.node_name,
+                        "leaseDurationSeconds": self.settings.lease_seconds,
+                        "acquireTime": now,
+                        "renewTime": now,
+                    },
+                }
+                self._lease = self.kube.create(self.lease_path.rsplit("/", 1)[0], body)
+                self.writes["lease"] += 1
+                return
+        lease = dict(self._lease)
+        lease["spec"] = {
+            **lease.get("spec", {}),
+            "holderIdentity": self.settings.node_name,
+            "leaseDurationSeconds": self.settings.lease_seconds,
+            "renewTime": now,
+        }
+        try:
+            self._lease = self.kube.replace(self.lease_path, lease)
+        except KubeError as e:
+            self._lease = None  # someone else wrote it: read it again next time
+            if not e.conflict:
+                raise
+            return
+        self.writes["lease"] += 1
+
+    def _install_key(self) -> None:
+        if not self.settings.key_source:
+            return
+        try:
+            if install_key(self.settings.key_source, self.settings.key_target):
+                log.info("assignment key installed at %s", self.settings.key_target)
+        except (KeyError_, OSError) as e:
+            log.error("%s", e)
