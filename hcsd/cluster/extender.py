@@ -1,0 +1,566 @@
+"""The scheduler extender's decisions: filter, prioritize and bind over informer caches.
+
+State, all in memory and rebuilt from the API server on start:
+- ComputeNodes (what each node has and what hcsd says is held), node heartbeat Leases,
+  ComputeQuotas, and the pods that carry an assignment;
+- `pending`: grants of assigned pods per node, including those this process just bound and
+  the informers have not shown yet (the assume cache). A grant already in the node's
+  ComputeNode status is counted once, from the status.
+Filter and prioritize never write. Bind is serialised: it re-plans against the latest state,
+so two pods racing for the last slice cannot both get it; the loser's bind fails and
+kube-scheduler tries it again, where the filter now tells it why not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hcsd.allocator import Usage
+from hcsd.cluster.demand import Demand, DemandError, demand_of
+from hcsd.cluster.informer import Informer
+from hcsd.cluster.kube import Kube, KubeError, paths_for
+from hcsd.cluster.metrics import Metrics
+from hcsd.cluster.names import (
+    ANNOTATION_ASSIGNMENT,
+    API_VERSION,
+    COMPUTE_NODES,
+    COMPUTE_QUOTAS,
+    NAMESPACE,
+    NODE_LEASE_PREFIX,
+)
+from hcsd.cluster.objects import NodeView, ObjectError, PodHold, node_view
+from hcsd.cluster.planner import (
+    Plan,
+    Summary,
+    Unfit,
+    expand_models,
+    plan,
+    quick_fit,
+    shape_of,
+    summarise,
+)
+from hcsd.cluster.quota import Amounts, Quota, quota_of
+from hcsd.cluster.timefmt import parse_time
+from hcsd.model import Grant
+from hcsd.profiles.database import ProfileDatabase
+from hcsd.runtime.assignment import sign
+
+__all__ = ["Extender", "PodInfo"]
+
+log = logging.getLogger(__name__)
+
+_PLAN_CACHE = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    holds: tuple[PodHold, ...]
+
+
+def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
+    """Pods that hold accelerators through an assignment; None for all others."""
+    meta = obj.get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(ANNOTATION_ASSIGNMENT)
+    node = (obj.get("spec") or {}).get("nodeName") or ""
+    phase = (obj.get("status") or {}).get("phase", "")
+    if not text or phase in ("Succeeded", "Failed"):
+        return None
+    try:
+        body = json.loads(text)
+        assigned_node = str(body["node"])
+        holds = tuple(
+            PodHold(
+                str(meta["uid"]),
+                str(container),
+                str(meta.get("namespace", "")),
+                tuple(
+                    Grant(str(g["uuid"]), int(g["vram"]), int(g.get("compute", 0))) for g in grants
+                ),
+            )
+            for container, grants in body["containers"].items()
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"unreadable {ANNOTATION_ASSIGNMENT}: {e!r}") from e
+    return PodInfo(
+        str(meta["uid"]),
+        str(meta.get("namespace", "")),
+        str(meta.get("name", "")),
+        node or assigned_node,
+        holds,
+    )
+
+
+@dataclass
+class _Heartbeat:
+    renewed: float  # local monotonic time the renewal was seen
+    duration: float
+    stamp: str
+
+
+class Extender:
+    def __init__(
+        self,
+        kube: Kube,
+        key: bytes,
+        db: ProfileDatabase,
+        *,
+        namespace: str = NAMESPACE,
+        is_leader: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.key = key
+        self.db = db
+        self.namespace = namespace
+        self.is_leader = is_leader
+        self.clock = clock
+        self.metrics = Metrics()
+        self.heartbeats: dict[str, _Heartbeat] = {}
+        self._lock = threading.RLock()  # pending, usage cache
+        self._bind_lock = threading.Lock()
+        self.pending: dict[str, dict[str, PodHold]] = {}  # node -> hold key -> hold
+        self._pod_nodes: dict[str, tuple[str, tuple[PodHold, ...]]] = {}  # uid -> node, holds
+        self._usage: dict[str, tuple[NodeView, dict[str, Usage], tuple[object, ...], Summary]] = {}
+        self._plans: OrderedDict[tuple[object, Demand], Plan | Unfit] = OrderedDict()
+        self._last: tuple[str, dict[str, int]] = ("", {})  # pod uid, node -> score
+        self._first_seen: dict[str, float] = {}
+        self.nodes: Informer[NodeView] = Informer(
+            kube,
+            paths_for(API_VERSION, COMPUTE_NODES),
+            self._node_view,
+            name="computenodes",
+            on_change=self._node_changed,
+        )
+        self.pods: Informer[PodInfo] = Informer(
+            kube, "/api/v1/pods", pod_info, name="pods", on_change=self._pod_changed
+        )
+        self.quotas: Informer[Quota] = Informer(
+            kube, paths_for(API_VERSION, COMPUTE_QUOTAS), quota_of, name="computequotas"
+        )
+        self.leases: Informer[_Heartbeat] = Informer(
+            kube,
+            paths_for("coordination.k8s.io/v1", "leases", namespace),
+            self._heartbeat,
+            name="leases",
+        )
+
+    # --- caches ------------------------------------------------------------------------
+
+    def start(self) -> Extender:
+        for informer in (self.nodes, self.pods, self.quotas, self.leases):
+            informer.start()
+        return self
+
+    def stop(self) -> None:
+        for informer in (self.nodes, self.pods, self.quotas, self.leases):
+            informer.stop()
+
+    def wait_synced(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(
+            i.synced.wait(max(0.0, deadline - time.monotonic()))
+            for i in (self.nodes, self.pods, self.quotas, self.leases)
+        )
+
+    @staticmethod
+    def _node_view(obj: Mapping[str, Any]) -> NodeView:
+        try:
+            return node_view(obj)
+        except ObjectError as e:
+            raise ValueError(str(e)) from e
+
+    def _node_changed(self, key: str, old: NodeView | None, new: NodeView | None) -> None:
+        with self._lock:
+            self._usage.pop(key, None)
+
+    def _heartbeat(self, obj: Mapping[str, Any]) -> _Heartbeat | None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        if not name.startswith(NODE_LEASE_PREFIX):
+            return None
+        spec = obj.get("spec") or {}
+        stamp = str(spec.get("renewTime", ""))
+        duration = float(spec.get("leaseDurationSeconds") or 40)
+        node = name[len(NODE_LEASE_PREFIX) :]
+        before = self.heartbeats.get(node)
+        if before is not None and before.stamp == stamp:
+            return before
+        renewed_wall = parse_time(stamp)
+        now = time.monotonic()
+        if before is None and renewed_wall is not None:
+            # First sight (a list at start): trust the stamp, measured against our clock.
+            renewed = now - max(0.0, self.clock() - renewed_wall)
+        else:
+            renewed = now  # a renewal seen now: no clock skew between nodes involved
+        beat = _Heartbeat(renewed, duration, stamp)
+        self.heartbeats[node] = beat
+        return beat
+
+    def _pod_changed(self, key: str, old: PodInfo | None, new: PodInfo | None) -> None:
+        with self._lock:
+            for info in (old, new):
+                if info is not None:
+                    self._forget_pod(info.uid)
+            if new is not None and new.node:
+                self._hold(new.uid, new.node, new.holds)
+
+    def _hold(self, uid: str, node: str, holds: tuple[PodHold, ...]) -> None:
+        self._forget_pod(uid)
+        bucket = self.pending.setdefault(node, {})
+        for hold in holds:
+            bucket[hold.key] = hold
+        self._pod_nodes[uid] = (node, holds)
+        self._usage.pop(node, None)
+
+    def _forget_pod(self, uid: str) -> None:
+        found = self._pod_nodes.pop(uid, None)
+        if found is None:
+            return
+        node, holds = found
+        bucket = self.pending.get(node, {})
+        for hold in holds:
+            bucket.pop(hold.key, None)
+        self._usage.pop(node, None)
+
+    def _node_usage(
+        self, view: NodeView
+    ) -> tuple[NodeView, dict[str, Usage], tuple[object, ...], Summary]:
+        cached = self._usage.get(view.name)
+        if cached is not None and cached[0] is view:
+            return cached
+        with self._lock:
+            extra = [h for k, h in self.pending.get(view.name, {}).items() if k not in view.holds]
+            usage = view.usage(extra)
+            entry = (view, usage, shape_of(view.devices, usage), summarise(view.devices, usage))
+            self._usage[view.name] = entry
+            return entry
+
+    # --- decisions ---------------------------------------------------------------------
+
+    def _stale(self, name: str) -> str | None:
+        beat = self.heartbeats.get(name)
+        if beat is None:
+            return "no hcs heartbeat Lease (is hcs-syncer running on the node?)"
+        age = time.monotonic() - beat.renewed
+        if age > beat.duration:
+            return (
+                f"hcs heartbeat is {age:.0f}s old (limit {beat.duration:.0f}s): "
+                "hcsd or hcs-syncer is down"
+            )
+        return None
+
+    def evaluate(self, demand: Demand, name: str, *, cached: bool = True) -> Plan | Unfit:
+        view = self.nodes.get(name)
+        if view is None:
+            return Unfit("node has no ComputeNode (is hcs-syncer running on it?)")
+        stale = self._stale(name)
+        if stale is not None:
+            return Unfit(stale)
+        if view.phase == "NotReady":
+            return Unfit("ComputeNode is NotReady (no healthy accelerator)")
+        _, usage, shape, _ = self._node_usage(view)
+        if not cached:
+            return plan(demand, view.devices, usage, self.db)
+        key = (shape, demand)
+        found = self._plans.get(key)
+        if found is None:
+            found = plan(demand, view.devices, usage, self.db)
+            self._plans[key] = found
+            if len(self._plans) > _PLAN_CACHE:
+                self._plans.popitem(last=False)
+        return found
+
+    def namespace_usage(self, namespace: str, *, skip_uid: str = "") -> Amounts:
+        total = Amounts()
+        with self._lock:
+            items = [
+                (node, holds) for uid, (node, holds) in self._pod_nodes.items() if uid != skip_uid
+            ]
+        for node, holds in items:
+            for hold in holds:
+                if hold.namespace == namespace:
+                    total = total + self._amounts(node, hold.grants)
+        return total
+
+    def _amounts(self, node: str, grants: tuple[Grant, ...]) -> Amounts:
+        view = self.nodes.get(node)
+        devices = {d.uuid: d for d in view.devices} if view is not None else {}
+        tflops = 0.0
+        for g in grants:
+            device = devices.get(g.device_uuid)
+            if device is not None:
+                tflops += device.tflops_fp16 * g.compute_percent / 100.0
+        return Amounts(sum(g.vram_bytes for g in grants), tflops, len(grants))
+
+    def _quotas(self, namespace: str) -> list[Quota]:
+        return [q for q in list(self.quotas.items.values()) if q.namespace == namespace]
+
+    def _demand(self, pod: Mapping[str, Any]) -> Demand | None:
+        demand = demand_of(pod)
+        if demand is not None and demand.models:
+            demand = dataclasses.replace(demand, models=expand_models(demand.models, self.db))
+        return demand
+
+    def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            return self._filter(args)
+        finally:
+            self.metrics.observe("filter", time.perf_counter() - started)
+
+    def _filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        pod = args.get("Pod") or {}
+        names = list(
+            args.get("NodeNames")
+            or [n["metadata"]["name"] for n in (args.get("Nodes") or {}).get("items", [])]
+        )
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        self._first_seen.setdefault(uid, time.monotonic())
+        if len(self._first_seen) > 10_000:
+            self._first_seen.clear()
+        try:
+            demand = self._demand(pod)
+        except DemandError as e:
+            self.metrics.refusals["bad_request"] += len(names)
+            return _filter_result([], {n: str(e) for n in names})
+        if demand is None:
+            return _filter_result(names, {})
+        quotas = self._quotas(demand.namespace)
+        used = self.namespace_usage(demand.namespace, skip_uid=uid) if quotas else Amounts()
+        floor = Amounts(
+            demand.vram_floor,
+            sum(c.tflops_fp16 or 0.0 for c in demand.containers),
+            sum(c.devices for c in demand.containers),
+        )
+        for quota in quotas:
+            reason = quota.excess(used, floor)
+            if reason is not None:
+                self.metrics.refusals["quota"] += len(names)
+                return _filter_result([], {n: reason for n in names})
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        scores: dict[str, int] = {}
+        for name in names:
+            score, reason = self._fit(demand, name, quotas, used, floor)
+            if reason:
+                failed[name] = reason
+            else:
+                passed.append(name)
+                scores[name] = score
+        if failed:
+            self.metrics.refusals["unfit"] += len(failed)
+        self._last = (uid, scores)
+        return _filter_result(passed, failed)
+
+    def _fit(
+        self, demand: Demand, name: str, quotas: list[Quota], used: Amounts, floor: Amounts
+    ) -> tuple[int, str]:
+        """(score, "") when the pod fits on the node, else (0, why not)."""
+        view = self.nodes.items.get(name)
+        if view is not None and view.phase != "NotReady" and self._stale(name) is None:
+            entry = self._usage.get(name)
+            if entry is None or entry[0] is not view:
+                entry = self._node_usage(view)
+            quick = quick_fit(demand, entry[3])
+            if quick is not None:
+                score, reason = quick
+                if score < 0:
+                    return 0, reason
+                # The quick path grants one slice with no compute reserved: the floor.
+                return score, _over_quota(quotas, used, floor) or ""
+        found = self.evaluate(demand, name)
+        if isinstance(found, Unfit):
+            return 0, found.reason
+        return found.score, _over_quota(quotas, used, self._plan_amounts(found)) or ""
+
+    @staticmethod
+    def _plan_amounts(found: Plan) -> Amounts:
+        grants = found.all_grants
+        return Amounts(sum(g.vram_bytes for g in grants), found.reserved_tflops, len(grants))
+
+    def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+        started = time.perf_counter()
+        try:
+            pod = args.get("Pod") or {}
+            uid = str((pod.get("metadata") or {}).get("uid", ""))
+            names = list(args.get("NodeNames") or [])
+            last_uid, known = self._last
+            if last_uid != uid:
+                known = {}
+            try:
+                demand = self._demand(pod)
+            except DemandError:
+                demand = None
+            scores = []
+            for name in names:
+                score = known.get(name)
+                if score is None and demand is not None:
+                    found = self.evaluate(demand, name)
+                    score = found.score if isinstance(found, Plan) else 0
+                scores.append({"Host": name, "Score": score or 0})
+            return scores
+        finally:
+            self.metrics.observe("prioritize", time.perf_counter() - started)
+
+    def bind(self, args: Mapping[str, Any]) -> dict[str, str]:
+        started = time.perf_counter()
+        try:
+            error = self._bind(args)
+        except KubeError as e:
+            error = f"bind failed: {e}"
+        finally:
+            self.metrics.observe("bind", time.perf_counter() - started)
+        self.metrics.binds["ok" if not error else "error"] += 1
+        if error:
+            log.warning(
+                "bind %s/%s to %s: %s",
+                args.get("PodNamespace"),
+                args.get("PodName"),
+                args.get("Node"),
+                error,
+            )
+        return {"Error": error}
+
+    def _bind(self, args: Mapping[str, Any]) -> str:
+        if not self.is_leader():
+            return "this hcs-scheduler-extender replica is not the leader"
+        namespace = str(args.get("PodNamespace", ""))
+        name = str(args.get("PodName", ""))
+        uid = str(args.get("PodUID", ""))
+        node = str(args.get("Node", ""))
+        pod_path = paths_for("v1", "pods", namespace, name)
+        with self._bind_lock:
+            pod = self.kube.get(pod_path)
+            meta = pod.get("metadata") or {}
+            if uid and meta.get("uid") != uid:
+                return f"pod {namespace}/{name} was replaced (uid {meta.get('uid')}, not {uid})"
+            try:
+                demand = self._demand(pod)
+            except DemandError as e:
+                return str(e)
+            annotations: dict[str, str] = {}
+            grants: tuple[PodHold, ...] = ()
+            if demand is not None:
+                found = self.evaluate(demand, node, cached=False)
+                if isinstance(found, Unfit):
+                    return f"node {node} can no longer take the pod: {found.reason}"
+                used = self.namespace_usage(namespace, skip_uid=uid)
+                adding = self._plan_amounts(found)
+                for quota in self._quotas(namespace):
+                    reason = quota.excess(used, adding)
+                    if reason is not None:
+                        return reason
+                body = {
+                    "v": 1,
+                    "node": node,
+                    "pod_uid": meta.get("uid", uid),
+                    "issued": int(self.clock()),
+                    "containers": {
+                        container: [
+                            {
+                                "uuid": g.device_uuid,
+                                "vram": g.vram_bytes,
+                                "compute": g.compute_percent,
+                            }
+                            for g in granted
+                        ]
+                        for container, granted in found.grants.items()
+                    },
+                }
+                annotations[ANNOTATION_ASSIGNMENT] = sign(body, self.key)
+                grants = tuple(
+                    PodHold(str(meta.get("uid", uid)), c, namespace, g)
+                    for c, g in found.grants.items()
+                )
+                self.kube.patch(
+                    pod_path,
+                    {
+                        "metadata": {
+                            "annotations": annotations,
+                            "resourceVersion": meta.get("resourceVersion"),
+                        }
+                    },
+                )
+                with self._lock:
+                    self._hold(str(meta.get("uid", uid)), node, grants)  # assume it now
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace, "uid": meta.get("uid", uid)},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            }
+            try:
+                self.kube.create(pod_path + "/binding", binding)
+            except KubeError:
+                with self._lock:
+                    self._forget_pod(str(meta.get("uid", uid)))
+                raise
+        first = self._first_seen.pop(uid, None)
+        if first is not None:
+            self.metrics.scheduling.observe(time.monotonic() - first)
+        log.info(
+            "bound %s/%s to %s%s",
+            namespace,
+            name,
+            node,
+            f" ({len([g for h in grants for g in h.grants])} grant(s))" if grants else "",
+        )
+        return ""
+
+    # --- quota status ------------------------------------------------------------------
+
+    def write_quota_status(self) -> int:
+        """Write each ComputeQuota's `status.used` where it changed; the number written."""
+        written = 0
+        for quota in list(self.quotas.items.values()):
+            used = self.namespace_usage(quota.namespace).as_status()
+            if dict(quota.status_used) == used:
+                continue
+            path = paths_for(API_VERSION, COMPUTE_QUOTAS, quota.namespace, quota.name) + "/status"
+            try:
+                self.kube.patch(path, {"status": {"used": used}})
+                written += 1
+            except KubeError as e:
+                log.warning(
+                    "cannot write the status of ComputeQuota %s/%s: %s",
+                    quota.namespace,
+                    quota.name,
+                    e,
+                )
+        return written
+
+    def gauges(self) -> dict[str, float]:
+        return {
+            "hcs_extender_compute_nodes": float(len(self.nodes.items)),
+            "hcs_extender_assigned_pods": float(len(self._pod_nodes)),
+            "hcs_extender_leader": 1.0 if self.is_leader() else 0.0,
+        }
+
+
+def _over_quota(quotas: list[Quota], used: Amounts, adding: Amounts) -> str | None:
+    for quota in quotas:
+        reason = quota.excess(used, adding)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _filter_result(passed: list[str], failed: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "Nodes": None,
+        "NodeNames": passed,
+        "FailedNodes": dict(failed),
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }

@@ -1,0 +1,121 @@
+"""Leader election on a coordination.k8s.io Lease, for the extender's replicas.
+
+Only the leader binds (its assume cache is what makes binds race-free) and only the leader is
+ready, so the Service sends kube-scheduler to it; a standby takes over when the leader's Lease
+has not been renewed for `duration` seconds. The same protocol as client-go's leaderelection:
+acquire when the Lease is free or expired, renew every `renew` seconds, give up on a failed
+renewal past the deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from hcsd.cluster.kube import Kube, KubeError, paths_for
+from hcsd.cluster.timefmt import micro_time, parse_time
+
+__all__ = ["LeaderElector"]
+
+log = logging.getLogger(__name__)
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        duration: float = 15.0,
+        renew: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.path = paths_for("coordination.k8s.io/v1", "leases", namespace, name)
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.duration = duration
+        self.renew = renew
+        self.clock = clock
+        self._leading_until = 0.0  # monotonic
+        self._stopping = threading.Event()
+
+    def is_leader(self) -> bool:
+        return time.monotonic() < self._leading_until
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def start(self) -> LeaderElector:
+        threading.Thread(target=self._run, name="leader-election", daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            was = self.is_leader()
+            try:
+                self.try_acquire()
+            except KubeError as e:
+                log.warning("leader election: %s", e)
+            now = self.is_leader()
+            if now != was:
+                log.info("%s %s leadership", self.identity, "acquired" if now else "lost")
+            self._stopping.wait(self.renew if now else self.renew / 2)
+
+    def try_acquire(self) -> bool:
+        """One round: take or renew the Lease if we may; True when we lead after it."""
+        started = time.monotonic()
+        stamp = micro_time(self.clock())
+        try:
+            lease = self.kube.get(self.path)
+        except KubeError as e:
+            if not e.not_found:
+                raise
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(stamp, stamp, 0),
+            }
+            try:
+                self.kube.create(self.path.rsplit("/", 1)[0], body)
+            except KubeError as e2:
+                if e2.conflict:
+                    return False
+                raise
+            self._leading_until = started + self.duration
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        renewed = parse_time(str(spec.get("renewTime") or "")) or 0.0
+        duration = float(spec.get("leaseDurationSeconds") or self.duration)
+        expired = self.clock() > renewed + duration
+        if holder != self.identity and not expired and holder:
+            self._leading_until = 0.0
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)
+        acquired = stamp if holder != self.identity else str(spec.get("acquireTime") or stamp)
+        lease["spec"] = self._spec(acquired, stamp, transitions)
+        try:
+            self.kube.replace(self.path, lease)
+        except KubeError as e:
+            if e.conflict:
+                self._leading_until = 0.0
+                return False
+            raise
+        self._leading_until = started + self.duration
+        return True
+
+    def _spec(self, acquired: str, renewed: str, transitions: int) -> dict[str, object]:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.duration),
+            "acquireTime": acquired,
+            "renewTime": renewed,
+            "leaseTransitions": transitions,
+        }

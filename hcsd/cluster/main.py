@@ -1,0 +1,176 @@
+"""Entry points: `hcs-syncer` (one per node) and `hcs-scheduler-extender`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from hcsd import __version__
+from hcsd.cluster.extender import Extender
+from hcsd.cluster.http import serve
+from hcsd.cluster.keyfile import KeyError_, read_key
+from hcsd.cluster.kube import Kube
+from hcsd.cluster.leader import LeaderElector
+from hcsd.cluster.names import EXTENDER_PORT, LEADER_LEASE, NAMESPACE
+from hcsd.cluster.syncer import Syncer, SyncerSettings
+from hcsd.profiles.database import ProfileDatabase, ProfileError
+
+__all__ = ["extender_main", "syncer_main"]
+
+log = logging.getLogger("hcs")
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _connect(kubeconfig: str) -> Kube:
+    try:
+        return Kube.connect(kubeconfig or None)
+    except Exception as e:  # the kubernetes package raises several unrelated types
+        raise SystemExit(f"cannot load Kubernetes credentials: {e}") from e
+
+
+def syncer_main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="hcs-syncer", description="Mirror this node's hcsd into its ComputeNode."
+    )
+    parser.add_argument("--version", action="version", version=f"hcs-syncer {__version__}")
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME", socket.gethostname()),
+        help="the Kubernetes Node name (default: $NODE_NAME, else the hostname)",
+    )
+    parser.add_argument("--socket", default="/run/hcsd/hcsd.sock", help="hcsd's API socket")
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG", ""),
+        help="kubeconfig file (default: the pod's service account)",
+    )
+    parser.add_argument("--namespace", default=NAMESPACE, help="where the heartbeat Lease lives")
+    parser.add_argument("--lease-seconds", type=int, default=40)
+    parser.add_argument("--renew-seconds", type=float, default=10.0)
+    parser.add_argument("--resync-seconds", type=float, default=300.0)
+    parser.add_argument(
+        "--install-key",
+        default="",
+        metavar="SRC",
+        help="copy the assignment key from SRC (the mounted Secret) for hcsd",
+    )
+    parser.add_argument(
+        "--key-file",
+        default="/etc/hcsd/assignment.key",
+        help="where hcsd reads the key (with --install-key)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    _logging(args.verbose)
+    if not 0 < args.renew_seconds < args.lease_seconds:
+        parser.error("--renew-seconds must be positive and below --lease-seconds")
+    settings = SyncerSettings(
+        node_name=args.node_name,
+        socket_path=args.socket,
+        namespace=args.namespace,
+        lease_seconds=args.lease_seconds,
+        renew=args.renew_seconds,
+        resync=args.resync_seconds,
+        key_source=args.install_key,
+        key_target=args.key_file,
+    )
+    syncer = Syncer(settings, _connect(args.kubeconfig))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: syncer.stop())
+    log.info("hcs-syncer %s for node %s (hcsd at %s)", __version__, args.node_name, args.socket)
+    syncer.run()
+    return 0
+
+
+def extender_main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="hcs-scheduler-extender",
+        description="kube-scheduler extender for ai.compute/* resources.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"hcs-scheduler-extender {__version__}"
+    )
+    parser.add_argument("--listen", default=f"0.0.0.0:{EXTENDER_PORT}", help="HOST:PORT")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""))
+    parser.add_argument("--key-file", required=True, help="the assignment HMAC key (the Secret)")
+    parser.add_argument("--profiles", default="", help="profile database (default: built in)")
+    parser.add_argument("--namespace", default=NAMESPACE)
+    parser.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run several replicas: only the Lease holder binds and is ready",
+    )
+    parser.add_argument("--identity", default=os.environ.get("POD_NAME", socket.gethostname()))
+    parser.add_argument("--tls-cert", default="")
+    parser.add_argument("--tls-key", default="")
+    parser.add_argument("--quota-status-seconds", type=float, default=5.0)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    _logging(args.verbose)
+    host, _, port_text = args.listen.rpartition(":")
+    if not port_text.isdigit():
+        parser.error(f"--listen must be HOST:PORT, got {args.listen!r}")
+    try:
+        key = read_key(args.key_file)
+        db = ProfileDatabase.load(Path(args.profiles) if args.profiles else None)
+    except (KeyError_, ProfileError, OSError) as e:
+        print(f"hcs-scheduler-extender: {e}", file=sys.stderr)
+        return 2
+    kube = _connect(args.kubeconfig)
+    elector = None
+    if args.leader_elect:
+        elector = LeaderElector(kube, args.namespace, LEADER_LEASE, args.identity).start()
+    extender = Extender(
+        kube,
+        key,
+        db,
+        namespace=args.namespace,
+        is_leader=elector.is_leader if elector else (lambda: True),
+    ).start()
+    server = serve(
+        extender,
+        host or "0.0.0.0",  # noqa: S104 - an empty host means all, as the Service needs
+        int(port_text),
+        cert=args.tls_cert,
+        key=args.tls_key,
+    )
+    stopping = threading.Event()
+
+    def stop(*_: object) -> None:
+        stopping.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
+
+    def caches() -> None:
+        if extender.wait_synced(timeout=300):
+            server.ready = True
+            log.info("caches synced: %d ComputeNode(s)", len(extender.nodes.items))
+        while not stopping.wait(args.quota_status_seconds):
+            if extender.is_leader():
+                extender.write_quota_status()
+
+    threading.Thread(target=caches, name="caches", daemon=True).start()
+    log.info(
+        "hcs-scheduler-extender %s listening on %s:%d", __version__, *server.server_address[:2]
+    )
+    server.serve_forever()
+    extender.stop()
+    if elector is not None:
+        elector.stop()
+    return 0
