@@ -1,0 +1,219 @@
+"""The cluster side's decisions without a cluster: demand parsing, planning, quotas, filter."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hcsd.allocator import Usage
+from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.cluster.demand import DemandError, demand_of
+from hcsd.cluster.extender import Extender, _Heartbeat
+from hcsd.cluster.keyfile import KeyError_, install_key, read_key
+from hcsd.cluster.kube import Kube
+from hcsd.cluster.objects import compute_node, node_spec, node_status, node_view
+from hcsd.cluster.planner import Plan, plan, quick_fit, summarise
+from hcsd.cluster.quota import Amounts, QuotaError, quota_of
+from hcsd.model import HealthState
+from hcsd.profiles.database import ProfileDatabase
+from tests.conftest import GiB, gpu
+
+DB = ProfileDatabase.load(None)
+
+
+def pod(limits: dict[str, str] | None, annotations: dict[str, str] | None = None,
+        namespace: str = "ns", uid: str = "u1") -> dict[str, Any]:  # fmt: skip
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": namespace,
+            "uid": uid,
+            "annotations": annotations or {},
+        },
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits or {}}}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations", "error"),
+    [
+        ({"ai.compute/vram": "16Gx"}, {}, "invalid quantity"),
+        ({"ai.compute/vram": "0"}, {}, "must be positive"),
+        ({"ai.compute/devices": "0"}, {}, "whole number 1..64"),
+        ({"ai.compute/devices": "1.5"}, {}, "whole number 1..64"),
+        ({"ai.compute/tflops-fp16": "-3"}, {}, "must be positive"),
+        ({"ai.compute/vram": "1Gi"}, {"hcs.io/vendors": "intel"}, "unknown vendor 'intel'"),
+        ({"ai.compute/vram": "1Gi"}, {"hcs.io/allow-substitution": "yes"}, '"true" or "false"'),
+        ({"ai.compute/vram": "1Gi"}, {"hcs.io/topology-preference": "fast"}, "high-bandwidth"),
+    ],
+)
+def test_malformed_demands_are_named(
+    limits: dict[str, str], annotations: dict[str, str], error: str
+) -> None:
+    with pytest.raises(DemandError, match=error.replace("(", r"\(").replace(".", r"\.")):
+        demand_of(pod(limits, annotations))
+
+
+def test_demand_reads_limits_and_skips_pods_without_accelerators() -> None:
+    assert demand_of(pod({"cpu": "1"})) is None
+    demand = demand_of(pod({"ai.compute/vram": "16Gi", "ai.compute/devices": "2"},
+                           {"hcs.io/vendors": "NVIDIA, ascend",
+                            "hcs.io/allow-substitution": "true"}))  # fmt: skip
+    assert demand is not None
+    (container,) = demand.containers
+    assert (container.vram_bytes, container.devices, container.tflops_fp16) == (16 * GiB, 2, None)
+    assert {v.value for v in demand.vendors} == {"nvidia", "ascend"} and demand.substitution
+    assert demand.vram_floor == 32 * GiB
+
+
+def test_the_quick_path_chooses_what_the_allocator_chooses() -> None:
+    rng = random.Random(7)
+    for _ in range(400):
+        devices = [
+            gpu(i, vram_gib=rng.choice([32, 48, 80]), model=rng.choice(["A100-SXM4-80GB", "Z100"]),
+                health=rng.choice([HealthState.HEALTHY] * 4 + [HealthState.UNHEALTHY]),
+                score=rng.choice([100, 90, 60]))
+            for i in range(rng.randint(1, 8))
+        ]  # fmt: skip
+        usage = {d.uuid: Usage(rng.choice([0, 8, 16, 30]) * GiB) for d in devices}
+        want = rng.choice(["1Gi", "8Gi", "16Gi", "40Gi", "64Gi"])
+        models = rng.choice([{}, {"hcs.io/models": "z100"}])
+        demand = demand_of(pod({"ai.compute/vram": want}, models))
+        assert demand is not None
+        quick = quick_fit(demand, summarise(devices, usage))
+        full = plan(demand, devices, usage, DB)
+        if quick is None:  # nothing allowed and healthy: the allocator words the refusal
+            assert not isinstance(full, Plan)
+            continue
+        score, reason = quick
+        if isinstance(full, Plan):
+            assert score == full.score, (devices, usage, want)
+        else:
+            assert score == -1 and reason == full.reason, (reason, full.reason)
+
+
+def test_substitution_converts_through_fp16_tflops() -> None:
+    mlus = [gpu(i, vram_gib=48, model="MLU370-X8", tflops=96.0) for i in range(4)]
+    wants = {"ai.compute/devices": "1"}
+    strict = demand_of(pod(wants, {"hcs.io/models": "A100-SXM4-80GB"}))
+    loose = demand_of(
+        pod(wants, {"hcs.io/models": "A100-SXM4-80GB", "hcs.io/allow-substitution": "true"})
+    )
+    assert strict is not None and loose is not None
+    refused = plan(strict, mlus, {}, DB)
+    assert not isinstance(refused, Plan) and "no device matches models" in refused.reason
+    found = plan(loose, mlus, {}, DB)
+    assert isinstance(found, Plan) and found.substituted
+    assert len(found.grants["main"]) == 4  # ceil(312 / 96)
+
+
+def test_quota_counts_grants_and_explains_the_excess() -> None:
+    quota = quota_of({"metadata": {"name": "q", "namespace": "ns"},
+                      "spec": {"hard": {"vram": "20Gi", "tflops-fp16": 100,
+                                        "devices": "2"}}})  # fmt: skip
+    assert quota.excess(Amounts(16 * GiB), Amounts(4 * GiB, 0, 1)) is None
+    assert quota.excess(Amounts(16 * GiB), Amounts(8 * GiB, 0, 1)) == (
+        "ComputeQuota ns/q: vram 16Gi used + 8Gi requested exceeds the limit 20Gi"
+    )
+    assert "devices 2 used + 1 requested" in str(quota.excess(Amounts(0, 0, 2), Amounts(1, 0, 1)))
+    with pytest.raises(QuotaError, match="unknown key 'gpus'"):
+        quota_of({"metadata": {"name": "q", "namespace": "ns"}, "spec": {"hard": {"gpus": 1}}})
+    with pytest.raises(QuotaError, match="invalid quantity"):
+        quota_of({"metadata": {"name": "q", "namespace": "ns"}, "spec": {"hard": {"vram": "lots"}}})
+
+
+def _node_object(
+    name: str, count: int = 2, health: int = pb.HEALTH_STATE_HEALTHY
+) -> dict[str, Any]:
+    devices = [pb.Device(uuid=f"{name}-{i}", vendor="nvidia", model="A100-SXM4-80GB", index=i,
+                         vram_bytes=80 * GiB, tflops_fp16=312, health_score=100,
+                         health_state=health)
+               for i in range(count)]  # fmt: skip
+    obj = compute_node(name, node_spec(pb.Node(name=name, version="0.1.0"), devices))
+    obj["status"] = node_status(devices, [], previous={}, now="2026-01-01T00:00:00Z")
+    obj["metadata"]["resourceVersion"] = "1"
+    return obj
+
+
+def test_node_status_keeps_transition_times_so_resyncs_do_not_write() -> None:
+    devices = [
+        pb.Device(
+            uuid="a",
+            vendor="nvidia",
+            model="m",
+            vram_bytes=GiB,
+            health_state=pb.HEALTH_STATE_HEALTHY,
+        )
+    ]
+    first = node_status(devices, [], previous={}, now="2026-01-01T00:00:00Z")
+    again = node_status(devices, [], previous=first, now="2026-01-02T00:00:00Z")
+    assert again == first
+    devices[0].health_state = pb.HEALTH_STATE_UNHEALTHY
+    changed = node_status(devices, [], previous=first, now="2026-01-03T00:00:00Z")
+    assert changed["phase"] == "NotReady"
+    assert {c["lastTransitionTime"] for c in changed["conditions"]} == {"2026-01-03T00:00:00Z"}
+
+
+@pytest.fixture
+def extender() -> Extender:
+    """An extender whose caches are filled by hand (no informer runs)."""
+    e = Extender(Kube.__new__(Kube), b"k" * 32, DB)
+    for name in ("fresh", "stale"):
+        e.nodes.items[name] = node_view(_node_object(name))
+    e.nodes.items["sick"] = node_view(_node_object("sick", health=pb.HEALTH_STATE_UNHEALTHY))
+    now = time.monotonic()
+    e.heartbeats["fresh"] = _Heartbeat(now, 40, "x")
+    e.heartbeats["sick"] = _Heartbeat(now, 40, "x")
+    e.heartbeats["stale"] = _Heartbeat(now - 100, 40, "y")
+    return e
+
+
+def test_filter_names_every_refusal(extender: Extender) -> None:
+    names = ["fresh", "stale", "sick", "unknown"]
+    answer = extender.filter({"Pod": pod({"ai.compute/vram": "16Gi"}), "NodeNames": names})
+    assert answer["NodeNames"] == ["fresh"]
+    failed = answer["FailedNodes"]
+    assert failed["stale"].startswith("hcs heartbeat is 100s old (limit 40s)")
+    assert failed["sick"] == "ComputeNode is NotReady (no healthy accelerator)"
+    assert failed["unknown"] == "node has no ComputeNode (is hcs-syncer running on it?)"
+    too_big = extender.filter({"Pod": pod({"ai.compute/vram": "96Gi"}), "NodeNames": ["fresh"]})
+    assert too_big["FailedNodes"] == {
+        "fresh": "container main: A100-SXM4-80GB: 96Gi wanted, "
+        "most free is 80Gi on A100-SXM4-80GB#0"
+    }
+    bad = extender.filter({"Pod": pod({"ai.compute/vram": "many"}), "NodeNames": ["fresh"]})
+    assert "invalid quantity 'many'" in bad["FailedNodes"]["fresh"]
+    scores = extender.prioritize({"Pod": pod({"ai.compute/vram": "16Gi"}), "NodeNames": ["fresh"]})
+    assert (
+        scores == [{"Host": "fresh", "Score": scores[0]["Score"]}] and 0 < scores[0]["Score"] <= 10
+    )
+
+
+def test_filter_enforces_quota(extender: Extender) -> None:
+    extender.quotas.items["ns/q"] = quota_of(
+        {"metadata": {"name": "q", "namespace": "ns"}, "spec": {"hard": {"vram": "10Gi"}}}
+    )
+    answer = extender.filter({"Pod": pod({"ai.compute/vram": "16Gi"}), "NodeNames": ["fresh"]})
+    assert answer["NodeNames"] == []
+    assert answer["FailedNodes"]["fresh"] == (
+        "ComputeQuota ns/q: vram 0 used + 16Gi requested exceeds the limit 10Gi"
+    )
+
+
+def test_key_file_refuses_the_placeholder_and_writes_only_on_change(tmp_path: Path) -> None:
+    source = tmp_path / "secret"
+    source.write_text("REPLACE-WITH-32-RANDOM-BYTES\n")
+    with pytest.raises(KeyError_, match="placeholder"):
+        read_key(source)
+    source.write_text("short")
+    with pytest.raises(KeyError_, match="at least 16"):
+        read_key(source)
+    source.write_text("0123456789abcdef0123456789abcdef\n")
+    target = tmp_path / "etc" / "assignment.key"
+    assert install_key(source, target) is True
+    assert install_key(source, target) is False
+    assert target.stat().st_mode & 0o777 == 0o600
