@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import (
     api_latency,
     discovery_bench,
+    extender_bench,
     health_bench,
     idle,
     ledger_bench,
@@ -30,6 +31,7 @@ def main() -> int:
         "nri": nri_bench.main(),
         "runtime": runtime_bench.main(),
         "libhcs": libhcs_bench.main(),
+        "extender": extender_bench.main(),
     }
     write_result("summary", results)
     missed = [name for name, result in results.items() if not result.get("meets_target", True)]

@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +103,30 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
     )
 
 
+class _NodeState:
+    """One node as decided on: its usage (holds + pending), shape, summary, and the answers
+    given per demand since it last changed. Replaced whole on any change of the node."""
+
+    __slots__ = ("answers", "shape_id", "summary", "usage", "view")
+
+    def __init__(self, view: NodeView, usage: dict[str, Usage], shape_id: int, summary: Summary):
+        self.view = view
+        self.usage = usage
+        self.shape_id = shape_id
+        self.summary = summary
+        self.answers: dict[int, tuple[int, str, Amounts]] = {}  # demand id -> score, why, amounts
+
+
+@dataclass
+class _Result:
+    """A filter answer for one demand over one list of nodes, patched as nodes change."""
+
+    version: int  # the change counter it reflects
+    valid_until: float  # monotonic: the first heartbeat among passing nodes to expire
+    failed: dict[str, str]
+    scores: dict[str, int]
+
+
 @dataclass
 class _Heartbeat:
     renewed: float  # local monotonic time the renewal was seen
@@ -132,8 +157,13 @@ class Extender:
         self._bind_lock = threading.Lock()
         self.pending: dict[str, dict[str, PodHold]] = {}  # node -> hold key -> hold
         self._pod_nodes: dict[str, tuple[str, tuple[PodHold, ...]]] = {}  # uid -> node, holds
-        self._usage: dict[str, tuple[NodeView, dict[str, Usage], tuple[object, ...], Summary]] = {}
-        self._plans: OrderedDict[tuple[object, Demand], Plan | Unfit] = OrderedDict()
+        self._usage: dict[str, _NodeState] = {}
+        self._plans: OrderedDict[tuple[int, int], Plan | Unfit] = OrderedDict()
+        self._shape_ids: dict[tuple[object, ...], int] = {}
+        self._version = 0  # counts changes of any node's state
+        self._changes: deque[tuple[int, str]] = deque(maxlen=100_000)
+        self._results: OrderedDict[tuple[int, int], _Result] = OrderedDict()
+        self._demand_ids: dict[Demand, int] = {}
         self._last: tuple[str, dict[str, int]] = ("", {})  # pod uid, node -> score
         self._first_seen: dict[str, float] = {}
         self.nodes: Informer[NodeView] = Informer(
@@ -182,8 +212,28 @@ class Extender:
             raise ValueError(str(e)) from e
 
     def _node_changed(self, key: str, old: NodeView | None, new: NodeView | None) -> None:
+        self._invalidate(key)
+
+    def _invalidate(self, node: str) -> None:
+        """The node's answers are out of date: drop its state and log the change."""
         with self._lock:
-            self._usage.pop(key, None)
+            self._usage.pop(node, None)
+            self._version += 1
+            self._changes.append((self._version, node))
+
+    def _changed_since(self, version: int) -> set[str] | None:
+        """Nodes changed after `version`; None when the log no longer reaches back."""
+        with self._lock:
+            if self._version == version:
+                return set()
+            if not self._changes or self._changes[0][0] > version + 1:
+                return None
+            changed = set()
+            for seen, node in reversed(self._changes):
+                if seen <= version:
+                    break
+                changed.add(node)
+            return changed
 
     def _heartbeat(self, obj: Mapping[str, Any]) -> _Heartbeat | None:
         name = str((obj.get("metadata") or {}).get("name", ""))
@@ -205,6 +255,8 @@ class Extender:
             renewed = now  # a renewal seen now: no clock skew between nodes involved
         beat = _Heartbeat(renewed, duration, stamp)
         self.heartbeats[node] = beat
+        if before is None or now - before.renewed > before.duration:
+            self._invalidate(node)  # it comes back to life: cached answers said "stale"
         return beat
 
     def _pod_changed(self, key: str, old: PodInfo | None, new: PodInfo | None) -> None:
@@ -221,7 +273,7 @@ class Extender:
         for hold in holds:
             bucket[hold.key] = hold
         self._pod_nodes[uid] = (node, holds)
-        self._usage.pop(node, None)
+        self._invalidate(node)
 
     def _forget_pod(self, uid: str) -> None:
         found = self._pod_nodes.pop(uid, None)
@@ -231,20 +283,35 @@ class Extender:
         bucket = self.pending.get(node, {})
         for hold in holds:
             bucket.pop(hold.key, None)
-        self._usage.pop(node, None)
+        self._invalidate(node)
 
-    def _node_usage(
-        self, view: NodeView
-    ) -> tuple[NodeView, dict[str, Usage], tuple[object, ...], Summary]:
-        cached = self._usage.get(view.name)
-        if cached is not None and cached[0] is view:
-            return cached
+    def _node_state(self, view: NodeView) -> _NodeState:
+        state = self._usage.get(view.name)
+        if state is not None and state.view is view:
+            return state
         with self._lock:
             extra = [h for k, h in self.pending.get(view.name, {}).items() if k not in view.holds]
             usage = view.usage(extra)
-            entry = (view, usage, shape_of(view.devices, usage), summarise(view.devices, usage))
-            self._usage[view.name] = entry
-            return entry
+            shape = shape_of(view.devices, usage)
+            if len(self._shape_ids) > _PLAN_CACHE:
+                self._shape_ids.clear()
+                self._plans.clear()
+            shape_id = self._shape_ids.setdefault(shape, len(self._shape_ids))
+            state = _NodeState(view, usage, shape_id, summarise(view.devices, usage))
+            self._usage[view.name] = state
+            return state
+
+    def _demand_id(self, demand: Demand) -> int:
+        """A small number per distinct demand: cheap keys for the per-node answer caches."""
+        found = self._demand_ids.get(demand)
+        if found is None:
+            if len(self._demand_ids) > _PLAN_CACHE:
+                self._demand_ids.clear()
+                self._plans.clear()
+                for state in list(self._usage.values()):
+                    state.answers.clear()
+            found = self._demand_ids.setdefault(demand, len(self._demand_ids))
+        return found
 
     # --- decisions ---------------------------------------------------------------------
 
@@ -260,22 +327,29 @@ class Extender:
             )
         return None
 
-    def evaluate(self, demand: Demand, name: str, *, cached: bool = True) -> Plan | Unfit:
-        view = self.nodes.get(name)
+    def _unusable(self, name: str) -> str | None:
+        view = self.nodes.items.get(name)
         if view is None:
-            return Unfit("node has no ComputeNode (is hcs-syncer running on it?)")
+            return "node has no ComputeNode (is hcs-syncer running on it?)"
         stale = self._stale(name)
         if stale is not None:
-            return Unfit(stale)
+            return stale
         if view.phase == "NotReady":
-            return Unfit("ComputeNode is NotReady (no healthy accelerator)")
-        _, usage, shape, _ = self._node_usage(view)
+            return "ComputeNode is NotReady (no healthy accelerator)"
+        return None
+
+    def evaluate(self, demand: Demand, name: str, *, cached: bool = True) -> Plan | Unfit:
+        """The allocator's full answer for the pod on this node (bind uses it uncached)."""
+        why = self._unusable(name)
+        if why is not None:
+            return Unfit(why)
+        state = self._node_state(self.nodes.items[name])
         if not cached:
-            return plan(demand, view.devices, usage, self.db)
-        key = (shape, demand)
+            return plan(demand, state.view.devices, state.usage, self.db)
+        key = (state.shape_id, self._demand_id(demand))
         found = self._plans.get(key)
         if found is None:
-            found = plan(demand, view.devices, usage, self.db)
+            found = plan(demand, state.view.devices, state.usage, self.db)
             self._plans[key] = found
             if len(self._plans) > _PLAN_CACHE:
                 self._plans.popitem(last=False)
@@ -338,51 +412,123 @@ class Extender:
             return _filter_result(names, {})
         quotas = self._quotas(demand.namespace)
         used = self.namespace_usage(demand.namespace, skip_uid=uid) if quotas else Amounts()
-        floor = Amounts(
-            demand.vram_floor,
-            sum(c.tflops_fp16 or 0.0 for c in demand.containers),
-            sum(c.devices for c in demand.containers),
-        )
+        floor = _floor(demand)
         for quota in quotas:
             reason = quota.excess(used, floor)
             if reason is not None:
                 self.metrics.refusals["quota"] += len(names)
                 return _filter_result([], {n: reason for n in names})
-        passed: list[str] = []
-        failed: dict[str, str] = {}
-        scores: dict[str, int] = {}
-        for name in names:
-            score, reason = self._fit(demand, name, quotas, used, floor)
-            if reason:
-                failed[name] = reason
-            else:
-                passed.append(name)
-                scores[name] = score
-        if failed:
-            self.metrics.refusals["unfit"] += len(failed)
-        self._last = (uid, scores)
-        return _filter_result(passed, failed)
+        demand_id = self._demand_id(demand)
+        if quotas:
+            result = self._compute(demand, demand_id, names, quotas, used)
+        else:
+            result = self._cached_result(demand, demand_id, names)
+        if result.failed:
+            self.metrics.refusals["unfit"] += len(result.failed)
+        self._last = (uid, result.scores)
+        return _filter_result(list(result.scores), result.failed)
 
-    def _fit(
-        self, demand: Demand, name: str, quotas: list[Quota], used: Amounts, floor: Amounts
-    ) -> tuple[int, str]:
-        """(score, "") when the pod fits on the node, else (0, why not)."""
+    def _compute(
+        self,
+        demand: Demand,
+        demand_id: int,
+        names: list[str],
+        quotas: list[Quota],
+        used: Amounts,
+    ) -> _Result:
+        version = self._version
+        now = time.monotonic()
+        result = _Result(version, math.inf, {}, {})
+        for name in names:
+            self._patch(result, demand, demand_id, name, now=now, quotas=quotas, used=used)
+        return result
+
+    def _patch(
+        self,
+        result: _Result,
+        demand: Demand,
+        demand_id: int,
+        name: str,
+        *,
+        now: float,
+        quotas: list[Quota],
+        used: Amounts,
+    ) -> None:
+        score, reason, amounts = self._answer(demand, demand_id, name, now)
+        if not reason and quotas:
+            reason = _over_quota(quotas, used, amounts) or ""
+        if reason:
+            result.failed[name] = reason
+            result.scores.pop(name, None)
+        else:
+            result.failed.pop(name, None)
+            result.scores[name] = score
+            beat = self.heartbeats[name]
+            result.valid_until = min(result.valid_until, beat.renewed + beat.duration)
+
+    def _cached_result(self, demand: Demand, demand_id: int, names: list[str]) -> _Result:
+        """The last answer for this demand and node list, with changed nodes re-decided.
+
+        kube-scheduler sends the same node list pod after pod, and pods of one job ask the
+        same thing: between two of them only the nodes that changed need a decision."""
+        key = (demand_id, hash(tuple(names)))
+        cached = self._results.get(key)
+        now = time.monotonic()
+        if cached is not None and now < cached.valid_until:
+            version = self._version
+            changed = self._changed_since(cached.version)
+            if changed is not None:
+                for name in changed:
+                    if name in cached.scores or name in cached.failed:
+                        self._patch(
+                            cached, demand, demand_id, name, now=now, quotas=[], used=_NOTHING
+                        )
+                cached.version = version
+                self._results.move_to_end(key)
+                return cached
+        result = self._compute(demand, demand_id, names, [], _NOTHING)
+        self._results[key] = result
+        if len(self._results) > 256:
+            self._results.popitem(last=False)
+        return result
+
+    def _answer(
+        self, demand: Demand, demand_id: int, name: str, now: float
+    ) -> tuple[int, str, Amounts]:
+        """(score, "", amounts) when the pod fits on the node, else (0, why not, nothing).
+
+        The hot path of a filter over thousands of nodes: an unchanged node answers a demand
+        it has seen from its cache; a new demand of the common kind is a binary search."""
         view = self.nodes.items.get(name)
-        if view is not None and view.phase != "NotReady" and self._stale(name) is None:
-            entry = self._usage.get(name)
-            if entry is None or entry[0] is not view:
-                entry = self._node_usage(view)
-            quick = quick_fit(demand, entry[3])
-            if quick is not None:
-                score, reason = quick
-                if score < 0:
-                    return 0, reason
-                # The quick path grants one slice with no compute reserved: the floor.
-                return score, _over_quota(quotas, used, floor) or ""
-        found = self.evaluate(demand, name)
-        if isinstance(found, Unfit):
-            return 0, found.reason
-        return found.score, _over_quota(quotas, used, self._plan_amounts(found)) or ""
+        state = self._usage.get(name)
+        beat = self.heartbeats.get(name)
+        if (
+            view is None
+            or beat is None
+            or now - beat.renewed > beat.duration
+            or view.phase == "NotReady"
+        ):
+            return 0, self._unusable(name) or "node is not usable", _NOTHING
+        if state is None or state.view is not view:
+            state = self._node_state(view)
+        answer = state.answers.get(demand_id)
+        if answer is not None:
+            return answer
+        quick = quick_fit(demand, state.summary)
+        if quick is not None:
+            score, reason = quick
+            # The quick path grants one slice and reserves no compute: the demand's floor.
+            answer = (0, reason, _NOTHING) if score < 0 else (score, "", _floor(demand))
+        else:
+            found = self.evaluate(demand, name)
+            if isinstance(found, Unfit):
+                answer = (0, found.reason, _NOTHING)
+            else:
+                answer = (found.score, "", self._plan_amounts(found))
+        if len(state.answers) > 64:
+            state.answers.clear()
+        state.answers[demand_id] = answer
+        return answer
 
     @staticmethod
     def _plan_amounts(found: Plan) -> Amounts:
@@ -546,6 +692,18 @@ class Extender:
             "hcs_extender_assigned_pods": float(len(self._pod_nodes)),
             "hcs_extender_leader": 1.0 if self.is_leader() else 0.0,
         }
+
+
+_NOTHING = Amounts()
+
+
+def _floor(demand: Demand) -> Amounts:
+    """What the pod takes at least, wherever it lands."""
+    return Amounts(
+        demand.vram_floor,
+        sum(c.tflops_fp16 or 0.0 for c in demand.containers),
+        sum(c.devices for c in demand.containers),
+    )
 
 
 def _over_quota(quotas: list[Quota], used: Amounts, adding: Amounts) -> str | None:
