@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import (
     api_latency,
+    cluster_bench,
     discovery_bench,
     extender_bench,
     health_bench,
@@ -32,6 +33,7 @@ def main() -> int:
         "runtime": runtime_bench.main(),
         "libhcs": libhcs_bench.main(),
         "extender": extender_bench.main(),
+        "cluster": cluster_bench.main(),
     }
     write_result("summary", results)
     missed = [name for name, result in results.items() if not result.get("meets_target", True)]

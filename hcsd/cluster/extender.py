@@ -166,6 +166,8 @@ class Extender:
         self._demand_ids: dict[Demand, int] = {}
         self._last: tuple[str, dict[str, int]] = ("", {})  # pod uid, node -> score
         self._first_seen: dict[str, float] = {}
+        # Pods as kube-scheduler sent them to filter, by uid: bind needs no GET.
+        self._seen: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
         self.nodes: Informer[NodeView] = Informer(
             kube,
             paths_for(API_VERSION, COMPUTE_NODES),
@@ -403,6 +405,9 @@ class Extender:
         self._first_seen.setdefault(uid, time.monotonic())
         if len(self._first_seen) > 10_000:
             self._first_seen.clear()
+        self._seen[uid] = pod
+        if len(self._seen) > 10_000:
+            self._seen.popitem(last=False)
         try:
             demand = self._demand(pod)
         except DemandError as e:
@@ -586,72 +591,56 @@ class Extender:
         uid = str(args.get("PodUID", ""))
         node = str(args.get("Node", ""))
         pod_path = paths_for("v1", "pods", namespace, name)
-        with self._bind_lock:
-            pod = self.kube.get(pod_path)
-            meta = pod.get("metadata") or {}
-            if uid and meta.get("uid") != uid:
-                return f"pod {namespace}/{name} was replaced (uid {meta.get('uid')}, not {uid})"
-            try:
-                demand = self._demand(pod)
-            except DemandError as e:
-                return str(e)
-            annotations: dict[str, str] = {}
-            grants: tuple[PodHold, ...] = ()
-            if demand is not None:
+        pod = self._seen.get(uid) or self.kube.get(pod_path)
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or uid)
+        try:
+            demand = self._demand(pod)
+        except DemandError as e:
+            return str(e)
+        binding: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        holds: tuple[PodHold, ...] = ()
+        if demand is not None:
+            with self._bind_lock:  # decide and assume under the lock; write outside it
                 found = self.evaluate(demand, node, cached=False)
                 if isinstance(found, Unfit):
                     return f"node {node} can no longer take the pod: {found.reason}"
                 used = self.namespace_usage(namespace, skip_uid=uid)
-                adding = self._plan_amounts(found)
-                for quota in self._quotas(namespace):
-                    reason = quota.excess(used, adding)
-                    if reason is not None:
-                        return reason
-                body = {
-                    "v": 1,
-                    "node": node,
-                    "pod_uid": meta.get("uid", uid),
-                    "issued": int(self.clock()),
-                    "containers": {
-                        container: [
-                            {
-                                "uuid": g.device_uuid,
-                                "vram": g.vram_bytes,
-                                "compute": g.compute_percent,
-                            }
-                            for g in granted
-                        ]
-                        for container, granted in found.grants.items()
-                    },
-                }
-                annotations[ANNOTATION_ASSIGNMENT] = sign(body, self.key)
-                grants = tuple(
-                    PodHold(str(meta.get("uid", uid)), c, namespace, g)
-                    for c, g in found.grants.items()
-                )
-                self.kube.patch(
-                    pod_path,
-                    {
-                        "metadata": {
-                            "annotations": annotations,
-                            "resourceVersion": meta.get("resourceVersion"),
-                        }
-                    },
-                )
+                reason = _over_quota(self._quotas(namespace), used, self._plan_amounts(found))
+                if reason is not None:
+                    return reason
+                holds = tuple(PodHold(uid, c, namespace, g) for c, g in found.grants.items())
                 with self._lock:
-                    self._hold(str(meta.get("uid", uid)), node, grants)  # assume it now
-            binding = {
-                "apiVersion": "v1",
-                "kind": "Binding",
-                "metadata": {"name": name, "namespace": namespace, "uid": meta.get("uid", uid)},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+                    self._hold(uid, node, holds)
+            body = {
+                "v": 1,
+                "node": node,
+                "pod_uid": uid,
+                "issued": int(self.clock()),
+                "containers": {
+                    container: [
+                        {"uuid": g.device_uuid, "vram": g.vram_bytes, "compute": g.compute_percent}
+                        for g in granted
+                    ]
+                    for container, granted in found.grants.items()
+                },
             }
-            try:
-                self.kube.create(pod_path + "/binding", binding)
-            except KubeError:
+            # The API server copies a Binding's annotations onto the pod in the same write, so
+            # a pod is never bound without its assignment, nor annotated without a node.
+            binding["metadata"]["annotations"] = {ANNOTATION_ASSIGNMENT: sign(body, self.key)}
+        try:
+            self.kube.create(pod_path + "/binding", binding)
+        except KubeError:
+            if holds:
                 with self._lock:
-                    self._forget_pod(str(meta.get("uid", uid)))
-                raise
+                    self._forget_pod(uid)
+            raise
+        self._seen.pop(uid, None)
         first = self._first_seen.pop(uid, None)
         if first is not None:
             self.metrics.scheduling.observe(time.monotonic() - first)
@@ -660,7 +649,7 @@ class Extender:
             namespace,
             name,
             node,
-            f" ({len([g for h in grants for g in h.grants])} grant(s))" if grants else "",
+            f" ({sum(len(h.grants) for h in holds)} grant(s))" if holds else "",
         )
         return ""
 

@@ -86,11 +86,10 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as e:
             self._reply(400, json.dumps({"Error": f"bad request body: {e}"}).encode())
             return
-        answer = handler(args)
         if verb == PRIORITIZE_VERB:
-            self._reply(200, _host_priorities(answer))
+            self._reply(200, _host_priorities(self.server.extender.prioritize(args)))
         else:
-            self._reply(200, json.dumps(answer, separators=(",", ":")).encode())
+            self._reply(200, json.dumps(handler(args), separators=(",", ":")).encode())
 
 
 _PLAIN_NAME = re.compile(r"[a-z0-9.-]{1,253}")

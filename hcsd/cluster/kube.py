@@ -90,6 +90,8 @@ class Kube:
             method, url_path, header_params=headers, auth_settings=["BearerToken"]
         )
         payload = None if body is None else json.dumps(body, separators=(",", ":"))
+        # (connect, read): a watch reads for minutes; urllib3's first positional is "total".
+        connect, read = timeout if isinstance(timeout, tuple) else (timeout or self.timeout,) * 2
         if payload is not None:
             headers["Content-Length"] = str(len(payload.encode()))
         try:
@@ -98,9 +100,7 @@ class Kube:
                 url,
                 body=payload,
                 headers=headers,
-                timeout=urllib3.Timeout(
-                    *(timeout if isinstance(timeout, tuple) else (timeout or self.timeout,) * 2)
-                ),
+                timeout=urllib3.Timeout(connect=connect, read=read),
                 preload_content=False,
                 retries=False,
             )
