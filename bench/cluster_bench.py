@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT, write_result
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cluster.kube import Kube, KubeError
+from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import compute_node, node_spec, node_status
 from hcsd.cluster.timefmt import micro_time
 from tests.cluster.conftest import NODES, NodeDaemon, kustomized, node_file, secret_with
