@@ -46,8 +46,8 @@ def fake_fleet_node(kube: Kube, name: str) -> None:
     devices = [pb.Device(uuid=f"{name}-gpu{i}", vendor="nvidia", model="A100-SXM4-80GB", index=i,
                          vram_bytes=80 * GiB, tflops_fp16=312, health_score=100,
                          health_state=pb.HEALTH_STATE_HEALTHY) for i in range(8)]  # fmt: skip
-    created = kube.create("/apis/hcs.io/v1alpha1/computenodes",
-                          compute_node(name, node_spec(pb.Node(name=name, version="0.1.0"), devices)))  # fmt: skip
+    spec = node_spec(pb.Node(name=name, version="0.1.0"), devices)
+    created = kube.create("/apis/hcs.io/v1alpha1/computenodes", compute_node(name, spec))
     created["status"] = node_status(devices, [], previous={}, now="2026-01-01T00:00:00Z")
     kube.request("PUT", f"/apis/hcs.io/v1alpha1/computenodes/{name}/status", body=created)
     now = micro_time(time.time())
@@ -166,18 +166,22 @@ def steady_writes(plane: ControlPlane, work: Path, key: bytes) -> dict[str, Any]
                     name = event["object"]["metadata"]["name"]
                     counts[f"{kind}:{name}"] = counts.get(f"{kind}:{name}", 0) + 1
 
+        leases = "/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases"
         threads = [
-            threading.Thread(target=count, args=("/apis/hcs.io/v1alpha1/computenodes", "node"), daemon=True),
-            threading.Thread(target=count, args=("/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases", "lease"), daemon=True),
-        ]  # fmt: skip
+            threading.Thread(target=count, args=(path, kind), daemon=True)
+            for path, kind in (("/apis/hcs.io/v1alpha1/computenodes", "node"), (leases, "lease"))
+        ]
         for t in threads:
             t.start()
         time.sleep(WATCH_SECONDS)
         stop.set()
         per_node = {
-            name: {"lease": counts.get(f"lease:hcs-node-{name}", 0), "computenode": counts.get(f"node:{name}", 0)}
+            name: {
+                "lease": counts.get(f"lease:hcs-node-{name}", 0),
+                "computenode": counts.get(f"node:{name}", 0),
+            }
             for name in names
-        }  # fmt: skip
+        }
     finally:
         for process in syncers:
             process.kill()
