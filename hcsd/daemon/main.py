@@ -178,14 +178,15 @@ class Daemon:
     def _injector(self, service: NodeService) -> Injector:
         """Container injection, shared by the NRI plugin and the hooks' API calls."""
         config = self.config
-        key = _read_key(config.assignment_key_file)
+        key = AssignmentKey(config.assignment_key_file)
+        key()  # read (and warn about) it now, not at the first pod
         injector = Injector(
             service,
             InjectorSettings(
                 node_name=config.node_name,
                 run_dir=config.run_dir,
                 libhcs_path=config.libhcs_path,
-                assignment_key=key,
+                key_loader=key,
                 assignment_max_age=config.assignment_max_age,
             ),
         )
@@ -255,6 +256,35 @@ class Daemon:
         self.config = _merge_reloadable(self.config, new)
         log.info("configuration reloaded from %s", new.source)
         notify.ready(self._status())
+
+
+class AssignmentKey:
+    """The assignment key file, read again whenever it changes: on a Kubernetes node
+    hcs-syncer installs it from the cluster's Secret after hcsd has started, and rotates it
+    when the Secret changes. A stat per assignment is all a steady state costs."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stamp: tuple[int, int, int] | None = (-1, -1, -1)
+        self._key = b""
+
+    def __call__(self) -> bytes:
+        try:
+            info = os.stat(self.path)
+            stamp: tuple[int, int, int] | None = (info.st_mtime_ns, info.st_size, info.st_ino)
+        except OSError:
+            stamp = None
+        if stamp != self._stamp:
+            first = self._stamp == (-1, -1, -1)
+            self._stamp = stamp
+            if stamp is None and not first:
+                log.warning("assignment key %s is gone: assignments will be refused", self.path)
+                self._key = b""
+            else:
+                self._key = _read_key(self.path)
+                if self._key and not first:
+                    log.info("assignment key %s changed: loaded it", self.path)
+        return self._key
 
 
 def _read_key(path: str) -> bytes:

@@ -57,6 +57,9 @@ class InjectorSettings:
     run_dir: str
     libhcs_path: str
     assignment_key: bytes = b""
+    # Called per assignment when set: the daemon's key file, re-read when hcs-syncer installs
+    # or rotates it (wins over `assignment_key`).
+    key_loader: Callable[[], bytes] | None = None
     assignment_max_age: float = 7 * 24 * 3600.0
     driver_paths: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
@@ -142,9 +145,10 @@ class Injector:
         text = info.pod_annotations.get(ANNOTATION)
         if text is not None:
             try:
+                key = self.settings.key_loader or (lambda: self.settings.assignment_key)
                 assignment = verify(
                     text,
-                    self.settings.assignment_key,
+                    key(),
                     node=self.settings.node_name,
                     pod_uid=info.pod.uid,
                     now=self.clock(),

@@ -5,7 +5,6 @@ Kubernetes binaries or etcd cannot be had."""
 from __future__ import annotations
 
 import base64
-import os
 import secrets
 import signal
 import subprocess
@@ -127,7 +126,10 @@ class Cluster:
             [sys.executable, "-m", "hcsd.cluster.syncer_cli", "--node-name", name,
              "--socket", self.daemons[name].socket,
              "--kubeconfig", str(self.plane.config_for("syncer")),
-             "--lease-seconds", "8", "--renew-seconds", "2", "--resync-seconds", "30"],
+             "--lease-seconds", "8", "--renew-seconds", "2", "--resync-seconds", "30",
+             # As the DaemonSet does: the Secret's file installed where this node's hcsd reads.
+             "--install-key", str(self.work / "secret.key"),
+             "--key-file", str(self.daemons[name].key_file)],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -271,14 +273,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         shipped = [d for d in manifests(*kustomized()) if d["kind"] != "Secret"]
         plane.apply(shipped + secret_with(key))
         c.admin = plane.kube()
-        key_file = work / "node.key"
-        key_file.write_bytes(key)
-        os.chmod(key_file, 0o600)
+        (work / "secret.key").write_bytes(key)  # the mounted Secret; hcsd starts without a key
         for name, (prefix, devices, link) in NODES.items():
             directory = work / name
             directory.mkdir()
             node = node_file(directory / "node.toml", prefix, devices, link)
-            daemon = NodeDaemon(directory, name, node, key_file)
+            daemon = NodeDaemon(directory, name, node, directory / "etc" / "assignment.key")
             daemon.start()
             c.daemons[name] = daemon
             register_node(c.kube, name)
