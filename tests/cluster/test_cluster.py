@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -17,6 +21,7 @@ from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.runtime.assignment import ANNOTATION, AssignmentError, sign, verify
 from tests.cluster.conftest import Cluster, GiB, unschedulable_message
+from tests.cluster.controlplane import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -285,3 +290,55 @@ def test_a_node_whose_heartbeat_stops_gets_no_pods(cluster: Cluster) -> None:
     assert "hcs heartbeat is" in unschedulable_message(pod)
     cluster.start_syncer("dcu-node")
     cluster.delete_pod("late")
+
+
+def test_two_extender_replicas_only_the_leader_serves(cluster: Cluster) -> None:
+    """Runs last: it stops the first replica."""
+    port = free_port()
+    log = open(cluster.work / "extender-1.log", "ab")  # noqa: SIM115
+    standby = subprocess.Popen(
+        [sys.executable, "-m", "hcsd.cluster.extender_cli", "--listen", f"127.0.0.1:{port}",
+         "--key-file", str(cluster.work / "extender.key"), "--leader-elect",
+         "--identity", "extender-1", "--kubeconfig", str(cluster.plane.config_for("extender"))],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"{base}/healthz", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.2)
+        with pytest.raises(urllib.error.HTTPError) as not_ready:
+            urllib.request.urlopen(f"{base}/readyz", timeout=2)
+        assert not_ready.value.code == 503
+        bind = urllib.request.Request(
+            f"{base}/bind", method="POST", headers={"Content-Type": "application/json"},
+            data=json.dumps({"PodName": "x", "PodNamespace": "default", "PodUID": "u",
+                             "Node": "gpu-node"}).encode(),
+        )  # fmt: skip
+        with urllib.request.urlopen(bind, timeout=5) as answer:
+            assert "not the leader" in json.loads(answer.read())["Error"]
+        assert cluster.extender is not None
+        cluster.extender.kill()  # the leader dies without giving the Lease back
+        cluster.extender.wait()
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{base}/readyz", timeout=2) as ready:
+                    if ready.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError("the standby did not take over:\n" + cluster.log("extender-1"))
+        lease = cluster.kube.get(
+            "/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases/hcs-scheduler-extender"
+        )
+        assert lease["spec"]["holderIdentity"] == "extender-1"
+        assert lease["spec"]["leaseTransitions"] >= 1
+    finally:
+        standby.kill()
+        standby.wait()
