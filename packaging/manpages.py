@@ -1,4 +1,4 @@
-"""Render the man pages of hcsd(8) and hcsctl(1) from their own --help text (no drift)."""
+"""Render the man pages of hcsd, hcsctl and the cluster tools from their own --help (no drift)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 PAGES = {
     ("hcsd", "8"): [["hcsd.daemon.main"]],
     ("hcsctl", "1"): [["hcsd.cli.main"], ["hcsd.cli.main", "setup"]],
+    ("hcs-syncer", "8"): [["hcsd.cluster.syncer_cli"]],
+    ("hcs-scheduler-extender", "8"): [["hcsd.cluster.extender_cli"]],
 }
 
 

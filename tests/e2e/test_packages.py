@@ -59,6 +59,11 @@ def test_deb_install_run_upgrade_purge(packages: dict[str, Path], debian_root: P
         "test -L /opt/hcsd/venv; test -f /usr/lib/hcs/bpf/kmsg.bpf.o; "
         "test -f /usr/share/containers/oci/hooks.d/hcs.json; "
         "test -L /etc/systemd/system/multi-user.target.wants/hcsd.service; "
+        "hcs-syncer --version; hcs-scheduler-extender --version; "
+        "test -f /lib/systemd/system/hcs-syncer.service; "
+        "test ! -e /etc/systemd/system/multi-user.target.wants/hcs-syncer.service; "
+        "test -f /usr/share/hcsd/kubernetes/crds/computenodes.yaml; "
+        "test -f /usr/share/man/man8/hcs-syncer.8.gz; "
         "diff /etc/hcsd/hcsd.toml /dev/null | grep -q 'print-default\\|Every key' || "
         "  grep -q '^#backends' /etc/hcsd/hcsd.toml; "
         f"cat > /etc/hcsd/hcsd.toml <<'X'\n{TEST_CONFIG}X\n"
@@ -67,6 +72,7 @@ def test_deb_install_run_upgrade_purge(packages: dict[str, Path], debian_root: P
     )
     print(out)
     assert "hcsd 0.1.0" in out and "allocated" in out
+    assert "hcs-syncer 0.1.0" in out and "hcs-scheduler-extender 0.1.0" in out
     journal_sum = next(line for line in out.splitlines() if "/var/lib/hcsd/journal" in line)
     out = in_root(
         root,
@@ -102,6 +108,8 @@ def test_rpm_into_root_tree(packages: dict[str, Path], debian_root: Path) -> Non
     for path in (
         "/usr/bin/hcsd", "/usr/lib/hcs/install-venv", "/usr/lib/hcs/bpf/ras.bpf.o",
         "/usr/lib/systemd/system/hcsd.service", "/usr/lib/tmpfiles.d/hcsd.conf",
+        "/usr/lib/systemd/system/hcs-syncer.service", "/usr/bin/hcs-syncer",
+        "/usr/share/hcsd/kubernetes/scheduler-config.yaml",
         "/etc/hcsd/hcsd.toml", "/usr/share/containers/oci/hooks.d/hcs.json", "/var/lib/hcsd",
     ):  # fmt: skip
         assert path in files.splitlines(), path

@@ -13,7 +13,7 @@ wait_active_pid_not() { # wait until hcsd is active with a main pid other than $
   return 1
 }
 say begin kernel=$(uname -r) systemd=$(systemctl --version | head -1 | cut -d' ' -f2)
-say verify=$(systemd-analyze verify hcsd.service 2>&1 | tr '\n' '|' | tr ' ' '_')
+say verify=$(systemd-analyze verify hcsd.service hcs-syncer.service 2>&1 | tr '\n' '|' | tr ' ' '_')
 say security=$(systemd-analyze security hcsd 2>/dev/null | sed -n 's/.*Overall exposure level for hcsd.service: //p')
 
 systemctl enable --now hcsd
