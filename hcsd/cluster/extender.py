@@ -155,6 +155,7 @@ class Extender:
         self.heartbeats: dict[str, _Heartbeat] = {}
         self._lock = threading.RLock()  # pending, usage cache
         self._bind_lock = threading.Lock()
+        self._filter_lock = threading.Lock()  # cached results are patched in place
         self.pending: dict[str, dict[str, PodHold]] = {}  # node -> hold key -> hold
         self._pod_nodes: dict[str, tuple[str, tuple[PodHold, ...]]] = {}  # uid -> node, holds
         self._usage: dict[str, _NodeState] = {}
@@ -427,7 +428,11 @@ class Extender:
         if quotas:
             result = self._compute(demand, demand_id, names, quotas, used)
         else:
-            result = self._cached_result(demand, demand_id, names)
+            with self._filter_lock:
+                result = self._cached_result(demand, demand_id, names)
+                result = _Result(
+                    result.version, result.valid_until, dict(result.failed), dict(result.scores)
+                )
         if result.failed:
             self.metrics.refusals["unfit"] += len(result.failed)
         self._last = (uid, result.scores)
