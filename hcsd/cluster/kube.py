@@ -215,6 +215,16 @@ def _error(status: int, data: bytes, what: str) -> KubeError:
         return KubeError(status, "", f"{what}: {data[:300]!r}")
 
 
+def lease_object(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A coordination.k8s.io/v1 Lease: the syncers' heartbeats and the extender's leader."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
 def paths_for(group_version: str, plural: str, namespace: str = "", name: str = "") -> str:
     """`/apis/hcs.io/v1alpha1/namespaces/ns/computequotas/name` and friends."""
     base = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"

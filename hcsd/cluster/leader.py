@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from hcsd.cluster.kube import Kube, KubeError, paths_for
+from hcsd.cluster.kube import Kube, KubeError, lease_object, paths_for
 from hcsd.cluster.timefmt import micro_time, parse_time
 
 __all__ = ["LeaderElector"]
@@ -76,12 +76,7 @@ class LeaderElector:
         except KubeError as e:
             if not e.not_found:
                 raise
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": self._spec(stamp, stamp, 0),
-            }
+            body = lease_object(self.name, self.namespace, self._spec(stamp, stamp, 0))
             try:
                 self.kube.create(self.path.rsplit("/", 1)[0], body)
             except KubeError as e2:

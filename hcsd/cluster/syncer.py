@@ -24,7 +24,7 @@ from typing import Any
 
 from hcsd.api.client import ApiError, Client
 from hcsd.cluster.keyfile import KeyError_, install_key
-from hcsd.cluster.kube import Kube, KubeError, paths_for
+from hcsd.cluster.kube import Kube, KubeError, lease_object, paths_for
 from hcsd.cluster.names import API_VERSION, COMPUTE_NODES, NAMESPACE, NODE_LEASE_PREFIX
 from hcsd.cluster.objects import compute_node, node_spec, node_status
 from hcsd.cluster.timefmt import micro_time, rfc3339
@@ -215,20 +215,16 @@ class Syncer:
             except KubeError as e:
                 if not e.not_found:
                     raise
-                body = {
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {
-                        "name": NODE_LEASE_PREFIX + self.settings.node_name,
-                        "namespace": self.settings.namespace,
-                    },
-                    "spec": {
+                body = lease_object(
+                    NODE_LEASE_PREFIX + self.settings.node_name,
+                    self.settings.namespace,
+                    {
                         "holderIdentity": self.settings.node_name,
                         "leaseDurationSeconds": self.settings.lease_seconds,
                         "acquireTime": now,
                         "renewTime": now,
                     },
-                }
+                )
                 self._lease = self.kube.create(self.lease_path.rsplit("/", 1)[0], body)
                 self.writes["lease"] += 1
                 return
