@@ -1,12 +1,18 @@
-"""The Kubernetes manifests agree with the code: names, resources, verbs, ports, RBAC, schema.
+"""The Kubernetes manifests agree with the code: names, schema, RBAC, commands, ports.
 
-The cluster tests apply the same files to a real API server; this checks, in milliseconds,
-what an API server would accept silently: a field the syncer writes but the CRD schema lacks
-is pruned without an error, a renamed ServiceAccount leaves a binding pointing at nothing.
+tests/cluster/ applies the same files to a real API server, but only where one can be built.
+This checks in well under a second, with no cluster, what an API server would accept
+silently or a deployment would only show at run time: a field the syncer writes but the CRD
+schema lacks is pruned without an error; a renamed ServiceAccount leaves a binding pointing
+at nothing; a port or a flag that drifted makes the extender unreachable.
 """
 
 from __future__ import annotations
 
+import argparse
+import re
+import tomllib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,188 +22,586 @@ import yaml
 from hcsd import __version__
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster import names
+from hcsd.cluster.main import extender_main, syncer_main
 from hcsd.cluster.objects import compute_node, node_spec, node_status
+from hcsd.cluster.quota import Amounts
+from hcsd.quantity import QuantityError, parse_quantity
 
-ROOT = Path(__file__).resolve().parents[2] / "packaging" / "kubernetes"
+REPO = Path(__file__).resolve().parents[2]
+ROOT = REPO / "packaging" / "kubernetes"
+SCHEDULER_CONFIG = "scheduler-config.yaml"  # kube-scheduler's --config file, not an object
+IMAGE = f"hcs/hcsd:{__version__}"
 
-# What the code calls, per role: adding a permission means adding it here too.
-RBAC = {
-    ("ClusterRole", "hcs-syncer"): {
-        ("hcs.io", "computenodes"): {"get", "create", "patch"},
-        ("hcs.io", "computenodes/status"): {"update"},
+Rules = dict[tuple[str, str], frozenset[str]]  # (apiGroup, resource) -> verbs
+
+# What the code calls, per role (hcsd/cluster/syncer.py, extender.py, informer.py, leader.py).
+# A permission added to a manifest without a line here fails the test: least privilege.
+RBAC: dict[tuple[str, str], Rules] = {
+    ("ClusterRole", names.SYNCER_ACCOUNT): {
+        # GET at start, POST when absent, merge-PATCH of spec
+        (names.GROUP, names.COMPUTE_NODES): frozenset({"get", "create", "patch"}),
+        (names.GROUP, f"{names.COMPUTE_NODES}/status"): frozenset({"update"}),  # PUT status
     },
-    ("Role", "hcs-syncer"): {("coordination.k8s.io", "leases"): {"get", "create", "update"}},
-    ("ClusterRole", "hcs-scheduler-extender"): {
-        ("hcs.io", "computenodes"): {"get", "list", "watch"},
-        ("hcs.io", "computequotas"): {"get", "list", "watch"},
-        ("hcs.io", "computequotas/status"): {"patch"},
-        ("", "pods"): {"get", "list", "watch", "patch"},
-        ("", "pods/binding"): {"create"},
+    ("Role", names.SYNCER_ACCOUNT): {
+        # the heartbeat Lease: GET, POST when absent, PUT to renew
+        ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
     },
-    ("Role", "hcs-scheduler-extender"): {
-        ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update"}
+    ("ClusterRole", names.EXTENDER_ACCOUNT): {
+        (names.GROUP, names.COMPUTE_NODES): frozenset({"list", "watch"}),  # informer
+        (names.GROUP, names.COMPUTE_QUOTAS): frozenset({"list", "watch"}),  # informer
+        (names.GROUP, f"{names.COMPUTE_QUOTAS}/status"): frozenset({"patch"}),  # status.used
+        ("", "pods"): frozenset({"get", "list", "watch"}),  # informer; GET in bind
+        ("", "pods/binding"): frozenset({"create"}),  # carries the assignment annotation
+    },
+    ("Role", names.EXTENDER_ACCOUNT): {
+        # list+watch: the nodes' heartbeats; get/create/update: the leader Lease
+        ("coordination.k8s.io", "leases"): frozenset({"get", "list", "watch", "create", "update"}),
     },
 }
 
 
+# --- loading -------------------------------------------------------------------------------
+
+
+def yaml_files() -> list[str]:
+    """Every YAML file under packaging/kubernetes, relative: what the test and kustomize see."""
+    return sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.y*ml"))
+
+
 def documents(name: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((ROOT / name).read_text()) if d]
+    """The non-empty documents of one file (a trailing `---` yields None, which is no object)."""
+    return [d for d in yaml.safe_load_all((ROOT / name).read_text()) if d is not None]
+
+
+def kustomized() -> list[str]:
+    return list(yaml.safe_load((ROOT / "kustomization.yaml").read_text())["resources"])
 
 
 def every_object() -> list[dict[str, Any]]:
-    kustomization = yaml.safe_load((ROOT / "kustomization.yaml").read_text())
-    return [d for name in kustomization["resources"] for d in documents(name)]
+    return [d for name in kustomized() for d in documents(name)]
 
 
 def by_kind(kind: str) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in every_object() if d["kind"] == kind}
 
 
-def test_kustomization_lists_every_object_file() -> None:
-    listed = set(yaml.safe_load((ROOT / "kustomization.yaml").read_text())["resources"])
-    present = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*.yaml")}
-    assert listed == present - {"kustomization.yaml", "scheduler-config.yaml"}
+def crd(plural: str) -> dict[str, Any]:
+    return by_kind("CustomResourceDefinition")[f"{plural}.{names.GROUP}"]
+
+
+def crd_schema(plural: str) -> dict[str, Any]:
+    (version,) = crd(plural)["spec"]["versions"]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def pod_spec(kind: str, name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = by_kind(kind)[name]["spec"]["template"]["spec"]
+    return spec
+
+
+# --- files and objects ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", yaml_files())
+def test_every_file_says_what_it_is_and_every_document_is_an_object(name: str) -> None:
+    """A reader of a file alone learns its purpose; kubectl needs apiVersion, kind, name."""
+    assert (ROOT / name).read_text().startswith("#"), f"{name}: no comment at the top"
+    docs = documents(name)
+    assert docs, f"{name} is empty"
+    for doc in docs:
+        assert isinstance(doc, dict) and doc.get("apiVersion") and doc.get("kind"), name
+        if name not in ("kustomization.yaml", SCHEDULER_CONFIG):
+            assert doc.get("metadata", {}).get("name"), f"{name}: a {doc['kind']} with no name"
+
+
+def test_kustomization_lists_every_object_file_and_only_existing_ones() -> None:
+    """A file left out is never applied; a file listed but missing breaks `apply -k`."""
+    listed = kustomized()
+    assert len(listed) == len(set(listed)), "a file listed twice"
+    assert set(listed) == set(yaml_files()) - {"kustomization.yaml", SCHEDULER_CONFIG}
+
+
+def test_every_namespaced_object_lives_in_our_namespace() -> None:
+    """The syncers' and the extender's --namespace default is names.NAMESPACE."""
+    (namespace,) = by_kind("Namespace")
+    assert namespace == names.NAMESPACE
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
     for doc in every_object():
-        assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"], doc
+        if doc["kind"] not in cluster_scoped:
+            assert doc["metadata"].get("namespace") == names.NAMESPACE, doc["metadata"]
+        else:
+            assert "namespace" not in doc["metadata"], doc["metadata"]
 
 
-def test_crds_match_the_code() -> None:
-    crds = by_kind("CustomResourceDefinition")
-    nodes = crds[f"{names.COMPUTE_NODES}.{names.GROUP}"]["spec"]
-    quotas = crds[f"{names.COMPUTE_QUOTAS}.{names.GROUP}"]["spec"]
-    assert (nodes["group"], nodes["scope"], nodes["names"]["kind"]) == (
-        names.GROUP, "Cluster", "ComputeNode"
-    )  # fmt: skip
-    assert (quotas["group"], quotas["scope"], quotas["names"]["kind"]) == (
-        names.GROUP, "Namespaced", "ComputeQuota"
-    )  # fmt: skip
-    for spec in (nodes, quotas):
-        (version,) = spec["versions"]
-        assert version["name"] == names.VERSION and version["subresources"] == {"status": {}}
-        schema = version["schema"]["openAPIV3Schema"]
-        for column in version["additionalPrinterColumns"]:
-            if column["jsonPath"].startswith(".metadata"):
-                continue
-            node = schema
-            for part in column["jsonPath"].strip(".").split("."):
-                node = node["properties"][part]
-            assert node, column
-    hard = quotas["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    assert set(hard["properties"]["hard"]["properties"]) == set(names.QUOTA_KEYS)
+# --- CRDs: names, structure, printer columns ------------------------------------------------
 
 
-def _validate(value: Any, schema: dict[str, Any], where: str) -> None:
-    """The structural subset of OpenAPI v3 the CRDs use; unknown fields are errors."""
+@pytest.mark.parametrize(
+    ("plural", "kind", "scope", "short"),
+    [
+        (names.COMPUTE_NODES, "ComputeNode", "Cluster", "cn"),
+        (names.COMPUTE_QUOTAS, "ComputeQuota", "Namespaced", "cq"),
+    ],
+)
+def test_crd_names_match_the_code(plural: str, kind: str, scope: str, short: str) -> None:
+    """The code builds paths from names.GROUP/VERSION/plural: a mismatch is a 404 at run time."""
+    spec = crd(plural)["spec"]
+    assert (spec["group"], spec["scope"]) == (names.GROUP, scope)
+    assert spec["names"] == {
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": kind.lower(),
+        "shortNames": [short],
+    }
+    (version,) = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == (names.VERSION, True, True)
+    assert version["subresources"] == {"status": {}}  # status written apart from spec
+
+
+def structural_problems(schema: Mapping[str, Any], where: str = "") -> Iterator[str]:
+    """What makes a CRD schema non-structural, as far as these CRDs could go wrong: a node
+    without a type, or anyOf other than the exact int-or-string form, which the API server
+    refuses (a pattern must sit beside that anyOf, not inside it)."""
     if schema.get("x-kubernetes-int-or-string"):
-        assert isinstance(value, (int, str)), where
+        if schema.get("anyOf") != [{"type": "integer"}, {"type": "string"}] or "type" in schema:
+            yield f"{where}: int-or-string needs exactly anyOf [integer, string] and no type"
+    elif "type" not in schema:
+        yield f"{where}: no type"
+    elif "anyOf" in schema or "oneOf" in schema or "allOf" in schema:
+        yield f"{where}: anyOf/oneOf/allOf beside a type"
+    for key, sub in (schema.get("properties") or {}).items():
+        yield from structural_problems(sub, f"{where}.{key}")
+    if "items" in schema:
+        yield from structural_problems(schema["items"], f"{where}[]")
+
+
+@pytest.mark.parametrize("plural", [names.COMPUTE_NODES, names.COMPUTE_QUOTAS])
+def test_crd_schemas_are_structural(plural: str) -> None:
+    assert list(structural_problems(crd_schema(plural))) == []
+
+
+def schema_at(schema: Mapping[str, Any], json_path: str) -> Mapping[str, Any] | None:
+    """The sub-schema a simple `.a.b.c` jsonPath names, or None when the schema lacks it."""
+    node: Mapping[str, Any] | None = schema
+    for part in json_path.removeprefix(".").split("."):
+        node = (node or {}).get("properties", {}).get(part)
+    return node
+
+
+@pytest.mark.parametrize("plural", [names.COMPUTE_NODES, names.COMPUTE_QUOTAS])
+def test_printer_columns_show_fields_that_exist(plural: str) -> None:
+    """A column on a misspelt path is always empty, and kubectl says nothing about it."""
+    (version,) = crd(plural)["spec"]["versions"]
+    schema = crd_schema(plural)
+    for column in version["additionalPrinterColumns"]:
+        path = column["jsonPath"]
+        if path == ".metadata.creationTimestamp":
+            assert column["type"] == "date"
+            continue
+        found = schema_at(schema, path)
+        assert found is not None, f"{plural}: column {column['name']} shows {path}, not in schema"
+        expected = "string" if found.get("x-kubernetes-int-or-string") else found["type"]
+        assert column["type"] == expected, column
+
+
+# --- the syncer's and extender's objects against the schemas --------------------------------
+
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
+INT64 = range(-(2**63), 2**63)
+
+
+def validate(value: Any, schema: Mapping[str, Any], where: str) -> Iterator[str]:
+    """The structural subset of OpenAPI v3 these CRDs use, as the API server applies it.
+
+    Unknown properties are errors here although the API server would accept them: it prunes
+    them silently, and a field that vanishes on write is the bug this test exists to catch.
+    """
+    if schema.get("x-kubernetes-int-or-string"):
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            yield f"{where}: {value!r} is neither an integer nor a string"
+        elif isinstance(value, str) and not re.search(schema.get("pattern", ""), value):
+            yield f"{where}: {value!r} does not match {schema['pattern']}"
         return
-    kind = schema.get("type")
-    if kind == "object":
-        assert isinstance(value, dict), where
-        properties = schema.get("properties")
-        for key in schema.get("required", []):
-            assert key in value, f"{where}.{key} is required"
-        if properties is None:
-            return
-        for key, item in value.items():
-            assert key in properties, f"{where}.{key} is not in the schema (would be pruned)"
-            _validate(item, properties[key], f"{where}.{key}")
-    elif kind == "array":
-        assert isinstance(value, list), where
-        for i, item in enumerate(value):
-            _validate(item, schema["items"], f"{where}[{i}]")
-    elif kind == "integer":
-        assert isinstance(value, int) and not isinstance(value, bool), where
-    elif kind == "number":
-        assert isinstance(value, (int, float)) and not isinstance(value, bool), where
-    elif kind == "string":
-        assert isinstance(value, str), where
-    if "enum" in schema:
-        assert value in schema["enum"], f"{where}: {value!r} not in {schema['enum']}"
-    if "minimum" in schema:
-        assert value >= schema["minimum"], where
+    yield from CHECKS[schema["type"]](value, schema, where)
+    if "enum" in schema and value not in schema["enum"]:
+        yield f"{where}: {value!r} not in {schema['enum']}"
 
 
-@pytest.mark.parametrize("health", [pb.HEALTH_STATE_HEALTHY, pb.HEALTH_STATE_UNHEALTHY])
-def test_the_syncers_objects_fit_the_schema(health: int) -> None:
-    devices = [
-        pb.Device(
-            uuid=f"GPU-{i}", vendor="nvidia", model="A100-SXM4-80GB", index=i,
-            pci_bus_id=f"0000:1{i}:00.0", vram_bytes=80 * 2**30, tflops_fp16=312.0,
-            links=[pb.Link(peer_uuid=f"GPU-{1 - i}", kind="nvlink", gbps=300.0)],
-            health_score=100, health_state=health if i else pb.HEALTH_STATE_HEALTHY,
-            vram_allocated_bytes=16 * 2**30 if i else 0, compute_allocated_percent=0,
-            allocation_count=1 if i else 0,
-        )
-        for i in range(2)
-    ]  # fmt: skip
-    allocation = pb.Allocation(
-        container_id="c1", pod=pb.PodRef(namespace="ns", name="p", uid="u1"),
-        container_name="main", grants=[pb.Grant(device_uuid="GPU-1", vram_bytes=16 * 2**30)],
-        source="assignment",
-    )  # fmt: skip
-    node = pb.Node(name="n1", version=__version__, backends=["nvidia"])
-    obj = compute_node("n1", node_spec(node, devices))
-    obj["status"] = node_status(devices, [allocation], previous={}, now="2026-01-01T00:00:00Z")
-    crd = by_kind("CustomResourceDefinition")["computenodes.hcs.io"]
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    _validate({k: v for k, v in obj.items() if k != "metadata"}, schema, "ComputeNode")
+def _object(value: Any, schema: Mapping[str, Any], where: str) -> Iterator[str]:
+    if not isinstance(value, dict):
+        yield f"{where}: {value!r} is not an object"
+        return
+    for key in schema.get("required", ()):
+        if key not in value:
+            yield f"{where}.{key} is required"
+    properties = schema.get("properties")
+    if properties is None:  # e.g. metadata: anything goes
+        return
+    for key, item in value.items():
+        if key not in properties:
+            yield f"{where}.{key} is not in the schema: the API server would prune it"
+        else:
+            yield from validate(item, properties[key], f"{where}.{key}")
+
+
+def _array(value: Any, schema: Mapping[str, Any], where: str) -> Iterator[str]:
+    if not isinstance(value, list):
+        yield f"{where}: {value!r} is not an array"
+        return
+    for i, item in enumerate(value):
+        yield from validate(item, schema["items"], f"{where}[{i}]")
+    keys = schema.get("x-kubernetes-list-map-keys")
+    if keys:
+        seen = [tuple(item.get(k) for k in keys) for item in value]
+        if len(seen) != len(set(seen)):
+            yield f"{where}: duplicate keys {keys} in a list-type map"
+
+
+def _number(value: Any, schema: Mapping[str, Any], where: str) -> Iterator[str]:
+    integral = schema["type"] == "integer"
+    if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)):
+        yield f"{where}: {value!r} is not {'an integer' if integral else 'a number'}"
+        return
+    if schema.get("format") == "int64" and value not in INT64:
+        yield f"{where}: {value} does not fit int64"
+    if value < schema.get("minimum", value):
+        yield f"{where}: {value} < minimum {schema['minimum']}"
+    if value > schema.get("maximum", value):
+        yield f"{where}: {value} > maximum {schema['maximum']}"
+
+
+def _string(value: Any, schema: Mapping[str, Any], where: str) -> Iterator[str]:
+    if not isinstance(value, str):
+        yield f"{where}: {value!r} is not a string"
+        return
+    if len(value) < schema.get("minLength", 0):
+        yield f"{where}: {value!r} is shorter than {schema['minLength']}"
+    if "pattern" in schema and not re.search(schema["pattern"], value):
+        yield f"{where}: {value!r} does not match {schema['pattern']}"
+    if schema.get("format") == "date-time" and not RFC3339.match(value):
+        yield f"{where}: {value!r} is not an RFC 3339 date-time"
+
+
+def _boolean(value: Any, _schema: Mapping[str, Any], where: str) -> Iterator[str]:
+    if not isinstance(value, bool):
+        yield f"{where}: {value!r} is not a boolean"
+
+
+CHECKS: dict[str, Callable[[Any, Mapping[str, Any], str], Iterator[str]]] = {
+    "object": _object,
+    "array": _array,
+    "integer": _number,
+    "number": _number,
+    "string": _string,
+    "boolean": _boolean,
+}
+
+
+def problems(obj: Mapping[str, Any], plural: str) -> list[str]:
+    return list(validate(dict(obj), crd_schema(plural), plural))
+
+
+def device(i: int, vendor: str, health: pb.HealthState, **extra: Any) -> pb.Device:
+    """A device as hcsd reports it, with every field node_spec/node_status read set."""
+    return pb.Device(
+        uuid=f"{vendor}-{i}",
+        vendor=vendor,
+        model="A100-SXM4-80GB" if vendor == "nvidia" else "Ascend910B",
+        index=i,
+        pci_bus_id=f"0000:1{i}:00.0",
+        numa_node=-1 if i else 0,
+        vram_bytes=80 * 2**30,
+        tflops_fp16=312.0,
+        tflops_bf16=312.0,
+        tflops_fp32=19.5,
+        tops_int8=624.0,
+        health_score=100 if health == pb.HEALTH_STATE_HEALTHY else 10,
+        health_state=health,
+        **extra,
+    )
+
+
+NODES: dict[str, tuple[list[pb.Device], list[pb.Allocation]]] = {
+    "empty": ([], []),
+    "mixed": (
+        [
+            device(
+                0,
+                "nvidia",
+                pb.HEALTH_STATE_HEALTHY,
+                links=[pb.Link(peer_uuid="nvidia-1", kind="nvlink", gbps=300.0)],
+                vram_allocated_bytes=16 * 2**30,
+                compute_allocated_percent=50,
+                allocation_count=2,
+            ),
+            device(
+                1,
+                "nvidia",
+                pb.HEALTH_STATE_DEGRADED,
+                links=[pb.Link(peer_uuid="nvidia-0", kind="nvlink", gbps=300.0)],
+            ),
+            device(0, "ascend", pb.HEALTH_STATE_LOST),
+        ],
+        [
+            pb.Allocation(
+                container_id="c1",
+                pod=pb.PodRef(namespace="ns", name="p", uid="u1"),
+                container_name="main",
+                grants=[pb.Grant(device_uuid="nvidia-0", vram_bytes=8 * 2**30, compute_percent=50)],
+                source="assignment",
+            ),
+            pb.Allocation(  # a local allocation (hcsctl): no pod
+                container_id="c0",
+                grants=[pb.Grant(device_uuid="nvidia-0", vram_bytes=8 * 2**30)],
+                source="local",
+            ),
+        ],
+    ),
+    "all-unhealthy": ([device(0, "nvidia", pb.HEALTH_STATE_UNHEALTHY)], []),
+}
+
+
+@pytest.mark.parametrize("node", sorted(NODES))
+def test_the_syncers_compute_nodes_fit_the_schema(node: str) -> None:
+    """Every field node_spec/node_status write is in the CRD, with the type they write."""
+    devices, allocations = NODES[node]
+    info = pb.Node(name=node, version=__version__, backends=["nvidia", "ascend"])
+    obj = compute_node(node, node_spec(info, devices))
+    assert obj["apiVersion"] == names.API_VERSION and obj["kind"] == "ComputeNode"
+    first = node_status(devices, allocations, previous={}, now="2026-01-01T00:00:00Z")
+    obj["status"] = node_status(devices, allocations, previous=first, now="2026-01-02T00:00:00Z")
+    assert problems(obj, names.COMPUTE_NODES) == []
+
+
+def test_the_validator_rejects_what_the_api_server_would_prune_or_refuse() -> None:
+    """The check above is only as good as its validator: show it fails where it should."""
+    devices, allocations = NODES["mixed"]
+    obj = compute_node("n", node_spec(pb.Node(name="n"), devices))
+    obj["status"] = node_status(devices, allocations, previous={}, now="2026-01-01T00:00:00Z")
+    obj["spec"]["devices"][0]["smClock"] = 1410  # unknown: pruned
+    obj["spec"]["devices"][1]["vramBytes"] = 80.0  # a float where an int64 is
+    obj["spec"]["devices"][2]["vendor"] = "intel"
+    del obj["spec"]["devices"][2]["model"]
+    obj["status"]["conditions"][0]["lastTransitionTime"] = "yesterday"
+    found = "\n".join(problems(obj, names.COMPUTE_NODES))
+    for expected in ("smClock", "vramBytes", "intel", "model is required", "yesterday"):
+        assert expected in found
+
+
+def test_the_extenders_quota_status_and_a_users_quota_fit_the_schema() -> None:
+    """status.used is what Amounts.as_status writes; spec.hard takes ints and quantities."""
+    quota = {
+        "apiVersion": names.API_VERSION,
+        "kind": "ComputeQuota",
+        "spec": {"hard": {names.QUOTA_VRAM: "64Gi", names.QUOTA_TFLOPS: "500", "devices": 8}},
+        "status": {"used": Amounts(vram=3 * 2**30, tflops=156.5, devices=2).as_status()},
+    }
+    assert problems(quota, names.COMPUTE_QUOTAS) == []
+    hard = crd_schema(names.COMPUTE_QUOTAS)["properties"]["spec"]["properties"]["hard"]
+    assert list(hard["properties"]) == list(names.QUOTA_KEYS)
+    used = crd_schema(names.COMPUTE_QUOTAS)["properties"]["status"]["properties"]["used"]
+    assert list(used["properties"]) == list(names.QUOTA_KEYS)
+
+
+QUANTITIES = [
+    *["64Gi", "500", "8", "0", "+8", "1.5", ".5", "5.", "100m", "2k", "1e3", "1E3", "3E"],
+    *["1e-3", "1Ei", "-1", "-1Gi", "", "Gi", "1.2.3", "5Gb", "5 Gi", "0x10", "1e", "lots"],
+    *["1ki", "1KI", "1i", "1Gii", "+-1"],
+]
+
+
+@pytest.mark.parametrize("text", QUANTITIES)
+def test_the_quota_pattern_admits_what_the_extender_parses(text: str) -> None:
+    """A quota the API server accepts but the extender cannot read is ignored quietly; one the
+    extender could read but the API server refuses is a confusing error. Negatives are out."""
+    hard = crd_schema(names.COMPUTE_QUOTAS)["properties"]["spec"]["properties"]["hard"]
+    try:
+        parses = parse_quantity(text) >= 0
+    except QuantityError:
+        parses = False
+    for key in names.QUOTA_KEYS:
+        assert bool(re.search(hard["properties"][key]["pattern"], text)) == parses, (key, text)
+
+
+# --- RBAC, accounts, bindings, the Secret ---------------------------------------------------
+
+
+def rules_of(role: Mapping[str, Any]) -> Rules:
+    """A role's rules flattened per (group, resource), so their grouping does not matter."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no names, no URLs
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                found.setdefault((group, resource), set()).update(rule["verbs"])
+    return {key: frozenset(verbs) for key, verbs in found.items()}
 
 
 def test_rbac_grants_what_the_code_calls_and_no_more() -> None:
-    found: dict[tuple[str, str], dict[tuple[str, str], set[str]]] = {}
-    for doc in every_object():
-        if doc["kind"] not in ("ClusterRole", "Role"):
-            continue
-        rules: dict[tuple[str, str], set[str]] = {}
-        for rule in doc["rules"]:
-            for group in rule["apiGroups"]:
-                for resource in rule["resources"]:
-                    rules.setdefault((group, resource), set()).update(rule["verbs"])
-        found[(doc["kind"], doc["metadata"]["name"])] = rules
-    assert found == RBAC
+    roles = {
+        (doc["kind"], doc["metadata"]["name"]): rules_of(doc)
+        for doc in every_object()
+        if doc["kind"] in ("ClusterRole", "Role")
+    }
+    assert roles == RBAC
 
 
-def test_bindings_service_accounts_and_secret_agree() -> None:
+def test_bindings_tie_each_account_to_its_own_roles() -> None:
+    """Each account gets its ClusterRole and its Role in hcs-system (where the Leases are)."""
     accounts = by_kind("ServiceAccount")
     assert set(accounts) == {names.SYNCER_ACCOUNT, names.EXTENDER_ACCOUNT}
-    for account in accounts.values():
-        assert account["metadata"]["namespace"] == names.NAMESPACE
-    for kind in ("ClusterRoleBinding", "RoleBinding"):
-        for binding in by_kind(kind).values():
-            (subject,) = binding["subjects"]
-            assert subject["name"] in accounts and subject["namespace"] == names.NAMESPACE
-            assert binding["roleRef"]["name"] == subject["name"]
-    (secret,) = by_kind("Secret").values()
-    assert secret["metadata"]["name"] == names.KEY_SECRET
+    roles = {(d["kind"], d["metadata"]["name"]) for d in every_object() if "rules" in d}
+    bound = set()
+    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        for name, binding in by_kind(kind).items():
+            assert binding["subjects"] == [
+                {"kind": "ServiceAccount", "name": name, "namespace": names.NAMESPACE}
+            ]
+            ref = binding["roleRef"]
+            assert ref == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name}
+            assert (role_kind, name) in roles
+            bound.add((role_kind, name))
+    assert bound == set(RBAC)
+
+
+def test_the_secret_holds_the_key_under_the_name_the_programs_read() -> None:
+    (name,) = by_kind("Secret")
+    secret = by_kind("Secret")[name]
+    assert name == names.KEY_SECRET and secret["type"] == "Opaque"
     assert list(secret["stringData"]) == [names.KEY_SECRET_FIELD]
+    assert "create secret generic " + names.KEY_SECRET in (ROOT / "secret.yaml").read_text()
 
 
-def test_workloads_use_the_right_image_account_key_and_port() -> None:
-    daemonset = by_kind("DaemonSet")["hcs-syncer"]["spec"]["template"]["spec"]
-    deployment = by_kind("Deployment")["hcs-scheduler-extender"]["spec"]["template"]["spec"]
-    assert daemonset["serviceAccountName"] == names.SYNCER_ACCOUNT
-    assert deployment["serviceAccountName"] == names.EXTENDER_ACCOUNT
-    for pod in (daemonset, deployment):
-        (container,) = pod["containers"]
-        assert container["image"].endswith(f":{__version__}")
-        secrets = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
-        assert secrets == [names.KEY_SECRET]
-    (extender,) = deployment["containers"]
-    assert f"--listen=0.0.0.0:{names.EXTENDER_PORT}" in extender["command"]
-    assert extender["ports"][0]["containerPort"] == names.EXTENDER_PORT
-    assert extender["readinessProbe"]["httpGet"]["port"] == names.EXTENDER_PORT
-    (service,) = by_kind("Service").values()
-    assert service["spec"]["ports"][0]["targetPort"] == names.EXTENDER_PORT
+# --- workloads: image, account, key, commands, ports ----------------------------------------
+
+
+class _Parsed(Exception):
+    """Raised to stop a program right after it parsed its arguments."""
+
+    def __init__(self, parsed: argparse.Namespace) -> None:
+        super().__init__()
+        self.parsed = parsed
+
+
+def parse_command(
+    main: Callable[[Sequence[str] | None], int],
+    argv: Sequence[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> argparse.Namespace:
+    """The program's own parser applied to the manifest's command, stopping right after:
+    an unknown or misspelt flag fails here rather than in a crash-looping pod."""
+    original = argparse.ArgumentParser.parse_args
+
+    def stop(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> argparse.Namespace:
+        raise _Parsed(original(self, *args, **kwargs))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
+    with pytest.raises(_Parsed) as caught:
+        main(list(argv))
+    return caught.value.parsed
+
+
+def mounts(pod: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """mountPath -> the volume mounted there, for the pod's one container."""
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    return {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+
+
+def key_path(pod: Mapping[str, Any]) -> str:
+    """Where the pod sees the Secret's key: the mount of the volume of Secret KEY_SECRET."""
+    (path,) = [p for p, v in mounts(pod).items() if "secret" in v]
+    assert mounts(pod)[path]["secret"]["secretName"] == names.KEY_SECRET
+    return f"{path}/{names.KEY_SECRET_FIELD}"
+
+
+def env_field(pod: Mapping[str, Any], name: str) -> str:
+    (container,) = pod["containers"]
+    (var,) = [e for e in container["env"] if e["name"] == name]
+    return str(var["valueFrom"]["fieldRef"]["fieldPath"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "account"),
+    [
+        ("DaemonSet", names.SYNCER_ACCOUNT, names.SYNCER_ACCOUNT),
+        ("Deployment", names.EXTENDER_ACCOUNT, names.EXTENDER_ACCOUNT),
+    ],
+)
+def test_workloads_run_our_image_as_our_account_with_the_key(
+    kind: str, name: str, account: str
+) -> None:
+    pod = pod_spec(kind, name)
+    (container,) = pod["containers"]
+    assert container["image"] == IMAGE
+    assert pod["serviceAccountName"] == account
+    assert container["command"][0] == name  # the console script of the same name
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert name in scripts
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert key_path(pod)
+
+
+def test_the_syncer_command_points_at_its_mounts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Socket and key target on the host mounts, key source in the Secret mount."""
+    pod = pod_spec("DaemonSet", names.SYNCER_ACCOUNT)
+    (container,) = pod["containers"]
+    args = parse_command(syncer_main, container["command"][1:], monkeypatch)
+    host = {p: v["hostPath"]["path"] for p, v in mounts(pod).items() if "hostPath" in v}
+    assert host[str(Path(args.socket).parent)] == "/run/hcsd"
+    assert host[str(Path(args.key_file).parent)] == "/etc/hcsd"  # where hcsd reads the key
+    assert Path(args.key_file).name == names.KEY_SECRET_FIELD
+    assert args.install_key == key_path(pod)
+    assert args.namespace == names.NAMESPACE
+    assert env_field(pod, "NODE_NAME") == "spec.nodeName"
+    assert {"operator": "Exists"} in pod["tolerations"]  # runs on tainted accelerator nodes
+
+
+def test_one_extender_port_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube-scheduler -> Service -> container -> probes: one port, names.EXTENDER_PORT."""
+    pod = pod_spec("Deployment", names.EXTENDER_ACCOUNT)
+    (container,) = pod["containers"]
+    args = parse_command(extender_main, container["command"][1:], monkeypatch)
+    assert args.listen.rpartition(":")[2] == str(names.EXTENDER_PORT)
+    assert args.key_file == key_path(pod)
+    assert args.leader_elect is True and args.namespace == names.NAMESPACE
+    assert env_field(pod, "POD_NAME") == "metadata.name"  # the leader Lease's identity
+    assert [p["containerPort"] for p in container["ports"]] == [names.EXTENDER_PORT]
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/readyz",
+        "port": names.EXTENDER_PORT,
+    }
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": "/healthz",
+        "port": names.EXTENDER_PORT,
+    }
+    service = by_kind("Service")[names.EXTENDER_ACCOUNT]
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+        (names.EXTENDER_PORT, names.EXTENDER_PORT)
+    ]
+    labels = by_kind("Deployment")[names.EXTENDER_ACCOUNT]["spec"]["template"]["metadata"]
+    assert service["spec"]["selector"].items() <= labels["labels"].items()
+    (extender,) = documents(SCHEDULER_CONFIG)[0]["extenders"]
+    host = f"{names.EXTENDER_ACCOUNT}.{names.NAMESPACE}.svc"
+    assert extender["urlPrefix"] == f"http://{host}:{names.EXTENDER_PORT}/"
+
+
+# --- kube-scheduler's configuration ---------------------------------------------------------
 
 
 def test_scheduler_configuration_names_our_verbs_and_resources() -> None:
-    (config,) = documents("scheduler-config.yaml")
+    (config,) = documents(SCHEDULER_CONFIG)
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
     (extender,) = config["extenders"]
-    assert extender["urlPrefix"].endswith(f".{names.NAMESPACE}.svc:{names.EXTENDER_PORT}/")
-    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
-        names.FILTER_VERB, names.PRIORITIZE_VERB, names.BIND_VERB
-    )  # fmt: skip
-    assert extender["nodeCacheCapable"] is True
-    managed = {r["name"]: r["ignoredByScheduler"] for r in extender["managedResources"]}
-    assert managed == dict.fromkeys(names.MANAGED_RESOURCES, True)
+    verbs = (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"])
+    assert verbs == (names.FILTER_VERB, names.PRIORITIZE_VERB, names.BIND_VERB)
+    assert extender["nodeCacheCapable"] is True  # the extender answers with node names only
+    assert extender["ignorable"] is False  # never bind ai.compute/* pods unchecked
+    managed = [(r["name"], r["ignoredByScheduler"]) for r in extender["managedResources"]]
+    assert managed == [(resource, True) for resource in names.MANAGED_RESOURCES]
