@@ -1,0 +1,183 @@
+"""libhcs and NVML discovery against a real NVIDIA driver (needs a GPU; not part of make test).
+
+What it checks and measures on device 0, with a 16Gi quota written the way hcsd writes it:
+- the driver API (bench/gpu/real_cuda.c, dlopen + dlsym like the CUDA runtime): without libhcs
+  10Gi + 10Gi both succeed; with it the second is refused with CUDA_ERROR_OUT_OF_MEMORY and
+  cuMemGetInfo reports 16Gi total; a second process sharing the container's region is refused
+  while the first holds 10Gi;
+- PyTorch (if installed): torch.empty of 10Gi succeeds, a second 10Gi raises OutOfMemoryError,
+  torch.cuda.mem_get_info() reports the quota;
+- nvidia-smi under the preload reports the quota as total memory (NVML hook);
+- cost: median ns per cuMemAlloc_v2 + cuMemFree_v2 pair with and without libhcs;
+- hcsd's NVML discovery backend: the devices it reports (model, memory, bus id, links).
+Prints the figures and writes bench/out/gpu.json (and $OUT/gpu.json when OUT is set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+LIBHCS = ROOT / "libhcs"
+PRELOAD = LIBHCS / "build" / "libhcs.so"
+OUT = ROOT / "bench" / "out"
+GIB = 1 << 30
+
+
+def build(work: Path) -> Path:
+    subprocess.run(["make", "-s", "-C", str(LIBHCS), "all"], check=True)
+    program = work / "real_cuda"
+    subprocess.run(
+        [
+            "cc",
+            "-O2",
+            f"-I{LIBHCS / 'include'}",
+            "-o",
+            str(program),
+            str(Path(__file__).with_name("real_cuda.c")),
+            "-ldl",
+        ],
+        check=True,
+    )
+    return program
+
+
+def gpu_uuid() -> str:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
+        return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def quota_file(work: Path, uuid: str, limit: int) -> Path:
+    """quota.conf as hcsd writes it (docs/libhcs.md), one NVIDIA device."""
+    directory = work / "container"
+    directory.mkdir()
+    path = directory / "quota.conf"
+    path.write_text(
+        "version=1\ncontainer=gpu-check\ndevices=1\n"
+        f"device.0.uuid={uuid}\ndevice.0.vendor=nvidia\n"
+        f"device.0.vram_limit={limit}\ndevice.0.compute_percent=100\n"
+    )
+    return path
+
+
+def env_for(config: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "HCS_CONFIG")}
+    if config is not None:
+        env["LD_PRELOAD"] = str(PRELOAD)
+        env["HCS_CONFIG"] = str(config)
+    return env
+
+
+def run(args: list[str], config: Path | None, **extra: str) -> str:
+    result = subprocess.run(
+        args,
+        check=False,
+        env={**env_for(config), **extra},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return (result.stdout + result.stderr).strip()
+
+
+TORCH_CHECK = """
+import torch
+a = torch.empty(10 << 30, dtype=torch.uint8, device="cuda")
+print("first 10GiB ok")
+try:
+    b = torch.empty(10 << 30, dtype=torch.uint8, device="cuda")
+    print("second 10GiB ALLOWED")
+except torch.OutOfMemoryError as e:
+    print("second 10GiB refused:", str(e).splitlines()[0][:160])
+free, total = torch.cuda.mem_get_info()
+print(f"mem_get_info free={free} total={total}")
+"""
+
+
+def discovery() -> list[dict[str, object]]:
+    from hcsd.discovery.backends.nvidia import NvidiaBackend
+
+    backend = NvidiaBackend()
+    devices = backend.discover()
+    return [
+        {
+            "uuid": d.uuid,
+            "model": d.model,
+            "vram_bytes": d.vram_bytes,
+            "pci_bus_id": d.pci_bus_id,
+            "numa_node": d.numa_node,
+            "tflops_fp16": d.tflops_fp16,
+            "nodes": [str(n) for n in d.device_nodes],
+            "attributes": dict(d.attributes),
+        }
+        for d in devices
+    ]
+
+
+def main() -> int:
+    result: dict[str, object] = {"benchmark": "gpu", "time": time.strftime("%FT%TZ", time.gmtime())}
+    with tempfile.TemporaryDirectory() as directory:
+        work = Path(directory)
+        program = build(work)
+        uuid = gpu_uuid()
+        config = quota_file(work, uuid, 16 * GIB)
+        result["gpu_uuid"] = uuid
+        result["bare_10_10"] = run([str(program), "quota", "10", "10"], None)
+        result["hooked_10_10"] = run([str(program), "quota", "10", "10"], config)
+        holder = subprocess.Popen(
+            [str(program), "quota", "10"],
+            env={**env_for(config), "REAL_CUDA_HOLD_SECONDS": "8"},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert holder.stdout is not None
+        first = holder.stdout.readline() + holder.stdout.readline()
+        result["two_processes"] = {
+            "holder": first.strip(),
+            "peer": run([str(program), "quota", "10"], config),
+        }
+        holder.wait(timeout=60)
+        pairs = {}
+        for name, cfg in (("unhooked", None), ("hooked", config)):
+            pairs[name] = float(run([str(program), "pairs", "2000", "9"], cfg).split()[-1])
+        result["pair_ns_median"] = pairs
+        result["pair_ns_added"] = round(pairs["hooked"] - pairs["unhooked"], 1)
+        if shutil.which("nvidia-smi"):
+            query = ["nvidia-smi", "--query-gpu=name,memory.total,memory.used", "--format=csv"]
+            result["nvidia_smi_bare"] = run(query, None)
+            result["nvidia_smi_hooked"] = run(query, config)
+        try:
+            import torch  # noqa: F401
+
+            result["torch"] = run([sys.executable, "-c", TORCH_CHECK], config)
+        except ImportError:
+            result["torch"] = "skipped: torch is not installed"
+    try:
+        result["discovery"] = discovery()
+    except Exception as e:  # report, do not hide: the figures above still count
+        result["discovery"] = f"failed: {e!r}"
+    text = json.dumps(result, indent=2, default=str)
+    print(text)
+    for out in [OUT, Path(os.environ["OUT"]) if os.environ.get("OUT") else None]:
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "gpu.json").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
