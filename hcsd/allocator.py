@@ -21,18 +21,15 @@ from dataclasses import dataclass
 
 from hcsd.model import Device, Grant, Request, SpreadPolicy, TopologyPreference
 from hcsd.quantity import format_bytes
+from hcsd.refusals import Reason, Refusal
 
 __all__ = ["NoFit", "Placement", "Usage", "choose"]
 
 _MAX_COMBINATIONS = 5_000
 
 
-class NoFit(Exception):
-    """No device set on this node can serve the request; `reason` is a metric label."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+class NoFit(Refusal):
+    """No device set on this node can serve the request (a permanent refusal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +64,12 @@ def choose(
     policy = request.policy or default_policy
     allowed = [d for d in devices if _allowed(request, d)]
     if not allowed:
-        raise NoFit("no_matching_device", _describe_filter(request, devices))
+        raise NoFit(Reason.NO_MATCHING_DEVICE, _describe_filter(request, devices))
     healthy = [d for d in allowed if d.health_state.schedulable]
     if not healthy:
         states = sorted({d.health_state.value for d in allowed})
         raise NoFit(
-            "unhealthy",
+            Reason.UNHEALTHY,
             f"all {len(allowed)} matching device(s) are {'/'.join(states)}",
         )
     groups: dict[tuple[str, str], list[Device]] = {}
@@ -101,11 +98,11 @@ def choose(
         # Report the most specific failure: the first group's is as good as any, but prefer
         # VRAM over compute over topology because that is what users most often misjudge.
         order = [
-            "insufficient_vram",
-            "insufficient_compute",
-            "insufficient_devices",
-            "no_linked_set",
-            "unknown_tflops",
+            Reason.INSUFFICIENT_VRAM,
+            Reason.INSUFFICIENT_COMPUTE,
+            Reason.INSUFFICIENT_DEVICES,
+            Reason.NO_LINKED_SET,
+            Reason.UNKNOWN_TFLOPS,
         ]
         failures.sort(key=lambda f: order.index(f.reason) if f.reason in order else len(order))
         first = failures[0]
@@ -138,7 +135,7 @@ def _need(request: Request, sample: Device) -> _Need:
     compute = request.compute_percent
     if request.tflops_fp16 is not None:
         if sample.tflops_fp16 <= 0:
-            raise NoFit("unknown_tflops", f"{sample.model}: FP16 TFLOPS unknown")
+            raise NoFit(Reason.UNKNOWN_TFLOPS, f"{sample.model}: FP16 TFLOPS unknown")
         exact = request.tflops_fp16 / sample.tflops_fp16
         count = max(math.ceil(exact - 1e-9), request.devices)
         if count == 1 and not compute:
@@ -167,19 +164,19 @@ def _pick(
         largest = max(members, key=free)
         if need.count == 1:
             raise NoFit(
-                "insufficient_vram",
+                Reason.INSUFFICIENT_VRAM,
                 f"{model}: {format_bytes(need.vram_bytes)} wanted, most free is "
                 f"{format_bytes(max(free(largest), 0))} on {largest.uuid}",
             )
         raise NoFit(
-            "insufficient_vram" if len(members) >= need.count else "insufficient_devices",
+            Reason.INSUFFICIENT_VRAM if len(members) >= need.count else Reason.INSUFFICIENT_DEVICES,
             f"{model}: {need.count} device(s) with {format_bytes(need.vram_bytes)} free wanted, "
             f"{len(fitting)} of {len(members)} have it",
         )
     fitting = [d for d in fitting if compute_free(d) >= need.compute_percent]
     if len(fitting) < need.count:
         raise NoFit(
-            "insufficient_compute",
+            Reason.INSUFFICIENT_COMPUTE,
             f"{model}: {need.count} device(s) with {need.compute_percent}% compute free wanted, "
             f"{len(fitting)} have it",
         )
@@ -208,7 +205,7 @@ def _pick(
     assert best is not None  # fitting has at least `count` devices
     if high_bandwidth and best[0][0] == 0:
         raise NoFit(
-            "no_linked_set",
+            Reason.NO_LINKED_SET,
             f"{model}: no set of {need.count} devices with peer-to-peer links has room",
         )
     return best[1], best[0]

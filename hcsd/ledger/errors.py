@@ -1,33 +1,40 @@
 """Ledger errors, split by what the caller should do about them.
 
-Permanent refusals (OverCapacity, LedgerConflict) mean the request is wrong for the current
-state; LedgerWriteError is temporary (disk full, I/O error) and the same request may succeed
-later; LedgerCorrupt and LedgerLocked stop the daemon from starting on state it cannot trust.
+The three that refuse one request are also `Refusal`s, so that they reach every front end with
+their reason and status unchanged: OverCapacity and LedgerConflict are permanent (the request
+is wrong for the current state), LedgerWriteError is temporary (disk full, I/O error: nothing
+was changed and the same request may succeed later). LedgerCorrupt and LedgerLocked refuse no
+request: they stop the daemon from starting on state it cannot trust.
 """
 
 from __future__ import annotations
+
+from hcsd.refusals import Reason, Refusal
 
 
 class LedgerError(Exception):
     """Base of all ledger errors."""
 
 
-class OverCapacity(LedgerError):
+class OverCapacity(LedgerError, Refusal):
     """The allocation would put a device past its VRAM or compute capacity."""
 
-    reason = "over_capacity"
+    def __init__(self, message: str) -> None:
+        super().__init__(Reason.OVER_CAPACITY, message)
 
 
-class LedgerConflict(LedgerError):
+class LedgerConflict(LedgerError, Refusal):
     """The container already holds a different allocation."""
 
-    reason = "conflict"
+    def __init__(self, message: str) -> None:
+        super().__init__(Reason.CONFLICT, message)
 
 
-class LedgerWriteError(LedgerError):
+class LedgerWriteError(LedgerError, Refusal):
     """The record could not be made durable; nothing was changed. Retry later."""
 
-    reason = "write_failed"
+    def __init__(self, message: str) -> None:
+        super().__init__(Reason.WRITE_FAILED, message)
 
 
 class LedgerCorrupt(LedgerError):
