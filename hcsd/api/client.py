@@ -1,7 +1,9 @@
 """A blocking client of the local API, for hcsctl and hooks.
 
 Errors become ApiError with one line that a person can act on: the socket path and the reason
-the daemon gave (or why it could not be reached).
+the daemon gave (or why it could not be reached). A refusal comes back as the daemon's
+`Refusal` (reason from the trailing metadata), so its text names the reason and says whether
+a retry may succeed, in every front end that prints it.
 """
 
 from __future__ import annotations
@@ -14,14 +16,21 @@ import grpc
 
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
+from hcsd.refusals import METADATA_KEY, Refusal
 
 __all__ = ["ApiError", "Client"]
 
 
 class ApiError(Exception):
-    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        code: grpc.StatusCode | None = None,
+        refusal: Refusal | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
+        self.refusal = refusal
 
 
 class Client:
@@ -86,7 +95,18 @@ class Client:
             )
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return ApiError(f"hcsd at {self.socket_path} did not answer in {self.timeout}s", code)
+        refusal = _refusal(error, details)
+        if refusal is not None:
+            return ApiError(refusal.describe(), code, refusal)
         return ApiError(details or code.name.lower(), code)
+
+
+def _refusal(error: grpc.RpcError, details: str) -> Refusal | None:
+    metadata = error.trailing_metadata() or ()
+    for key, value in metadata:
+        if key == METADATA_KEY and isinstance(value, str):
+            return Refusal.parse(value, details)
+    return None
 
 
 def _reachable(path: str) -> bool:

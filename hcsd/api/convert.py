@@ -21,7 +21,7 @@ from hcsd.model import (
     Vendor,
 )
 from hcsd.quantity import QuantityError, parse_bytes, parse_quantity
-from hcsd.service import DeviceStatus, Event
+from hcsd.service import DeviceStatus, Event, EventKind
 
 __all__ = [
     "InvalidRequest",
@@ -40,12 +40,11 @@ _HEALTH = {
 }
 HEALTH_NAMES = {value: key.value for key, value in _HEALTH.items()}
 _EVENT_KINDS = {
-    "initial": pb.Event.KIND_INITIAL,
-    "synced": pb.Event.KIND_SYNCED,
-    "allocated": pb.Event.KIND_ALLOCATED,
-    "released": pb.Event.KIND_RELEASED,
-    "device_changed": pb.Event.KIND_DEVICE_CHANGED,
-    "device_removed": pb.Event.KIND_DEVICE_REMOVED,
+    EventKind.INITIAL: pb.Event.KIND_INITIAL,
+    EventKind.SYNCED: pb.Event.KIND_SYNCED,
+    EventKind.ALLOCATED: pb.Event.KIND_ALLOCATED,
+    EventKind.RELEASED: pb.Event.KIND_RELEASED,
+    EventKind.DEVICE_CHANGED: pb.Event.KIND_DEVICE_CHANGED,
 }
 _E = TypeVar("_E", SpreadPolicy, TopologyPreference)
 _SOURCES = {"", "api", "local", "assignment"}

@@ -3,6 +3,10 @@
 The socket is created with mode 0600 (umask set around the bind, then chmod to be sure): only
 root may allocate devices or read who holds them. A stale socket from a crashed daemon is
 replaced; a live one means another hcsd runs and we refuse to start.
+
+A `Refusal` raised by any method becomes the status code of hcsd/refusals.py's table, with the
+message as details and the reason in the trailing metadata (METADATA_KEY), so that clients
+(hcsctl, the hooks) get the reason back without parsing text.
 """
 
 from __future__ import annotations
@@ -28,14 +32,21 @@ from hcsd.api.convert import (
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
 from hcsd.model import PodRef
-from hcsd.runtime.injector import ContainerInfo, InjectionRefused, Injector
-from hcsd.service import NodeService, Refused, WatchOverflow
+from hcsd.refusals import METADATA_KEY, Reason, Refusal
+from hcsd.runtime.injector import ContainerInfo, Injector
+from hcsd.service import NodeService, WatchOverflow
 
-__all__ = ["ApiServer", "HcsdServicer", "SocketInUse"]
+__all__ = ["ApiServer", "HcsdServicer", "SocketInUse", "grpc_code"]
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 4 * 1024 * 1024
+_GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def grpc_code(refusal: Refusal) -> grpc.StatusCode:
+    """The refusal's code from the table, as grpc names it (the numbers are gRPC's own)."""
+    return _GRPC_CODES[refusal.code.value]
 
 
 class SocketInUse(Exception):
@@ -52,12 +63,12 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
         return pb.Node(
             name=s.node_name,
             version=s.version or __version__,
-            backends=list(s.inventory.backends),
-            ledger_seq=s.ledger.seq,
+            backends=list(s.backends),
+            ledger_seq=s.seq,
             device_count=len(s.devices()),
             allocation_count=len(s.allocations()),
             started_at=s.started_at,
-            orphaned_containers=[a.container_id for a in s.ledger.orphans()],
+            orphaned_containers=[a.container_id for a in s.orphans()],
             health_source=s.health_source,
         )
 
@@ -79,15 +90,8 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
         try:
             parsed = request_from_pb(request)
         except InvalidRequest as e:
-            self.service.refusals["invalid_request"] += 1
-            log.warning("refused (invalid_request): %s: %s", request.container_id or "?", e)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid request: {e}")
-            raise  # abort raises; this keeps type checkers aware
-        try:
-            allocation, created, model = self.service.allocate(parsed)
-        except Refused as e:
-            await context.abort(_status_for(e), str(e))
-            raise
+            raise self._invalid(request.container_id, f"invalid request: {e}") from e
+        allocation, created, model = self.service.allocate(parsed)
         return pb.AllocateResponse(
             allocation=allocation_to_pb(allocation), created=created, model=model
         )
@@ -96,12 +100,8 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
         self, request: pb.ReleaseRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleaseResponse:
         if not request.container_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "container_id is required")
-        try:
-            released = self.service.release(request.container_id)
-        except Refused as e:
-            await context.abort(_status_for(e), str(e))
-            raise
+            raise self._invalid("", "container_id is required")
+        released = self.service.release(request.container_id)
         if released is None:
             return pb.ReleaseResponse(released=False)
         return pb.ReleaseResponse(released=True, allocation=allocation_to_pb(released))
@@ -113,7 +113,7 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
             await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime integration is disabled")
             raise AssertionError  # unreachable: abort raises
         if not request.container_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "container_id is required")
+            raise self._invalid("", "container_id is required")
         info = ContainerInfo(
             container_id=request.container_id,
             container_name=request.container_name,
@@ -121,19 +121,10 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
             container_annotations=dict(request.container_annotations),
             pod_annotations=dict(request.pod_annotations),
         )
-        try:
-            edits = self.injector.create(info)
-        except InjectionRefused as e:
-            code = (
-                grpc.StatusCode.INVALID_ARGUMENT
-                if e.invalid
-                else grpc.StatusCode.RESOURCE_EXHAUSTED
-            )
-            await context.abort(code, str(e))
-            raise
+        edits = self.injector.create(info)
         if edits is None:
             return pb.PrepareContainerResponse(managed=False)
-        held = self.service.ledger.get(request.container_id)
+        held = self.service.allocation(request.container_id)
         return pb.PrepareContainerResponse(
             managed=True,
             devices=[
@@ -160,7 +151,7 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
         if self.injector is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime integration is disabled")
             raise AssertionError  # unreachable: abort raises
-        held = self.service.ledger.get(request.container_id)
+        held = self.service.allocation(request.container_id)
         if request.deleted:
             self.injector.removed(request.container_id)
         else:
@@ -181,13 +172,18 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
         finally:
             subscription.close()
 
+    def _invalid(self, container_id: str, message: str) -> Refusal:
+        """A malformed request, counted and logged like every other refusal."""
+        text = f"{container_id}: {message}" if container_id else message
+        return self.service.refuse(Refusal(Reason.INVALID_REQUEST, text))
 
-def _status_for(refusal: Refused) -> grpc.StatusCode:
-    if refusal.temporary:
-        return grpc.StatusCode.UNAVAILABLE
-    if refusal.reason == "conflict":
-        return grpc.StatusCode.ALREADY_EXISTS
-    return grpc.StatusCode.RESOURCE_EXHAUSTED
+
+async def _abort_refused(context: grpc.aio.ServicerContext, refusal: Refusal) -> None:
+    await context.abort(
+        grpc_code(refusal),
+        str(refusal),
+        trailing_metadata=((METADATA_KEY, refusal.reason.value),),
+    )
 
 
 def _handlers(servicer: HcsdServicer) -> grpc.GenericRpcHandler:
@@ -233,7 +229,11 @@ def _decoding_unary(
     implementation: Callable[..., Awaitable[Any]], request_type: Any
 ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Any]]:
     async def handle(data: bytes, context: grpc.aio.ServicerContext) -> Any:
-        return await implementation(await _decode(data, request_type, context), context)
+        request = await _decode(data, request_type, context)
+        try:
+            return await implementation(request, context)
+        except Refusal as e:
+            await _abort_refused(context, e)
 
     return handle
 

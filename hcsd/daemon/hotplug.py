@@ -53,7 +53,7 @@ class HotplugWatcher:
             self.handle(event)
 
     def handle(self, event: PciEvent) -> None:
-        device = self._device_at(event.address)
+        device = self.service.device_at_bus(event.address)
         if event.action == "remove" and device is not None:
             self._mark_lost(device)
         elif (
@@ -62,12 +62,6 @@ class HotplugWatcher:
             and (device is None or device.health_state is HealthState.LOST)
         ):
             supervise(self._readd(event.address), f"hotplug-add {event.address}")
-
-    def _device_at(self, address: str) -> Device | None:
-        for status in self.service.devices():
-            if status.device.pci_bus_id == address:
-                return status.device
-        return None
 
     def _mark_lost(self, device: Device) -> None:
         if device.health_state is HealthState.LOST:
@@ -79,14 +73,13 @@ class HotplugWatcher:
             device.uuid,
             device.pci_bus_id,
         )
-        for allocation in self.service.allocations():
-            if device.uuid in allocation.device_uuids:
-                who = (
-                    f"{allocation.pod}/{allocation.container_name}"
-                    if allocation.pod.name
-                    else allocation.container_id
-                )
-                log.error("%s: holds lost device %s", who, device.uuid)
+        for allocation in self.service.holders(device.uuid):
+            who = (
+                f"{allocation.pod}/{allocation.container_name}"
+                if allocation.pod.name
+                else allocation.container_id
+            )
+            log.error("%s: holds lost device %s", who, device.uuid)
 
     async def _readd(self, address: str) -> None:
         found = await asyncio.to_thread(self.rediscover)

@@ -127,7 +127,7 @@ class Daemon:
                     ) from e
             self._install_signals()
             if watcher is not None:
-                service.health_source = watcher.start(asyncio.get_running_loop())
+                service.set_health_source(watcher.start(asyncio.get_running_loop()))
             log.info(
                 "hcsd %s ready on node %s: %d device(s) from %s",
                 __version__,
@@ -252,7 +252,7 @@ class Daemon:
             log.warning("reload: %s changed; it takes effect after a restart", key)
         set_level(new.log_level)
         assert self.service is not None
-        self.service.policy = new.policy
+        self.service.set_policy(new.policy)
         self.config = _merge_reloadable(self.config, new)
         log.info("configuration reloaded from %s", new.source)
         notify.ready(self._status())

@@ -14,27 +14,12 @@ from collections.abc import Iterable
 
 from hcsd import __version__
 from hcsd.health.watching import HealthWatcher
+from hcsd.refusals import Reason
 from hcsd.service import NodeService
 
 __all__ = ["MetricsServer", "render_metrics"]
 
 log = logging.getLogger(__name__)
-
-_REFUSAL_REASONS = (
-    "invalid_request",
-    "no_matching_device",
-    "unhealthy",
-    "insufficient_vram",
-    "insufficient_compute",
-    "insufficient_devices",
-    "no_linked_set",
-    "unknown_tflops",
-    "over_capacity",
-    "conflict",
-    "write_failed",
-    "bad_assignment",
-    "prepare_failed",
-)
 
 
 def _labels(pairs: Iterable[tuple[str, str]]) -> str:
@@ -125,9 +110,11 @@ def render_metrics(service: NodeService, watcher: HealthWatcher | None = None) -
         "hcs_orphaned_allocations",
         "gauge",
         "Allocations on devices this node no longer has.",
-        [("", len(service.ledger.orphans()))],
+        [("", len(service.orphans()))],
     )
-    reasons = dict.fromkeys(_REFUSAL_REASONS, 0) | dict(service.refusals)
+    reasons = {reason.value: 0 for reason in Reason} | {
+        reason.value: n for reason, n in service.refusal_counts().items()
+    }
     family(
         "hcs_refusals_total",
         "counter",
@@ -138,7 +125,7 @@ def render_metrics(service: NodeService, watcher: HealthWatcher | None = None) -
         "hcs_ledger_seq",
         "counter",
         "Operations recorded in the ledger.",
-        [("", service.ledger.seq)],
+        [("", service.seq)],
     )
     family("hcs_watchers", "gauge", "Clients watching the API.", [("", service.watcher_count)])
     on_bad_devices = [

@@ -161,10 +161,8 @@ class HealthWatcher:
         return device.pci_bus_id if device is not None else None
 
     def _uuid_for_bus(self, bus_id: str) -> str | None:
-        for status in self.service.devices():
-            if status.device.pci_bus_id == bus_id:
-                return status.device.uuid
-        return None
+        device = self.service.device_at_bus(bus_id)
+        return device.uuid if device is not None else None
 
     def _apply(self, uuid: str, event: HealthEvent | None) -> None:
         status = self.service.device_status(uuid)
@@ -187,14 +185,13 @@ class HealthWatcher:
                 reason,
             )
             if not state.schedulable:
-                for allocation in self.service.allocations():
-                    if uuid in allocation.device_uuids:
-                        who = (
-                            f"{allocation.pod}/{allocation.container_name}"
-                            if allocation.pod.name
-                            else allocation.container_id
-                        )
-                        log.warning("%s: runs on %s device %s", who, state.value, uuid)
+                for allocation in self.service.holders(uuid):
+                    who = (
+                        f"{allocation.pod}/{allocation.container_name}"
+                        if allocation.pod.name
+                        else allocation.container_id
+                    )
+                    log.warning("%s: runs on %s device %s", who, state.value, uuid)
 
     def stats(self) -> dict[str, int]:
         counts = dict(self.source.stats()) if self.source is not None else {}

@@ -3,8 +3,9 @@
 At createRuntime it records the container with hcsd (allocating from its assignment or
 `hcs.io/*` annotations) and checks that every device node hcsd assigned is in the container's
 config — injected by hcsd's NRI plugin or by CDI. A container that holds an allocation without
-its devices, or that hcsd refuses, fails to start with the reason on stderr. At poststop it
-tells hcsd the container is gone. The state JSON arrives on stdin.
+its devices, or that hcsd refuses, fails to start with the reason on stderr (for a refusal,
+hcsd's own text: the container, the figures, the reason and whether a retry may succeed). At
+poststop it tells hcsd the container is gone. The state JSON arrives on stdin.
 """
 
 from __future__ import annotations
@@ -46,7 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if is_sandbox(config):
                 return 0
             edits = client.prepare_container(prepare_request(container_id, config))
-    except (ApiError, OSError, ValueError) as e:
+    except ApiError as e:
+        # A refusal's text starts with the container already; other errors need naming it.
+        print(f"hcs-oci-hook: {e if e.refusal else f'{container_id}: {e}'}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:
         print(f"hcs-oci-hook: {container_id}: {e}", file=sys.stderr)
         return 1
     return _check_injected(container_id, config, edits)

@@ -3,7 +3,8 @@
 Configure it as the runc binary (`BinaryName = "/usr/bin/hcs-runtime"`). On `create` and `run`
 it asks hcsd for the container's edits, writes them into the bundle's config.json, then execs the
 real runc with the unchanged arguments; on `delete` it tells hcsd the container is gone. A
-refusal (forged assignment, no room) fails creation with hcsd's reason on stderr.
+refusal (forged assignment, no room, a full disk) fails creation with hcsd's text on stderr:
+the container, the figures, the reason, and whether a retry may succeed.
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ async def keep_spec_current(directory: str, service: NodeService) -> None:
         subscription = service.subscribe(send_initial=False)
         try:
             async for event in subscription:
-                if event.kind not in (EventKind.DEVICE_CHANGED, EventKind.DEVICE_REMOVED):
+                if event.kind is not EventKind.DEVICE_CHANGED:
                     continue
                 current = _signature(service)
                 if current == last:

@@ -5,6 +5,9 @@ pod's and the container's identity and annotations, and turn the returned edits 
 format. Precedence: a signed scheduler assignment for the pod wins; otherwise the container's
 (then the pod's) `hcs.io/*` annotations make a local request; otherwise the container is not
 ours and gets no edits.
+
+Every refusal is a `Refusal` (hcsd/refusals.py) counted and logged by the service; the front
+ends map it to their own status through the one table there.
 """
 
 from __future__ import annotations
@@ -15,24 +18,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hcsd.model import Allocation, Device, PodRef
+from hcsd.refusals import Reason, Refusal
 from hcsd.runtime.annotations import RequestError, local_request
 from hcsd.runtime.assignment import ANNOTATION, AssignmentError, verify
 from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.quota import QuotaFiles
 from hcsd.runtime.vendors import vendor_edits
-from hcsd.service import NodeService, Refused
+from hcsd.service import NodeService
 
-__all__ = ["ContainerInfo", "InjectionRefused", "Injector", "InjectorSettings"]
+__all__ = ["ContainerInfo", "Injector", "InjectorSettings"]
 
 log = logging.getLogger(__name__)
-
-
-class InjectionRefused(Exception):
-    """Container creation must fail; `invalid` separates bad input from lack of capacity."""
-
-    def __init__(self, message: str, *, invalid: bool) -> None:
-        super().__init__(message)
-        self.invalid = invalid
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +74,15 @@ class Injector:
         self.quota = QuotaFiles(settings.run_dir, settings.libhcs_path)
 
     def create(self, info: ContainerInfo) -> ContainerEdits | None:
-        """Allocate (durably) and return the container's edits; None if it asks for nothing."""
+        """Allocate (durably) and return the container's edits; None if it asks for nothing.
+
+        Raises Refusal when the container must not start, with a text that begins with the
+        container's label; an allocation whose files cannot be prepared is released again.
+        """
         held = self._allocation(info)
         if held is None:
             return None
-        devices = self._devices(held)
+        devices = self._devices(info, held)
         try:
             edits = merge(
                 [
@@ -92,11 +92,10 @@ class Injector:
             )
         except (OSError, ValueError) as e:
             self.service.release(info.container_id)
-            self.service.refusals["prepare_failed"] += 1
-            log.warning("%s: refused: %s", info.label, e)
-            raise InjectionRefused(
-                f"{info.label}: failed to prepare the container: {e}",
-                invalid=isinstance(e, ValueError),
+            # A ValueError is the container's own input (its id, an assignment mixing vendors).
+            reason = Reason.INVALID_REQUEST if isinstance(e, ValueError) else Reason.PREPARE_FAILED
+            raise self.service.refuse(
+                Refusal(reason, f"{info.label}: failed to prepare the container: {e}")
             ) from e
         log.info(
             "%s: injecting %d device node(s) for %s",
@@ -129,7 +128,7 @@ class Injector:
                 self.removed(allocation.container_id)
                 released.append(allocation.container_id)
         for leftover in self.quota.present():
-            if leftover not in alive and self.service.ledger.get(leftover) is None:
+            if leftover not in alive and self.service.allocation(leftover) is None:
                 self.quota.remove(leftover)
         if released:
             log.info(
@@ -155,19 +154,16 @@ class Injector:
                     max_age=self.settings.assignment_max_age,
                 )
             except AssignmentError as e:
-                self.service.refusals["bad_assignment"] += 1
-                log.warning("%s: refused: %s", info.label, e)
-                raise InjectionRefused(f"{info.label}: {e}", invalid=True) from e
+                raise self.service.refuse(
+                    Refusal(Reason.BAD_ASSIGNMENT, f"{info.label}: {e}")
+                ) from e
             grants = assignment.containers.get(info.container_name)
             if not grants:
                 return None  # the scheduler gave this container nothing (e.g. a sidecar)
             allocation = Allocation(
                 info.container_id, grants, info.pod, info.container_name, self.clock(), "assignment"
             )
-            try:
-                held, _ = self.service.hold(allocation)
-            except Refused as e:
-                raise InjectionRefused(str(e), invalid=False) from e
+            held, _ = self.service.hold(allocation)
             return held
         try:
             request = local_request(
@@ -178,24 +174,22 @@ class Injector:
                 info.pod_annotations,
             )
         except (RequestError, ValueError) as e:
-            self.service.refusals["invalid_request"] += 1
-            log.warning("%s: refused: %s", info.label, e)
-            raise InjectionRefused(f"{info.label}: {e}", invalid=True) from e
+            raise self.service.refuse(Refusal(Reason.INVALID_REQUEST, f"{info.label}: {e}")) from e
         if request is None:
             return None
-        try:
-            held, _, _ = self.service.allocate(request)
-        except Refused as e:
-            raise InjectionRefused(str(e), invalid=False) from e
+        held, _, _ = self.service.allocate(request)
         return held
 
-    def _devices(self, allocation: Allocation) -> list[Device]:
+    def _devices(self, info: ContainerInfo, allocation: Allocation) -> list[Device]:
         devices = []
         for grant in allocation.grants:
             device = self.service.device(grant.device_uuid)
             if device is None:  # held from before a device was lost: nothing to inject
-                raise InjectionRefused(
-                    f"device {grant.device_uuid} is not on this node", invalid=False
+                raise self.service.refuse(
+                    Refusal(
+                        Reason.NO_MATCHING_DEVICE,
+                        f"{info.label}: device {grant.device_uuid} is not on this node",
+                    )
                 )
             devices.append(device)
         return devices

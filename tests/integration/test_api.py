@@ -126,7 +126,7 @@ async def test_bad_requests_get_a_clear_status(
         await api.stub.Allocate(request_)
     assert info.value.code() == code
     assert message in (info.value.details() or "")
-    assert api.service.ledger.seq == 0
+    assert api.service.seq == 0
 
 
 async def test_conflicting_repeat_is_already_exists(api: Api) -> None:

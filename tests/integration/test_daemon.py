@@ -164,10 +164,12 @@ def test_hcsctl_against_the_daemon(daemon: Daemon) -> None:
     refused = daemon.hcsctl("allocate", "--container", "job-2", "--vram", "1Ti")
     assert refused.returncode == 1
     assert refused.stderr.startswith("hcsctl: job-2: ") and refused.stderr.count("\n") == 1
+    assert refused.stderr.endswith(" (refused: insufficient_vram)\n")
 
     bad = daemon.hcsctl("allocate", "--container", "job-3", "--vram", "lots")
     assert bad.returncode == 1
-    assert bad.stderr.startswith("hcsctl: invalid request: vram: invalid quantity 'lots'")
+    assert bad.stderr.startswith("hcsctl: job-3: invalid request: vram: invalid quantity 'lots'")
+    assert bad.stderr.endswith(" (refused: invalid_request)\n")
 
     released = daemon.hcsctl("release", "job-1")
     assert released.stdout == "released job-1\n"

@@ -42,7 +42,7 @@ async def nri(tmp_path: Path, mixed_inventory: Inventory) -> AsyncIterator[Setup
     ledger = Ledger(str(tmp_path / "state"))
     ledger.open()
     service = NodeService(mixed_inventory, ledger)
-    service.ledger.allocate(Allocation("gone-container", (Grant(A100_0, GiB),), source="local"))
+    ledger.allocate(Allocation("gone-container", (Grant(A100_0, GiB),), source="local"))
     libhcs = tmp_path / "libhcs.so"
     libhcs.write_bytes(b"\x7fELF")
     injector = Injector(
@@ -111,12 +111,12 @@ async def test_synchronize_in_chunks_reconciles_the_ledger(nri: Setup) -> None:
         ),
         api.SynchronizeResponse,
     )
-    assert first.more and nri.service.ledger.get("gone-container") is not None
+    assert first.more and nri.service.allocation("gone-container") is not None
     last = await nri.peer.call(
         "Synchronize", api.SynchronizeRequest(more=False), api.SynchronizeResponse
     )
     assert not last.more and not last.update
-    assert nri.service.ledger.get("gone-container") is None
+    assert nri.service.allocation("gone-container") is None
 
 
 async def test_local_annotation_gets_devices_env_mounts_and_quota(nri: Setup) -> None:
@@ -137,11 +137,11 @@ async def test_local_annotation_gets_devices_env_mounts_and_quota(nri: Setup) ->
     assert mounts["/usr/lib/hcs/libhcs.so"][1][1] == "ro"
     quota = (nri.run_dir / "containers" / "c1" / "quota.conf").read_text()
     assert "device.0.vram_limit=8589934592" in quota and f"device.0.uuid={A100_0}" in quota
-    held = nri.service.ledger.get("c1")
+    held = nri.service.allocation("c1")
     assert held is not None and held.pod == PodRef("team-a", "trainer", "pod-uid-1")
     # stop releases the memory, remove the directory; both are idempotent
     await nri.peer.call("StopContainer", container_request("c1"), api.StopContainerResponse)
-    assert nri.service.ledger.get("c1") is None
+    assert nri.service.allocation("c1") is None
     await nri.peer.call(
         "StateChange",
         api.StateChangeEvent(event=api.REMOVE_CONTAINER, container=api.Container(id="c1")),
@@ -175,7 +175,7 @@ async def test_signed_assignment_is_honoured(nri: Setup) -> None:
         container_request("c2", pod_annotations={"hcs.io/assignment": assignment()}),
         api.CreateContainerResponse,
     )
-    held = nri.service.ledger.get("c2")
+    held = nri.service.allocation("c2")
     assert held is not None and held.source == "assignment"
     assert held.grants == (Grant(A100_0, 16 * GiB, 25),)
 
@@ -273,7 +273,7 @@ async def test_bad_requests_fail_container_creation_with_the_reason(
         )
     assert info.value.code == code
     assert message in info.value.message and info.value.message.startswith("hcsd: team-a/")
-    assert nri.service.ledger.get("bad") is None
+    assert nri.service.allocation("bad") is None
 
 
 async def test_unknown_methods_get_unimplemented(nri: Setup) -> None:
@@ -285,24 +285,3 @@ async def test_unknown_methods_get_unimplemented(nri: Setup) -> None:
 async def test_session_ends_on_eof(nri: Setup) -> None:
     nri.peer.close()
     await asyncio.wait_for(nri.session, 2)
-
-
-def test_missing_libhcs_refuses_with_the_reason_and_keeps_nothing(
-    tmp_path: Path, mixed_inventory: Inventory
-) -> None:
-    from hcsd.runtime.injector import ContainerInfo, InjectionRefused
-
-    ledger = Ledger(str(tmp_path / "state"))
-    ledger.open()
-    service = NodeService(mixed_inventory, ledger)
-    injector = Injector(
-        service,
-        InjectorSettings(
-            node_name="sim", run_dir=str(tmp_path / "run"), libhcs_path=str(tmp_path / "absent.so")
-        ),
-    )
-    info = ContainerInfo("c9", "main", PodRef("ns", "p", "u"), {"hcs.io/vram": "1Gi"})
-    with pytest.raises(InjectionRefused, match=r"libhcs is not installed at .*absent\.so"):
-        injector.create(info)
-    assert ledger.get("c9") is None and service.refusals["prepare_failed"] == 1
-    ledger.close()

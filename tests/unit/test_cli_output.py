@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hcsd.api.convert import allocation_to_pb, device_to_pb
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cli import tables
@@ -9,6 +11,7 @@ from hcsd.daemon.metrics import render_metrics
 from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
 from hcsd.model import Request, Vendor
+from hcsd.refusals import Refusal
 from hcsd.service import NodeService
 from tests.conftest import GiB
 
@@ -80,7 +83,9 @@ def test_status_lines(mixed_inventory: Inventory, ledger: Ledger) -> None:
 
 def test_metrics_text(mixed_inventory: Inventory, ledger: Ledger) -> None:
     service = make_service(mixed_inventory, ledger)
-    service.refusals["insufficient_vram"] += 2
+    for container in ("huge-1", "huge-2"):
+        with pytest.raises(Refusal):
+            service.allocate(Request(container, vram_bytes=1024 * GiB))
     text = render_metrics(service)
     assert "# TYPE hcs_device_vram_capacity_bytes gauge" in text
     assert (

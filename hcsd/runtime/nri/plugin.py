@@ -5,6 +5,9 @@ service) and our client of the runtime (conn 2). RegisterPlugin is sent at once;
 arrive before its reply, which is why the server runs from the start. The subscribed events
 follow the handlers defined below; Synchronize reconciles the ledger with the containers that
 really exist. When the runtime goes away (EOF), the plugin reconnects with backoff.
+
+A refusal from any handler becomes the ttrpc status of hcsd/refusals.py's table, with the
+reason (and whether a retry may succeed) in the text, which is all the runtime passes on.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 
-from hcsd.runtime.injector import InjectionRefused, Injector
+from hcsd.refusals import Refusal
+from hcsd.runtime.injector import Injector
 from hcsd.runtime.nri.adjust import adjustment, container_info
 from hcsd.runtime.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux, MuxError
 from hcsd.runtime.nri.ttrpc import Client, Code, Server, TtrpcError
@@ -163,7 +167,10 @@ class NriPlugin:
             "StateChange": self._state_change,
             "UpdateContainer": self._update_container,
         }
-        return {(PLUGIN_SERVICE, method): handler for method, handler in table.items()}
+        return {
+            (PLUGIN_SERVICE, method): _refusals_as_status(handler)
+            for method, handler in table.items()
+        }
 
     def event_mask(self, nri_version: str) -> int:
         mask = 0
@@ -204,13 +211,7 @@ class NriPlugin:
     async def _create_container(self, payload: bytes) -> bytes:
         started = time.perf_counter()
         request = api.ContainerRequest.FromString(payload)
-        info = container_info(request.pod, request.container)
-        try:
-            edits = self.injector.create(info)
-        except InjectionRefused as e:
-            raise TtrpcError(
-                Code.INVALID_ARGUMENT if e.invalid else Code.RESOURCE_EXHAUSTED, f"hcsd: {e}"
-            ) from e
+        edits = self.injector.create(container_info(request.pod, request.container))
         response = api.CreateContainerResponse()
         if edits is not None:
             response.adjust.CopyFrom(adjustment(edits))
@@ -240,6 +241,18 @@ class NriPlugin:
         elif event.event == api.REMOVE_CONTAINER:
             self.injector.removed(event.container.id)
         return api.Empty().SerializeToString()
+
+
+def _refusals_as_status(
+    handler: Callable[[bytes], Awaitable[bytes]],
+) -> Callable[[bytes], Awaitable[bytes]]:
+    async def handle(payload: bytes) -> bytes:
+        try:
+            return await handler(payload)
+        except Refusal as e:
+            raise TtrpcError(Code(e.code.value), f"hcsd: {e.describe()}") from e
+
+    return handle
 
 
 def _at_least(version: str, minimum: tuple[int, int]) -> bool:

@@ -2,117 +2,30 @@
 
 Everything that changes state goes through here, on the event loop, so that the ledger write,
 the in-memory view and the watch event for one operation happen in one step and in order.
+`NodeService` is the only way in: callers (API, runtime front ends, health, hot-plug, metrics)
+use its methods and never reach into the ledger or the inventory behind it. Every refusal,
+whoever decides it, is counted and logged here (`refuse`), once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import NoReturn
+from collections.abc import Callable, Mapping
 
-from hcsd.allocator import NoFit, Usage, choose
+from hcsd.allocator import Usage, choose
 from hcsd.discovery import Inventory
-from hcsd.ledger import Ledger, LedgerConflict, LedgerWriteError, OverCapacity
+from hcsd.ledger import Ledger
 from hcsd.ledger.ledger import Capacity
-from hcsd.model import Allocation, Device, PodRef, Request, SpreadPolicy
+from hcsd.model import Allocation, Device, HealthState, PodRef, Request, SpreadPolicy
 from hcsd.quantity import format_bytes
+from hcsd.refusals import Reason, Refusal
+from hcsd.service.feed import DeviceStatus, Event, EventKind, Subscription
 
-__all__ = [
-    "DeviceStatus",
-    "Event",
-    "EventKind",
-    "NodeService",
-    "Refused",
-    "Subscription",
-    "WatchOverflow",
-]
+__all__ = ["NodeService"]
 
 log = logging.getLogger(__name__)
-
-WATCH_QUEUE = 1024
-
-
-class Refused(Exception):
-    """A request the node will not serve. `reason` labels the refusal metric.
-
-    `temporary` says whether retrying the same request later may succeed without anything
-    else changing (a full disk clears; an over-capacity request does not).
-    """
-
-    def __init__(self, reason: str, message: str, *, temporary: bool = False) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.temporary = temporary
-
-
-class WatchOverflow(Exception):
-    """A watcher fell more than WATCH_QUEUE events behind; it must reconnect and resync."""
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceStatus:
-    device: Device
-    vram_allocated: int
-    compute_allocated: int
-    allocations: int
-
-    @property
-    def vram_free(self) -> int:
-        return max(self.device.vram_bytes - self.vram_allocated, 0)
-
-
-class EventKind:
-    INITIAL = "initial"
-    SYNCED = "synced"
-    ALLOCATED = "allocated"
-    RELEASED = "released"
-    DEVICE_CHANGED = "device_changed"
-    DEVICE_REMOVED = "device_removed"
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    kind: str
-    seq: int
-    time: float
-    allocation: Allocation | None = None
-    device: DeviceStatus | None = None
-
-
-class Subscription:
-    """One watcher's queue. Iterating yields events until the watcher is closed."""
-
-    def __init__(self, service: NodeService) -> None:
-        self._service = service
-        self._queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=WATCH_QUEUE)
-        self.overflowed = False
-
-    def push(self, event: Event) -> None:
-        if self.overflowed:
-            return
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self.overflowed = True
-            self._queue.get_nowait()  # make room for the end marker
-            self._queue.put_nowait(None)
-
-    def close(self) -> None:
-        self._service._subscriptions.discard(self)
-
-    async def __aiter__(self) -> AsyncIterator[Event]:
-        try:
-            while True:
-                event = await self._queue.get()
-                if event is None:
-                    raise WatchOverflow(f"watcher fell more than {WATCH_QUEUE} events behind")
-                yield event
-        finally:
-            self.close()
 
 
 class NodeService:
@@ -125,14 +38,14 @@ class NodeService:
         version: str = "",
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.inventory = inventory
-        self.ledger = ledger
-        self.policy = policy
+        self._inventory = inventory
+        self._ledger = ledger
+        self._policy = policy
         self.version = version
         self.clock = clock
         self.started_at = clock()
-        self.refusals: collections.Counter[str] = collections.Counter()
-        self.health_source = "off"  # set by the daemon once health watching has started
+        self._refusals: collections.Counter[Reason] = collections.Counter()
+        self._health_source = "off"
         self._devices: dict[str, Device] = {d.uuid: d for d in inventory.devices}
         self._subscriptions: set[Subscription] = set()
         self._sync_capacities()
@@ -141,17 +54,37 @@ class NodeService:
 
     @property
     def node_name(self) -> str:
-        return self.inventory.node_name
+        return self._inventory.node_name
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The discovery backends the inventory came from."""
+        return tuple(self._inventory.backends)
+
+    @property
+    def seq(self) -> int:
+        """Operations recorded in the ledger so far (the watch events' sequence)."""
+        return self._ledger.seq
+
+    @property
+    def policy(self) -> SpreadPolicy:
+        """Where requests without their own policy land (`allocator.policy`)."""
+        return self._policy
+
+    @property
+    def health_source(self) -> str:
+        """The health event source in use, "off" until health watching has started."""
+        return self._health_source
 
     def devices(self) -> list[DeviceStatus]:
         counts: collections.Counter[str] = collections.Counter()
-        for allocation in self.ledger.allocations():
+        for allocation in self._ledger.allocations():
             counts.update(allocation.device_uuids)
         return [
             DeviceStatus(
                 device=d,
-                vram_allocated=self.ledger.vram_used(d.uuid),
-                compute_allocated=self.ledger.compute_used(d.uuid),
+                vram_allocated=self._ledger.vram_used(d.uuid),
+                compute_allocated=self._ledger.compute_used(d.uuid),
                 allocations=counts[d.uuid],
             )
             for d in self._devices.values()
@@ -160,6 +93,13 @@ class NodeService:
     def device(self, uuid: str) -> Device | None:
         return self._devices.get(uuid)
 
+    def device_at_bus(self, bus_id: str) -> Device | None:
+        """The device at a PCI address; one present on the bus wins over a LOST record left
+        there (a card swapped for one with another UUID)."""
+        found = [d for d in self._devices.values() if d.pci_bus_id == bus_id]
+        present = [d for d in found if d.health_state is not HealthState.LOST]
+        return next(iter(present or found), None)
+
     def device_status(self, uuid: str) -> DeviceStatus | None:
         for status in self.devices():
             if status.device.uuid == uuid:
@@ -167,34 +107,62 @@ class NodeService:
         return None
 
     def allocations(self) -> list[Allocation]:
-        return self.ledger.allocations()
+        return self._ledger.allocations()
+
+    def allocation(self, container_id: str) -> Allocation | None:
+        """What the container holds, or None."""
+        return self._ledger.get(container_id)
+
+    def holders(self, device_uuid: str) -> list[Allocation]:
+        """The allocations that hold a slice of the device."""
+        return [a for a in self._ledger.allocations() if device_uuid in a.device_uuids]
+
+    def orphans(self) -> list[Allocation]:
+        """Allocations on devices this node no longer has (kept, never dropped)."""
+        return self._ledger.orphans()
+
+    def refusal_counts(self) -> Mapping[Reason, int]:
+        """Refusals so far by reason (`hcs_refusals_total`)."""
+        return dict(self._refusals)
 
     @property
     def watcher_count(self) -> int:
         return len(self._subscriptions)
+
+    # -- settings ---------------------------------------------------------------------------
+
+    def set_policy(self, policy: SpreadPolicy) -> None:
+        """A reloaded `allocator.policy`; applies from the next request."""
+        self._policy = policy
+
+    def set_health_source(self, source: str) -> None:
+        self._health_source = source
 
     # -- operations -------------------------------------------------------------------------
 
     def allocate(self, request: Request) -> tuple[Allocation, bool, str]:
         """Choose devices and record the allocation; (allocation, created, chip model)."""
         who = _who(request)
-        existing = self.ledger.get(request.container_id)
+        existing = self._ledger.get(request.container_id)
         if existing is not None:
             if self._same_shape(existing, request):
                 return existing, False, self._model_of(existing)
-            self._refuse(
-                "conflict", f"{who}: already holds a different allocation; release it first"
+            raise self.refuse(
+                Refusal(
+                    Reason.CONFLICT,
+                    f"{who}: already holds a different allocation; release it first",
+                )
             )
         usage = {
-            d.uuid: Usage(self.ledger.vram_used(d.uuid), self.ledger.compute_used(d.uuid))
+            d.uuid: Usage(self._ledger.vram_used(d.uuid), self._ledger.compute_used(d.uuid))
             for d in self._devices.values()
         }
         try:
             placement = choose(
-                request, list(self._devices.values()), usage, default_policy=self.policy
+                request, list(self._devices.values()), usage, default_policy=self._policy
             )
-        except NoFit as e:
-            self._refuse(e.reason, f"{who}: {e}")
+        except Refusal as e:
+            raise self.refuse(e.about(who)) from e
         allocation = Allocation(
             container_id=request.container_id,
             grants=placement.grants,
@@ -216,22 +184,26 @@ class NodeService:
         for grant in allocation.grants:
             device = self._devices.get(grant.device_uuid)
             if device is None:
-                self._refuse(
-                    "no_matching_device", f"{who}: device {grant.device_uuid} is not on this node"
+                raise self.refuse(
+                    Refusal(
+                        Reason.NO_MATCHING_DEVICE,
+                        f"{who}: device {grant.device_uuid} is not on this node",
+                    )
                 )
             if not device.health_state.schedulable:
-                self._refuse(
-                    "unhealthy", f"{who}: device {grant.device_uuid} is {device.health_state.value}"
+                raise self.refuse(
+                    Refusal(
+                        Reason.UNHEALTHY,
+                        f"{who}: device {grant.device_uuid} is {device.health_state.value}",
+                    )
                 )
         return self._record(allocation, who)
 
     def _record(self, allocation: Allocation, who: str) -> tuple[Allocation, bool]:
         try:
-            held, created = self.ledger.allocate(allocation)
-        except (OverCapacity, LedgerConflict) as e:
-            self._refuse(e.reason, f"{who}: {e}")
-        except LedgerWriteError as e:
-            self._refuse(e.reason, f"{who}: {e}", temporary=True)
+            held, created = self._ledger.allocate(allocation)
+        except Refusal as e:
+            raise self.refuse(e.about(who)) from e
         if created:
             log.info("%s: allocated %s", who, _grants_text(held))
             self._publish(EventKind.ALLOCATED, allocation=held)
@@ -240,9 +212,9 @@ class NodeService:
 
     def release(self, container_id: str) -> Allocation | None:
         try:
-            released = self.ledger.release(container_id)
-        except LedgerWriteError as e:
-            self._refuse(e.reason, f"{container_id}: {e}", temporary=True)
+            released = self._ledger.release(container_id)
+        except Refusal as e:
+            raise self.refuse(e.about(container_id)) from e
         if released is not None:
             log.info("%s: released %s", _who_allocation(released), _grants_text(released))
             self._publish(EventKind.RELEASED, allocation=released)
@@ -256,11 +228,17 @@ class NodeService:
         status = self.device_status(device.uuid)
         self._publish(EventKind.DEVICE_CHANGED, device=status)
 
+    def refuse(self, refusal: Refusal) -> Refusal:
+        """Count and log a refusal, wherever it was decided; returns it for `raise`."""
+        self._refusals[refusal.reason] += 1
+        log.warning("%s", refusal.describe())
+        return refusal
+
     def subscribe(self, *, send_initial: bool) -> Subscription:
-        subscription = Subscription(self)
+        subscription = Subscription(self._unsubscribe)
         if send_initial:
             now = self.clock()
-            seq = self.ledger.seq
+            seq = self._ledger.seq
             for status in self.devices():
                 subscription.push(Event(EventKind.INITIAL, seq, now, device=status))
             for allocation in self.allocations():
@@ -271,10 +249,8 @@ class NodeService:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _refuse(self, reason: str, message: str, *, temporary: bool = False) -> NoReturn:
-        self.refusals[reason] += 1
-        log.warning("refused (%s): %s", reason, message)
-        raise Refused(reason, message, temporary=temporary)
+    def _unsubscribe(self, subscription: Subscription) -> None:
+        self._subscriptions.discard(subscription)
 
     def _same_shape(self, existing: Allocation, request: Request) -> bool:
         """Whether a repeated request asks for what the container already holds."""
@@ -296,20 +272,20 @@ class NodeService:
         return device.model if device else ""
 
     def _sync_capacities(self) -> None:
-        self.ledger.set_capacities(
+        self._ledger.set_capacities(
             {uuid: Capacity(vram_bytes=d.vram_bytes) for uuid, d in self._devices.items()}
         )
 
     def _publish(
         self,
-        kind: str,
+        kind: EventKind,
         *,
         allocation: Allocation | None = None,
         device: DeviceStatus | None = None,
     ) -> None:
         if not self._subscriptions:
             return
-        event = Event(kind, self.ledger.seq, self.clock(), allocation=allocation, device=device)
+        event = Event(kind, self._ledger.seq, self.clock(), allocation=allocation, device=device)
         for subscription in list(self._subscriptions):
             subscription.push(event)
 
