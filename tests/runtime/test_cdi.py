@@ -1,0 +1,115 @@
+"""The node's CDI spec: its content, how it is written, and how it follows device changes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import stat
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hcsd.discovery import Inventory
+from hcsd.ledger import Ledger
+from hcsd.model import DeviceNode, Request, Vendor
+from hcsd.runtime.cdi import CDI_KIND, SPEC_NAME, keep_spec_current, render_spec, write_spec
+from hcsd.service import WATCH_QUEUE, NodeService
+from tests.conftest import GiB, gpu
+
+
+def test_each_device_is_named_by_uuid_and_by_vendor_index() -> None:
+    device = replace(
+        gpu(3),
+        device_nodes=(DeviceNode("/dev/nvidia3", 195, 3),),
+        shared_nodes=(DeviceNode("/dev/nvidiactl", 195, 255),),
+    )
+    spec = render_spec([device], driver_paths={"nvidia": []})
+    assert spec["kind"] == CDI_KIND and spec["cdiVersion"]
+    entries = {e["name"]: e["containerEdits"] for e in spec["devices"]}
+    assert list(entries) == ["dev-3", "nvidia-3"]
+    assert entries["dev-3"] == entries["nvidia-3"]
+    edits = entries["dev-3"]
+    assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/nvidia3", "/dev/nvidiactl"]
+    assert edits["deviceNodes"][0] == {
+        "path": "/dev/nvidia3",
+        "type": "c",
+        "major": 195,
+        "minor": 3,
+        "permissions": "rw",
+    }
+    assert "NVIDIA_VISIBLE_DEVICES=dev-3" in edits["env"]
+
+
+def test_the_spec_is_written_once_readable_and_whole(tmp_path: Path) -> None:
+    directory = tmp_path / "cdi"
+    devices = [gpu(0), gpu(1, vendor=Vendor.HYGON, model="Z100")]
+    assert write_spec(str(directory), devices)
+    path = directory / SPEC_NAME
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # runtimes read it without privileges
+    assert json.loads(path.read_text()) == render_spec(devices)
+    inode = path.stat().st_ino
+    assert not write_spec(str(directory), devices)  # same content: not rewritten
+    assert path.stat().st_ino == inode
+    assert write_spec(str(directory), devices[:1])
+    assert [p.name for p in directory.iterdir()] == [SPEC_NAME]  # no temp file left
+
+
+@pytest.fixture
+def service(mixed_inventory: Inventory, ledger: Ledger) -> NodeService:
+    return NodeService(mixed_inventory, ledger)
+
+
+async def _until(condition: object, timeout: float = 2.0) -> None:
+    async def wait() -> None:
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(wait(), timeout)
+
+
+def _nodes(path: Path, name: str) -> list[str]:
+    entries = {e["name"]: e for e in json.loads(path.read_text())["devices"]}
+    return [n["path"] for n in entries[name]["containerEdits"]["deviceNodes"]]
+
+
+async def test_a_watcher_that_fell_behind_catches_up_and_keeps_following(
+    tmp_path: Path, service: NodeService
+) -> None:
+    """A burst larger than the watch queue (the loop busy elsewhere) cuts the spec's watcher
+    off; the change inside the burst still lands, and so does one after it (resubscribed)."""
+    directory = tmp_path / "cdi"
+    path = directory / SPEC_NAME
+    write_spec(str(directory), [s.device for s in service.devices()])
+    task = asyncio.create_task(keep_spec_current(str(directory), service))
+    await asyncio.sleep(0)
+    device = service.devices()[0].device
+    for i in range(WATCH_QUEUE // 2):  # 4 events each, no await: the queue overflows
+        service.allocate(Request(f"c{i}", vram_bytes=GiB))
+        service.release(f"c{i}")
+    service.set_device(replace(device, device_nodes=(DeviceNode("/dev/nvidia9", 195, 9),)))
+    await _until(lambda: "/dev/nvidia9" in _nodes(path, device.uuid))
+    service.set_device(replace(device, device_nodes=(DeviceNode("/dev/nvidia6", 195, 6),)))
+    await _until(lambda: "/dev/nvidia6" in _nodes(path, device.uuid))
+    assert service.watcher_count == 1 and not task.done()
+    task.cancel()
+
+
+async def test_a_spec_that_cannot_be_written_is_reported_and_watching_goes_on(
+    tmp_path: Path, service: NodeService, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "cdi"
+    (directory / SPEC_NAME).mkdir(parents=True)  # a directory where the file belongs
+    task = asyncio.create_task(keep_spec_current(str(directory), service))
+    await asyncio.sleep(0)
+    device = service.devices()[0].device
+    with caplog.at_level(logging.WARNING):
+        service.set_device(replace(device, device_nodes=(DeviceNode("/dev/nvidia8", 195, 8),)))
+        await _until(lambda: "cannot update the CDI spec" in caplog.text)
+    (directory / SPEC_NAME).rmdir()
+    service.set_device(replace(device, device_nodes=(DeviceNode("/dev/nvidia7", 195, 7),)))
+    await _until((directory / SPEC_NAME).is_file)
+    assert "/dev/nvidia7" in _nodes(directory / SPEC_NAME, device.uuid)
+    assert not task.done()
+    task.cancel()
