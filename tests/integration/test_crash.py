@@ -26,6 +26,7 @@ from hcsd.ledger.ledger import Capacity
 pytestmark = pytest.mark.slow
 
 KILLS = 200
+OPS_PER_KILL = 8  # mean acknowledged operations awaited before a kill (after READY)
 CHILD = Path(__file__).with_name("churn_child.py")
 ROOT = Path(__file__).resolve().parents[2]
 Grants = tuple[tuple[str, int, int], ...]
@@ -68,15 +69,22 @@ def test_sigkill_at_random_instants_loses_and_doubles_nothing(tmp_path: Path) ->
             env=env,
         )
         assert child.stdout is not None
+        seen: list[bytes] = []
         if rng.random() < 0.25:
             time.sleep(rng.uniform(0.0, 0.08))  # lands in interpreter start, open or replay
         else:
             line = child.stdout.readline()
             assert line.startswith(b"READY"), line
-            time.sleep(rng.uniform(0.0, 0.03))
+            # Let it acknowledge a random number of operations first, so the work done per
+            # kill does not depend on how loaded the machine is; then a random instant.
+            wanted = rng.randint(0, 2 * OPS_PER_KILL)
+            while wanted > 0 and (line := child.stdout.readline()):
+                seen.append(line)
+                wanted -= line == b"A\n"
+            time.sleep(rng.uniform(0.0, 0.003))
         child.send_signal(signal.SIGKILL)
         child.wait()
-        output = child.stdout.read().decode()
+        output = b"".join(seen).decode() + child.stdout.read().decode()
         child.stdout.close()
         pending: dict[str, object] | None = None
         for line in output.splitlines():
