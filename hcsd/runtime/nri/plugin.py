@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 
+from hcsd.contract import paths
 from hcsd.runtime.injector import InjectionRefused, Injector
 from hcsd.runtime.nri.adjust import adjustment, container_info
 from hcsd.runtime.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux, MuxError
@@ -38,7 +39,7 @@ class NriPlugin:
         self,
         injector: Injector,
         *,
-        socket_path: str = "/var/run/nri/nri.sock",
+        socket_path: str = paths.NRI_SOCKET,
         name: str = "hcsd",
         index: str = "10",
         backoff: tuple[float, float] = (0.5, 10.0),
