@@ -52,6 +52,7 @@ from hcsd.contract.names import (
 )
 from hcsd.model import Grant
 from hcsd.profiles.database import ProfileDatabase
+from hcsd.profiles.exchange import share_tflops
 
 __all__ = ["Extender", "PodInfo"]
 
@@ -364,7 +365,7 @@ class Extender:
         for g in grants:
             device = devices.get(g.device_uuid)
             if device is not None:
-                tflops += device.tflops_fp16 * g.compute_percent / 100.0
+                tflops += share_tflops(device.tflops_fp16, g.compute_percent)
         return Amounts(sum(g.vram_bytes for g in grants), tflops, len(grants))
 
     def _quotas(self, namespace: str) -> list[Quota]:
