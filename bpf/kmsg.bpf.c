@@ -1,20 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Candidate kernel log lines, filtered in the kernel.
  *
- * Attached to the printk:console tracepoint. A line is passed to user space only when it
- * contains one of the needles (NVIDIA Xid, amdgpu, PCIe AER, Ascend and Cambricon driver
- * prefixes), so a chatty kernel costs hcsd nothing. Needles are const volatile: user space may
- * replace them before load.
+ * Attached to the printk:console tracepoint. A line is passed to user space only when a
+ * vendor's marker stands where that vendor's lines have it: at the start of the message (NVIDIA
+ * Xid, amdgpu, Ascend and Cambricon driver prefixes) or right after the device prefix (PCIe
+ * AER). Never anywhere in the line: the kernel prints text users control (a segfault line
+ * names the faulting file), so a chatty kernel costs hcsd nothing and a user cannot pass a
+ * forged fault line to it. The matcher is generated from the Python table
+ * (hcsd/contract/kmsg_needles.py -> kmsg_needles.h).
  */
 #include "common.bpf.h"
 #include "kmsg.h"
+#include "kmsg_needles.h"
 
 char LICENSE[] SEC("license") = "GPL";
-
-const volatile char needles[HCS_NEEDLES][HCS_NEEDLE_LEN] = {
-	"NVRM: Xid", "amdgpu", "AER:", "davinci", "devdrv", "cambricon", "cndrv", "",
-};
-const volatile __u8 needle_lens[HCS_NEEDLES] = { 9, 6, 4, 7, 6, 9, 5, 0 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -28,43 +27,23 @@ struct {
 	__type(value, struct hcs_kmsg_event);
 } scratch SEC(".maps");
 
+/* Offsets the matcher passes through memory (see hcs_kmsg_needle). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32[2]);
+} positions SEC(".maps");
+
 HCS_COUNTER_MAP(counters);
-
-struct match_ctx {
-	struct hcs_kmsg_event *event;
-	__u32 found;
-};
-
-static long match_at(__u32 at, struct match_ctx *m)
-{
-	struct hcs_kmsg_event *e = m->event;
-	for (int n = 0; n < HCS_NEEDLES; n++) {
-		__u32 length = needle_lens[n];
-		if (!length || length > HCS_NEEDLE_LEN || at + length > e->len)
-			continue;
-		int same = 1;
-		for (int k = 0; k < HCS_NEEDLE_LEN; k++) {
-			if (k >= length)
-				break;
-			if (e->msg[(at + k) & (HCS_MSG_MAX - 1)] != needles[n][k]) {
-				same = 0;
-				break;
-			}
-		}
-		if (same) {
-			m->found = n + 1;
-			return 1;
-		}
-	}
-	return 0;
-}
 
 SEC("tp/printk/console")
 int hcs_console(struct trace_event_raw_console *ctx)
 {
 	__u32 zero = 0;
 	struct hcs_kmsg_event *e = bpf_map_lookup_elem(&scratch, &zero);
-	if (!e)
+	__u32 *offsets = bpf_map_lookup_elem(&positions, &zero);
+	if (!e || !offsets)
 		return 0;
 	hcs_count(&counters, HCS_SEEN);
 	__u32 location = BPF_CORE_READ(ctx, __data_loc_msg);
@@ -77,11 +56,10 @@ int hcs_console(struct trace_event_raw_console *ctx)
 		return 0;
 	e->len = length;
 	e->ts_ns = bpf_ktime_get_ns();
-	struct match_ctx m = { .event = e, .found = 0 };
-	bpf_loop(HCS_MSG_MAX, match_at, &m, 0);
-	if (!m.found)
+	__u32 found = hcs_kmsg_needle(e->msg, e->len, offsets);
+	if (!found)
 		return 0;
-	e->needle = m.found;
+	e->needle = found;
 	hcs_count(&counters, HCS_MATCHED);
 	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0))
 		hcs_count(&counters, HCS_DROPPED);

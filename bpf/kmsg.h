@@ -4,8 +4,6 @@
 #define HCS_KMSG_H
 
 #define HCS_MSG_MAX 256     /* bytes of the line kept; longer lines are cut (flag set) */
-#define HCS_NEEDLES 8       /* substrings that make a line a candidate */
-#define HCS_NEEDLE_LEN 16
 
 struct hcs_kmsg_event {
 	unsigned long long ts_ns;   /* bpf_ktime_get_ns() when the line was printed */

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hcsd.model import Device, Grant, Request, SpreadPolicy, TopologyPreference
+from hcsd.profiles.exchange import devices_for, share_percent
 from hcsd.quantity import format_bytes
 from hcsd.refusals import Reason, Refusal
 
@@ -136,10 +137,9 @@ def _need(request: Request, sample: Device) -> _Need:
     if request.tflops_fp16 is not None:
         if sample.tflops_fp16 <= 0:
             raise NoFit(Reason.UNKNOWN_TFLOPS, f"{sample.model}: FP16 TFLOPS unknown")
-        exact = request.tflops_fp16 / sample.tflops_fp16
-        count = max(math.ceil(exact - 1e-9), request.devices)
+        count = max(devices_for(request.tflops_fp16, sample.tflops_fp16), request.devices)
         if count == 1 and not compute:
-            compute = min(100, math.ceil(exact * 100 - 1e-9))
+            compute = share_percent(request.tflops_fp16, sample.tflops_fp16)
     if request.vram_bytes is None:
         return _Need(count=count, vram_bytes=sample.vram_bytes, compute_percent=100)
     return _Need(count=count, vram_bytes=request.vram_bytes, compute_percent=compute)

@@ -62,15 +62,13 @@ def gpu_uuid() -> str:
 
 
 def quota_file(work: Path, uuid: str, limit: int) -> Path:
-    """quota.conf as hcsd writes it (docs/libhcs.md), one NVIDIA device."""
+    """quota.conf written by hcsd's own writer, one NVIDIA device."""
+    from hcsd.contract.quota_file import DeviceQuota, render
+
     directory = work / "container"
     directory.mkdir()
     path = directory / "quota.conf"
-    path.write_text(
-        "version=1\ncontainer=gpu-check\ndevices=1\n"
-        f"device.0.uuid={uuid}\ndevice.0.vendor=nvidia\n"
-        f"device.0.vram_limit={limit}\ndevice.0.compute_percent=100\n"
-    )
+    path.write_text(render("gpu-check", [DeviceQuota(uuid, "nvidia", limit, 100)]))
     return path
 
 

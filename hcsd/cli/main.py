@@ -18,10 +18,11 @@ from google.protobuf.json_format import MessageToDict
 from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cli import convert, setup, tables
+from hcsd.contract import paths
 
 __all__ = ["main"]
 
-DEFAULT_SOCKET = "/run/hcsd/hcsd.sock"
+DEFAULT_SOCKET = paths.SOCKET
 
 
 def _as_json(message: Any) -> Any:

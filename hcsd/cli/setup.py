@@ -18,6 +18,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from hcsd.contract import paths
+
 __all__ = ["add_parser", "run"]
 
 NRI_SECTION = '[plugins."io.containerd.nri.v1.nri"]'
@@ -90,7 +92,7 @@ def containerd_changes(args: argparse.Namespace) -> tuple[list[Change], list[str
         body = (
             "# Written by hcsctl setup containerd: switch on NRI for hcsd.\n"
             f"version = {version}\n\n{NRI_SECTION}\n  disable = false\n"
-            '  plugin_path = "/opt/nri/plugins"\n  socket_path = "/var/run/nri/nri.sock"\n'
+            f'  plugin_path = "{paths.NRI_PLUGIN_DIR}"\n  socket_path = "{paths.NRI_SOCKET}"\n'
         )
         changes.append(Change(_under(args.root, drop_in), _read(_under(args.root, drop_in)), body))
         imports = config.get("imports", [])
@@ -100,7 +102,7 @@ def containerd_changes(args: argparse.Namespace) -> tuple[list[Change], list[str
         if nri.get("disable") is True:
             notes.append(f"{args.config} disables NRI; the drop-in (imported later) overrides it")
     if args.prelaunched:
-        wrapper = f"/opt/nri/plugins/{args.index}-hcsd"
+        wrapper = f"{paths.NRI_PLUGIN_DIR}/{args.index}-hcsd"
         body = f"#!/bin/sh\n# Installed by hcsctl setup containerd.\nexec {PLUGIN_BINARY}\n"
         path = _under(args.root, wrapper)
         changes.append(Change(path, _read(path), body, 0o755))
@@ -128,7 +130,7 @@ def _add_import(text: str, pattern: str, imports: list[str]) -> str:
 
 def crio_changes(args: argparse.Namespace) -> tuple[list[Change], list[str]]:
     notes = []
-    hook = _under(args.root, "/usr/share/containers/oci/hooks.d/hcs.json")
+    hook = _under(args.root, paths.OCI_HOOK_FILE)
     if hook.exists():
         notes.append("OCI hook in /usr/share/containers/oci/hooks.d (CRI-O's default hooks_dir)")
     else:
@@ -136,7 +138,7 @@ def crio_changes(args: argparse.Namespace) -> tuple[list[Change], list[str]]:
     path = _under(args.root, f"{args.drop_in_dir.rstrip('/')}/10-hcsd-nri.conf")
     body = (
         "# Written by hcsctl setup crio: switch on NRI for hcsd.\n"
-        '[crio.nri]\nenable_nri = true\nnri_listen = "/var/run/nri/nri.sock"\n'
+        f'[crio.nri]\nenable_nri = true\nnri_listen = "{paths.NRI_SOCKET}"\n'
     )
     changes = [Change(path, _read(path), body)]
     return [c for c in changes if c.old != c.new], notes

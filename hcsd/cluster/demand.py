@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from hcsd.cluster.names import (
+from hcsd.contract.names import (
     ANNOTATION_MODELS,
     ANNOTATION_SUBSTITUTION,
     ANNOTATION_TOPOLOGY,

@@ -14,7 +14,6 @@ kube-scheduler tries it again, where the filter now tells it why not.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import threading
@@ -29,14 +28,6 @@ from hcsd.cluster.demand import Demand, DemandError, demand_of
 from hcsd.cluster.informer import Informer
 from hcsd.cluster.kube import Kube, KubeError, paths_for
 from hcsd.cluster.metrics import Metrics
-from hcsd.cluster.names import (
-    ANNOTATION_ASSIGNMENT,
-    API_VERSION,
-    COMPUTE_NODES,
-    COMPUTE_QUOTAS,
-    NAMESPACE,
-    NODE_LEASE_PREFIX,
-)
 from hcsd.cluster.objects import NodeView, ObjectError, PodHold, node_view
 from hcsd.cluster.planner import (
     Plan,
@@ -50,9 +41,18 @@ from hcsd.cluster.planner import (
 )
 from hcsd.cluster.quota import Amounts, Quota, quota_of
 from hcsd.cluster.timefmt import parse_time
+from hcsd.contract import assignment
+from hcsd.contract.names import (
+    ANNOTATION_ASSIGNMENT,
+    API_VERSION,
+    COMPUTE_NODES,
+    COMPUTE_QUOTAS,
+    NAMESPACE,
+    NODE_LEASE_PREFIX,
+)
 from hcsd.model import Grant
 from hcsd.profiles.database import ProfileDatabase
-from hcsd.runtime.assignment import sign
+from hcsd.profiles.exchange import share_tflops
 
 __all__ = ["Extender", "PodInfo"]
 
@@ -79,28 +79,16 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
     if not text or phase in ("Succeeded", "Failed"):
         return None
     try:
-        body = json.loads(text)
-        assigned_node = str(body["node"])
-        holds = tuple(
-            PodHold(
-                str(meta["uid"]),
-                str(container),
-                str(meta.get("namespace", "")),
-                tuple(
-                    Grant(str(g["uuid"]), int(g["vram"]), int(g.get("compute", 0))) for g in grants
-                ),
-            )
-            for container, grants in body["containers"].items()
-        )
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"unreadable {ANNOTATION_ASSIGNMENT}: {e!r}") from e
-    return PodInfo(
-        str(meta["uid"]),
-        str(meta.get("namespace", "")),
-        str(meta.get("name", "")),
-        node or assigned_node,
-        holds,
+        assigned = assignment.parse(text)
+        uid = str(meta["uid"])
+    except (assignment.AssignmentError, KeyError) as e:
+        raise ValueError(f"unreadable {ANNOTATION_ASSIGNMENT}: {e}") from e
+    namespace = str(meta.get("namespace", ""))
+    holds = tuple(
+        PodHold(uid, container, namespace, grants)
+        for container, grants in assigned.containers.items()
     )
+    return PodInfo(uid, namespace, str(meta.get("name", "")), node or assigned.node, holds)
 
 
 class _NodeState:
@@ -173,14 +161,14 @@ class Extender:
             kube,
             paths_for(API_VERSION, COMPUTE_NODES),
             self._node_view,
-            name="computenodes",
+            name=COMPUTE_NODES,
             on_change=self._node_changed,
         )
         self.pods: Informer[PodInfo] = Informer(
             kube, "/api/v1/pods", pod_info, name="pods", on_change=self._pod_changed
         )
         self.quotas: Informer[Quota] = Informer(
-            kube, paths_for(API_VERSION, COMPUTE_QUOTAS), quota_of, name="computequotas"
+            kube, paths_for(API_VERSION, COMPUTE_QUOTAS), quota_of, name=COMPUTE_QUOTAS
         )
         self.leases: Informer[_Heartbeat] = Informer(
             kube,
@@ -377,7 +365,7 @@ class Extender:
         for g in grants:
             device = devices.get(g.device_uuid)
             if device is not None:
-                tflops += device.tflops_fp16 * g.compute_percent / 100.0
+                tflops += share_tflops(device.tflops_fp16, g.compute_percent)
         return Amounts(sum(g.vram_bytes for g in grants), tflops, len(grants))
 
     def _quotas(self, namespace: str) -> list[Quota]:
@@ -622,22 +610,12 @@ class Extender:
                 holds = tuple(PodHold(uid, c, namespace, g) for c, g in found.grants.items())
                 with self._lock:
                     self._hold(uid, node, holds)
-            body = {
-                "v": 1,
-                "node": node,
-                "pod_uid": uid,
-                "issued": int(self.clock()),
-                "containers": {
-                    container: [
-                        {"uuid": g.device_uuid, "vram": g.vram_bytes, "compute": g.compute_percent}
-                        for g in granted
-                    ]
-                    for container, granted in found.grants.items()
-                },
-            }
+            signed = assignment.encode(
+                assignment.Assignment(node, uid, self.clock(), found.grants), self.key
+            )
             # The API server copies a Binding's annotations onto the pod in the same write, so
             # a pod is never bound without its assignment, nor annotated without a node.
-            binding["metadata"]["annotations"] = {ANNOTATION_ASSIGNMENT: sign(body, self.key)}
+            binding["metadata"]["annotations"] = {ANNOTATION_ASSIGNMENT: signed}
         try:
             self.kube.create(pod_path + "/binding", binding)
         except KubeError:

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from hcsd.cluster.extender import Extender
-from hcsd.cluster.names import BIND_VERB, FILTER_VERB, PRIORITIZE_VERB
+from hcsd.contract.names import BIND_VERB, FILTER_VERB, PRIORITIZE_VERB
 
 __all__ = ["serve"]
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from hcsd import __version__
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.http import serve
-from hcsd.cluster.keyfile import KeyError_, read_key
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.leader import LeaderElector
-from hcsd.cluster.names import EXTENDER_PORT, LEADER_LEASE, NAMESPACE
 from hcsd.cluster.syncer import Syncer, SyncerSettings
+from hcsd.contract import paths
+from hcsd.contract.keys import AssignmentKeyError, Readers, read_key
+from hcsd.contract.names import EXTENDER_PORT, LEADER_LEASE, NAMESPACE
 from hcsd.profiles.database import ProfileDatabase, ProfileError
 
 __all__ = ["extender_main", "syncer_main"]
@@ -53,7 +54,7 @@ def syncer_main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("NODE_NAME", socket.gethostname()),
         help="the Kubernetes Node name (default: $NODE_NAME, else the hostname)",
     )
-    parser.add_argument("--socket", default="/run/hcsd/hcsd.sock", help="hcsd's API socket")
+    parser.add_argument("--socket", default=paths.SOCKET, help="hcsd's API socket")
     parser.add_argument(
         "--kubeconfig",
         default=os.environ.get("KUBECONFIG", ""),
@@ -71,7 +72,7 @@ def syncer_main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--key-file",
-        default="/etc/hcsd/assignment.key",
+        default=paths.KEY_FILE,
         help="where hcsd reads the key (with --install-key)",
     )
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -135,9 +136,9 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
     if not port_text.isdigit():
         parser.error(f"--listen must be HOST:PORT, got {args.listen!r}")
     try:
-        key = read_key(args.key_file)
+        key = read_key(args.key_file, readers=Readers.SECRET_VOLUME)
         db = ProfileDatabase.load(Path(args.profiles) if args.profiles else None)
-    except (KeyError_, ProfileError, OSError) as e:
+    except (AssignmentKeyError, ProfileError, OSError) as e:
         print(f"hcs-scheduler-extender: {e}", file=sys.stderr)
         return 2
     kube = _connect(args.kubeconfig)

@@ -13,7 +13,7 @@ from typing import Any
 
 from hcsd.allocator import Usage
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cluster.names import API_VERSION
+from hcsd.contract.names import API_VERSION, COMPUTE_NODE_KIND, NODE_LABEL
 from hcsd.model import Device, Grant, HealthState, Link, LinkKind, Vendor
 from hcsd.quantity import format_bytes
 
@@ -161,8 +161,8 @@ def compute_node(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     """A new ComputeNode object (the status is written through its subresource after)."""
     return {
         "apiVersion": API_VERSION,
-        "kind": "ComputeNode",
-        "metadata": {"name": name, "labels": {"hcs.io/node": name}},
+        "kind": COMPUTE_NODE_KIND,
+        "metadata": {"name": name, "labels": {NODE_LABEL: name}},
         "spec": spec,
     }
 

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 
 from hcsd.allocator import NoFit, Usage, choose
 from hcsd.cluster.demand import ContainerDemand, Demand
+from hcsd.contract.names import ANNOTATION_MODELS, RESOURCE_TFLOPS
 from hcsd.model import Device, Grant, Request, TopologyPreference
 from hcsd.profiles.database import ProfileDatabase
+from hcsd.profiles.exchange import devices_as_tflops, share_tflops
 from hcsd.quantity import format_bytes
 
 __all__ = ["Plan", "Unfit", "expand_models", "plan", "shape_of"]
@@ -65,16 +67,13 @@ def _equivalent_tflops(
     """FP16 TFLOPS that stand for what the container asked of its named models."""
     if container.tflops_fp16 is not None:
         return container.tflops_fp16
-    figures = []
+    named = []
     for name in sorted(demand.models):
         try:
-            figures += [p.figure("tflops_fp16") for p in db.find(name)]
+            named += db.find(name)
         except ValueError:
             continue
-    figures = [f for f in figures if f > 0]
-    if not figures:
-        return None
-    return container.devices * min(figures)
+    return devices_as_tflops(container.devices, named)
 
 
 def _place(
@@ -114,7 +113,7 @@ def plan(
             if tflops is None:
                 return Unfit(
                     f"container {container.name}: {_tidy(str(e), devices)}; substitution needs "
-                    "hcs.io/models with known FP16 TFLOPS or ai.compute/tflops-fp16"
+                    f"{ANNOTATION_MODELS} with known FP16 TFLOPS or {RESOURCE_TFLOPS}"
                 )
             loose = Request(
                 container_id=container.name,
@@ -135,7 +134,7 @@ def plan(
         models.append(model)
     by_uuid = {d.uuid: d for d in devices}
     reserved = sum(
-        by_uuid[g.device_uuid].tflops_fp16 * g.compute_percent / 100.0
+        share_tflops(by_uuid[g.device_uuid].tflops_fp16, g.compute_percent)
         for gs in grants.values()
         for g in gs
     )

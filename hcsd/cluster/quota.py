@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hcsd.cluster.names import QUOTA_DEVICES, QUOTA_KEYS, QUOTA_TFLOPS, QUOTA_VRAM
+from hcsd.contract.names import QUOTA_DEVICES, QUOTA_KEYS, QUOTA_TFLOPS, QUOTA_VRAM
 from hcsd.quantity import QuantityError, format_bytes, parse_bytes, parse_quantity
 
 __all__ = ["Amounts", "Quota", "QuotaError", "quota_of"]

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from hcsd.api.client import ApiError, Client
-from hcsd.cluster.keyfile import KeyError_, install_key
 from hcsd.cluster.kube import Kube, KubeError, lease_object, paths_for
-from hcsd.cluster.names import API_VERSION, COMPUTE_NODES, NAMESPACE, NODE_LEASE_PREFIX
 from hcsd.cluster.objects import compute_node, node_spec, node_status
 from hcsd.cluster.timefmt import micro_time, rfc3339
+from hcsd.contract import paths
+from hcsd.contract.keys import AssignmentKeyError, install_key
+from hcsd.contract.names import API_VERSION, COMPUTE_NODES, NAMESPACE, NODE_LEASE_PREFIX
 
 __all__ = ["Syncer", "SyncerSettings"]
 
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class SyncerSettings:
     node_name: str
-    socket_path: str = "/run/hcsd/hcsd.sock"
+    socket_path: str = paths.SOCKET
     namespace: str = NAMESPACE
     lease_seconds: int = 40  # the extender treats a node as gone after this
     renew: float = 10.0  # 6 Lease writes a minute: the steady-state cost
@@ -45,7 +46,7 @@ class SyncerSettings:
     resync: float = 300.0  # re-read the object (a read, no write unless it differs)
     backoff_max: float = 30.0
     key_source: str = ""  # the Secret's file in the pod; empty: do not install a key
-    key_target: str = "/etc/hcsd/assignment.key"
+    key_target: str = paths.KEY_FILE
 
 
 class Syncer:
@@ -250,5 +251,5 @@ class Syncer:
         try:
             if install_key(self.settings.key_source, self.settings.key_target):
                 log.info("assignment key installed at %s", self.settings.key_target)
-        except (KeyError_, OSError) as e:
+        except (AssignmentKeyError, OSError) as e:
             log.error("%s", e)

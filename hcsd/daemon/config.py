@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hcsd.contract import paths
 from hcsd.model import SpreadPolicy
 
 __all__ = ["DEFAULT_PATH", "Config", "ConfigError", "load_config", "render_default_config"]
 
-DEFAULT_PATH = "/etc/hcsd/hcsd.toml"
+DEFAULT_PATH = paths.CONFIG_FILE
 
 
 class ConfigError(Exception):
@@ -119,18 +120,20 @@ KEYS: tuple[Key, ...] = (
     Key(
         "daemon",
         "socket",
-        "/run/hcsd/hcsd.sock",
+        paths.SOCKET,
         "Unix socket of the local gRPC API (mode 0600, root only).",
         _path,
     ),
     Key(
         "daemon",
         "state_dir",
-        "/var/lib/hcsd",
+        paths.STATE_DIR,
         "Where the ledger (journal, snapshot) lives. Must survive reboots.",
         _path,
     ),
-    Key("daemon", "run_dir", "/run/hcsd", "Runtime files: per-container quota directories.", _path),
+    Key(
+        "daemon", "run_dir", paths.RUN_DIR, "Runtime files: per-container quota directories.", _path
+    ),
     Key(
         "daemon",
         "log_level",
@@ -164,7 +167,7 @@ KEYS: tuple[Key, ...] = (
     Key(
         "discovery",
         "simulated_node",
-        "/etc/hcsd/nodes/mixed.toml",
+        paths.SIMULATED_NODE_FILE,
         "Node file for the simulated backend (devices, links, device nodes).",
         _path,
     ),
@@ -216,7 +219,7 @@ KEYS: tuple[Key, ...] = (
         "Kernel event source: auto (ebpf, then bcc, then kmsg polling), ebpf, bcc, kmsg or off.",
         _choice("auto", "ebpf", "bcc", "kmsg", "off"),
     ),
-    Key("health", "bpf_dir", "/usr/lib/hcs/bpf", "Where the compiled eBPF objects are.", _path),
+    Key("health", "bpf_dir", paths.BPF_DIR, "Where the compiled eBPF objects are.", _path),
     Key(
         "health",
         "quiet_period",
@@ -256,11 +259,11 @@ KEYS: tuple[Key, ...] = (
         "Serve containerd/CRI-O as an NRI plugin (devices, env, mounts, quota per container).",
         _boolean,
     ),
-    Key("runtime", "nri_socket", "/var/run/nri/nri.sock", "The runtime's NRI socket.", _path),
+    Key("runtime", "nri_socket", paths.NRI_SOCKET, "The runtime's NRI socket.", _path),
     Key(
         "runtime",
         "nri_prelaunch_socket",
-        "/run/hcsd/nri-prelaunch.sock",
+        paths.NRI_PRELAUNCH_SOCKET,
         "Where hcs-nri-plugin (the pre-launched form in /opt/nri/plugins) reaches hcsd.",
         _path,
     ),
@@ -274,14 +277,14 @@ KEYS: tuple[Key, ...] = (
     Key(
         "runtime",
         "libhcs_path",
-        "/usr/lib/hcs/libhcs.so",
+        paths.LIBHCS,
         "The quota library preloaded into containers.",
         _path,
     ),
     Key(
         "runtime",
         "assignment_key_file",
-        "/etc/hcsd/assignment.key",
+        paths.KEY_FILE,
         "HMAC key shared with the scheduler extender to verify hcs.io/assignment.",
         _path,
     ),
@@ -295,7 +298,7 @@ KEYS: tuple[Key, ...] = (
     Key(
         "runtime",
         "cdi_dir",
-        "/var/run/cdi",
+        paths.CDI_DIR,
         "Where hcsd writes its CDI spec (hcs.io-device.yaml); empty disables it.",
         _path,
     ),
@@ -323,7 +326,7 @@ class Config:
     policy: SpreadPolicy
     compact_after: int
     health_source: str = "auto"
-    bpf_dir: str = "/usr/lib/hcs/bpf"
+    bpf_dir: str = paths.BPF_DIR
     quiet_period: float = 600.0
     tick_interval: float = 1.0
     degraded_below: float = 80.0
@@ -331,13 +334,13 @@ class Config:
     aer_poll_interval: float = 5.0
     health_rules: list[dict[str, str]] = field(default_factory=list)
     nri: bool = True
-    nri_socket: str = "/var/run/nri/nri.sock"
-    nri_prelaunch_socket: str = "/run/hcsd/nri-prelaunch.sock"
+    nri_socket: str = paths.NRI_SOCKET
+    nri_prelaunch_socket: str = paths.NRI_PRELAUNCH_SOCKET
     plugin_index: str = "10"
-    libhcs_path: str = "/usr/lib/hcs/libhcs.so"
-    assignment_key_file: str = "/etc/hcsd/assignment.key"
+    libhcs_path: str = paths.LIBHCS
+    assignment_key_file: str = paths.KEY_FILE
     assignment_max_age: float = 604800.0
-    cdi_dir: str = "/var/run/cdi"
+    cdi_dir: str = paths.CDI_DIR
     source: str = "<defaults>"
     values: Mapping[str, Any] = field(default_factory=dict)
 

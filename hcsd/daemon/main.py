@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from hcsd import __version__
 from hcsd.api.server import ApiServer, SocketInUse
+from hcsd.contract.keys import AssignmentKeyError, KeyFile
 from hcsd.daemon import notify
 from hcsd.daemon.backends import VENDOR_BACKENDS, expand_auto, hotplug_watcher
 from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config, render_default_config
@@ -178,8 +180,9 @@ class Daemon:
     def _injector(self, service: NodeService) -> Injector:
         """Container injection, shared by the NRI plugin and the hooks' API calls."""
         config = self.config
-        key = AssignmentKey(config.assignment_key_file)
-        key()  # read (and warn about) it now, not at the first pod
+        key = KeyFile(config.assignment_key_file, log_to=log)
+        with contextlib.suppress(AssignmentKeyError):
+            key()  # read (and say what is wrong with) it now, not at the first pod
         injector = Injector(
             service,
             InjectorSettings(
@@ -256,58 +259,6 @@ class Daemon:
         self.config = _merge_reloadable(self.config, new)
         log.info("configuration reloaded from %s", new.source)
         notify.ready(self._status())
-
-
-class AssignmentKey:
-    """The assignment key file, read again whenever it changes: on a Kubernetes node
-    hcs-syncer installs it from the cluster's Secret after hcsd has started, and rotates it
-    when the Secret changes. A stat per assignment is all a steady state costs."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._stamp: tuple[int, int, int] | None = (-1, -1, -1)
-        self._key = b""
-
-    def __call__(self) -> bytes:
-        try:
-            info = os.stat(self.path)
-            stamp: tuple[int, int, int] | None = (info.st_mtime_ns, info.st_size, info.st_ino)
-        except OSError:
-            stamp = None
-        if stamp != self._stamp:
-            first = self._stamp == (-1, -1, -1)
-            self._stamp = stamp
-            if stamp is None and not first:
-                log.warning("assignment key %s is gone: assignments will be refused", self.path)
-                self._key = b""
-            else:
-                self._key = _read_key(self.path)
-                if self._key and not first:
-                    log.info("assignment key %s changed: loaded it", self.path)
-        return self._key
-
-
-def _read_key(path: str) -> bytes:
-    """The assignment HMAC key; empty (only local requests served) when there is none."""
-    try:
-        with open(path, "rb") as f:
-            key = f.read().strip()
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        log.warning(
-            "no assignment key at %s: scheduler assignments cannot be verified and "
-            "will be refused; local hcs.io/* requests still work",
-            path,
-        )
-        return b""
-    except OSError as e:
-        log.warning("cannot read the assignment key %s: %s", path, e.strerror)
-        return b""
-    if mode & 0o077:
-        log.warning(
-            "assignment key %s is readable by others (mode %o); use 0600", path, mode & 0o777
-        )
-    return key
 
 
 def _merge_reloadable(old: Config, new: Config) -> Config:

@@ -1,8 +1,12 @@
 """Kernel log lines → HealthEvent (device by PCI bus id, code, severity).
 
-Every line is hostile until proven otherwise: bounded length, decoded with replacement, matched
-by anchored patterns only, and a bus id is accepted only in full `DDDD:BB:DD.F` form, so a
-garbled line can be dropped but never attributed to the wrong device.
+Every line is hostile until proven otherwise: bounded length, decoded with replacement, and a
+bus id is accepted only in full `DDDD:BB:DD.F` form, so a garbled line can be dropped but never
+attributed to the wrong device. Patterns match at the start of the message only (`re.match`):
+the kernel prints text users control, such as the name of the file a process segfaulted in
+(`foo[1]: segfault at 0 … in NVRM: Xid (PCI:0000:17:00): 79, …[…]`), and a vendor's marker
+inside such text is not a fault. A /dev/kmsg record counts only with the kernel's own
+facility: user space (root included) writes with another (LOG_USER at least).
 
 NVIDIA Xid lines name the bus as `PCI:0000:3b:00` (no function); the function is 0.
 Other vendors' patterns come from a table that the config can extend.
@@ -17,15 +21,25 @@ from dataclasses import dataclass
 from hcsd.health.events import HealthEvent, Severity
 from hcsd.health.xid import xid_severity
 
-__all__ = ["DEFAULT_RULES", "LineRule", "parse_kernel_line", "parse_kmsg_record"]
+__all__ = [
+    "DEFAULT_RULES",
+    "LineRule",
+    "compile_rules",
+    "kmsg_text",
+    "parse_kernel_line",
+    "parse_kmsg_record",
+]
 
 MAX_LINE = 1024
 _BUS = r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
+_PCI = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 _XID = re.compile(
     r"NVRM: Xid \(PCI:(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?\): "
     r"(?P<xid>[0-9]{1,4})\b"
 )
+# The port that reports (`pcieport 0000:00:03.1: `) comes first on every kernel that has one.
 _AER = re.compile(
+    r"(?:[\w.-]+ " + _PCI + r": )?"
     r"AER: (?P<kind>Corrected|Uncorrected \(Non-Fatal\)|Uncorrected \(Fatal\)|"
     r"Multiple Corrected|Multiple Uncorrected \(Non-Fatal\)|Multiple Uncorrected \(Fatal\))"
     r" error (?:received|message received from): (?:id=[0-9a-fA-F]+ )?" + _BUS
@@ -34,7 +48,8 @@ _AER = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class LineRule:
-    """A configurable pattern: lines matching `pattern` (with a `bus` group) become events."""
+    """A configurable pattern: lines matching `pattern` (with a `bus` group) from their start
+    become events."""
 
     vendor: str
     code: str
@@ -113,7 +128,7 @@ def parse_kernel_line(
 ) -> HealthEvent | None:
     """Classify one kernel message text (no syslog prefix); None when it is not ours."""
     line = _clean(raw)
-    if (match := _XID.search(line)) is not None:
+    if (match := _XID.match(line)) is not None:
         xid = int(match["xid"])
         return HealthEvent(
             bus_id=(match["bus"] + ".0").lower(),
@@ -124,7 +139,7 @@ def parse_kernel_line(
             time=now,
             source=source,
         )
-    if (match := _AER.search(line)) is not None:
+    if (match := _AER.match(line)) is not None:
         kind = match["kind"]
         severity = (
             Severity.CORRECTABLE
@@ -138,21 +153,35 @@ def parse_kernel_line(
         )
         return HealthEvent(match["bus"].lower(), "pci", code, severity, line[:300], now, source)
     for rule in rules:
-        if (match := rule.pattern.search(line)) is not None:
+        if (match := rule.pattern.match(line)) is not None:
             return HealthEvent(
                 match["bus"].lower(), rule.vendor, rule.code, rule.severity, line[:300], now, source
             )
     return None
 
 
-def parse_kmsg_record(
-    record: bytes, now: float, *, rules: Sequence[LineRule] = DEFAULT_RULES
-) -> HealthEvent | None:
-    """One /dev/kmsg record: `prio,seq,usec,flags[,...];text\\n[ KEY=value\\n...]`."""
+def kmsg_text(record: bytes) -> bytes | None:
+    """The message of a /dev/kmsg record the kernel itself printed, or None.
+
+    A record is `prio,seq,usec,flags[,...];text\\n[ KEY=value\\n...]`; prio is facility * 8 +
+    level, and only the kernel's facility (0) is the kernel's: /dev/kmsg gives lines written
+    from user space another."""
     head, sep, rest = record.partition(b";")
     if not sep or len(head) > 64:
         return None
-    text = rest.split(b"\n", 1)[0]
+    prio = head.split(b",", 1)[0]
+    if not prio.isdigit() or len(prio) > 4 or int(prio) >> 3 != 0:
+        return None
+    return rest.split(b"\n", 1)[0]
+
+
+def parse_kmsg_record(
+    record: bytes, now: float, *, rules: Sequence[LineRule] = DEFAULT_RULES
+) -> HealthEvent | None:
+    """One /dev/kmsg record (see `kmsg_text`) as an event; None when it is not ours."""
+    text = kmsg_text(record)
+    if text is None:
+        return None
     return parse_kernel_line(text, now, source="kmsg", rules=rules)
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from hcsd.contract import paths
 from hcsd.discovery import DiscoveryBackend
 from hcsd.health.analyzer import AnalyzerSettings, HealthAnalyzer
 from hcsd.health.events import HealthEvent
@@ -38,7 +39,7 @@ SOURCE_ORDER = ("ebpf", "bcc", "kmsg")
 @dataclass(frozen=True, slots=True)
 class WatcherSettings:
     source: str = "auto"  # auto, ebpf, bcc, kmsg, off
-    bpf_dir: str = "/usr/lib/hcs/bpf"
+    bpf_dir: str = paths.BPF_DIR
     kmsg_path: str = "/dev/kmsg"
     sysfs: str = "/sys"
     aer_interval: float = 5.0

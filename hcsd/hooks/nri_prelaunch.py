@@ -13,9 +13,11 @@ import selectors
 import socket
 import sys
 
+from hcsd.contract import paths  # constants only: start-up stays in milliseconds
+
 __all__ = ["main"]
 
-DEFAULT_SOCKET = "/run/hcsd/nri-prelaunch.sock"
+DEFAULT_SOCKET = paths.NRI_PRELAUNCH_SOCKET
 CHUNK = 65536
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.contract import paths
 from hcsd.hooks.bundle import is_sandbox, load_config, prepare_request
 
 __all__ = ["main"]
@@ -27,7 +28,7 @@ MAX_STATE = 1024 * 1024
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    socket = os.environ.get("HCS_SOCKET", "/run/hcsd/hcsd.sock")
+    socket = os.environ.get("HCS_SOCKET", paths.SOCKET)
     try:
         state = json.loads(sys.stdin.read(MAX_STATE))
         container_id, bundle = str(state["id"]), str(state["bundle"])

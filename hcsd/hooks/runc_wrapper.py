@@ -15,11 +15,12 @@ from collections.abc import Sequence
 
 from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.contract import paths
 from hcsd.hooks.bundle import apply_edits, is_sandbox, load_config, prepare_request, save_config
 
 __all__ = ["main", "parse_runc_args"]
 
-DEFAULT_SOCKET = "/run/hcsd/hcsd.sock"
+DEFAULT_SOCKET = paths.SOCKET
 RUNC_CANDIDATES = ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc")
 _GLOBAL_WITH_VALUE = {"--root", "--log", "--log-format", "--criu", "--rootless"}
 _COMMAND_WITH_VALUE = {

@@ -2,23 +2,72 @@
 
 A need is what a user writes: `100 TFLOPS fp16`, `vram 160Gi`, `500 ACU` or `2 nvidia/A100-80G`
 (that many devices of a model: converted through its FP16 figure). The answer is a pure
-function of the profile database, so hcsctl, the scheduler extender and tests agree.
+function of the profile database.
+
+The one conversion between amounts and devices, used by `hcsctl convert` (below), the
+allocator (hcsd and the scheduler extender place TFLOPS requests with it) and the extender's
+substitution and quota accounting:
+- `devices_for`: whole devices of a model that meet an amount;
+- `share_percent`: the share of one device that meets an amount smaller than it;
+- `share_tflops`: what a share of a device is worth (the inverse, for quotas);
+- `devices_as_tflops`: what N devices of a named model stand for (N x its dense FP16).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hcsd.profiles.database import FIGURES, Profile, ProfileDatabase
 from hcsd.quantity import QuantityError, parse_bytes
 
-__all__ = ["Conversion", "ConversionError", "Need", "Option", "Rate", "convert", "parse_need"]
+__all__ = [
+    "Conversion",
+    "ConversionError",
+    "Need",
+    "Option",
+    "Rate",
+    "convert",
+    "devices_as_tflops",
+    "devices_for",
+    "parse_need",
+    "share_percent",
+    "share_tflops",
+]
 
 _UNITS = {"tflops": "tflops", "tops": "tops", "acu": "acu"}
 _PRECISIONS = {"tflops": ("fp16", "bf16", "fp32"), "tops": ("int8",)}
 _NUMBER = r"(?P<amount>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+# Float noise: 3 x 312 TFLOPS over 312 per device must be 3 devices, not 4.
+_EPSILON = 1e-9
+
+
+def devices_for(amount: float, per_device: float) -> int:
+    """Whole devices, `per_device` each, that meet `amount`: at least one."""
+    return max(1, math.ceil(amount / per_device - _EPSILON))
+
+
+def share_percent(amount: float, per_device: float) -> int:
+    """The share of one device, in whole percent rounded up, that meets `amount` (at most 100)."""
+    return min(100, math.ceil(amount / per_device * 100 - _EPSILON))
+
+
+def share_tflops(tflops_fp16: float, percent: int) -> float:
+    """FP16 TFLOPS that `percent` of a device of `tflops_fp16` is worth."""
+    return tflops_fp16 * percent / 100.0
+
+
+def devices_as_tflops(devices: float, models: Iterable[Profile]) -> float | None:
+    """FP16 TFLOPS that `devices` devices of a named model stand for: that many times its dense
+    FP16. A name may denote several models (`ascend/910B`): the weakest stands for it. None
+    when none of them publishes an FP16 figure."""
+    figures = [p.figure("tflops_fp16") for p in models]
+    figures = [f for f in figures if f > 0]
+    if not figures:
+        return None
+    return devices * min(figures)
 
 
 class ConversionError(ValueError):
@@ -87,7 +136,10 @@ def parse_need(text: str, db: ProfileDatabase) -> Need:
     if amount != int(amount):
         raise ConversionError(f"need {text!r}: a number of devices must be whole")
     model = _one(db, match["rest"].strip())
-    return Need("tflops_fp16", amount * model.figure("tflops_fp16"), text, model=model)
+    tflops = devices_as_tflops(amount, [model])
+    if tflops is None:
+        raise ConversionError(f"need {text!r}: {model.key} publishes no FP16 TFLOPS")
+    return Need("tflops_fp16", tflops, text, model=model)
 
 
 _HELP = "write e.g. '100 TFLOPS fp16', '400 TOPS int8', 'vram 160Gi', '500 ACU' or '2 nvidia/A100'"
@@ -120,7 +172,7 @@ def convert(need: Need, db: ProfileDatabase, *, to: str | None = None) -> Conver
         if per_device <= 0:
             skipped.append((profile, f"no published {figure}"))
             continue
-        devices = max(1, math.ceil(amount / per_device - 1e-9))
+        devices = devices_for(amount, per_device)
         options.append(Option(profile, per_device, devices, db.acu(profile)))
     options.sort(key=lambda o: (o.devices, -o.per_device, o.profile.key))
     base = need.model or db.reference

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from hcsd.contract import names
 from hcsd.model import PodRef, Request, TopologyPreference, Vendor
 from hcsd.quantity import QuantityError, parse_bytes, parse_quantity
 
 __all__ = ["KEYS", "RequestError", "local_request"]
 
-VRAM = "hcs.io/vram"
-TFLOPS = "hcs.io/tflops-fp16"
-DEVICES = "hcs.io/devices"
-VENDORS = "hcs.io/vendors"
-MODELS = "hcs.io/models"
-TOPOLOGY = "hcs.io/topology-preference"
+VRAM = names.ANNOTATION_VRAM
+TFLOPS = names.ANNOTATION_TFLOPS
+DEVICES = names.ANNOTATION_DEVICES
+VENDORS = names.ANNOTATION_VENDORS
+MODELS = names.ANNOTATION_MODELS
+TOPOLOGY = names.ANNOTATION_TOPOLOGY
 KEYS = (VRAM, TFLOPS, DEVICES, VENDORS, MODELS, TOPOLOGY)
 
 

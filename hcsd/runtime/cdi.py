@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hcsd.contract import names
 from hcsd.ledger.fs import OsFileSystem, write_atomic
 from hcsd.model import Device
 from hcsd.runtime.edits import ContainerEdits
@@ -24,9 +25,9 @@ __all__ = ["CDI_KIND", "SPEC_NAME", "keep_spec_current", "render_spec", "write_s
 
 log = logging.getLogger(__name__)
 
-CDI_KIND = "hcs.io/device"
+CDI_KIND = names.CDI_KIND
 CDI_VERSION = "0.6.0"
-SPEC_NAME = "hcs.io-device.yaml"
+SPEC_NAME = names.CDI_SPEC_NAME
 
 
 def _container_edits(edits: ContainerEdits) -> dict[str, Any]:

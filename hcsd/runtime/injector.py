@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from hcsd.contract.assignment import ANNOTATION, AssignmentError, verify
 from hcsd.model import Allocation, Device, PodRef
 from hcsd.refusals import Reason, Refusal
 from hcsd.runtime.annotations import RequestError, local_request
-from hcsd.runtime.assignment import ANNOTATION, AssignmentError, verify
 from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.quota import QuotaFiles
 from hcsd.runtime.vendors import vendor_edits

@@ -4,7 +4,7 @@ Host side `<run_dir>/containers/<container-id>/`, mounted read-write at `/run/hc
 container (libhcs creates `usage.shm` there, shared by the container's processes). libhcs
 itself is mounted read-only, and `/etc/ld.so.preload` is bind-mounted read-only over the
 container's own, so a process inside cannot unset the preload. The file format is the contract
-in docs/libhcs.md.
+in docs/libhcs.md, written by hcsd.contract.quota_file.
 """
 
 from __future__ import annotations
@@ -15,32 +15,17 @@ import re
 import shutil
 from collections.abc import Sequence
 
+from hcsd.contract import paths
+from hcsd.contract.quota_file import render_quota
 from hcsd.ledger.fs import OsFileSystem, write_atomic
 from hcsd.model import Device, Grant
 from hcsd.runtime.edits import ContainerEdits, MountEdit
 
-__all__ = ["CONTAINER_DIR", "LIBHCS_IN_CONTAINER", "QuotaFiles", "render_quota"]
+__all__ = ["CONTAINER_DIR", "LIBHCS_IN_CONTAINER", "QuotaFiles"]
 
-CONTAINER_DIR = "/run/hcs"
-LIBHCS_IN_CONTAINER = "/usr/lib/hcs/libhcs.so"
+CONTAINER_DIR = paths.CONTAINER_DIR
+LIBHCS_IN_CONTAINER = paths.LIBHCS_IN_CONTAINER
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-def render_quota(container_id: str, grants: Sequence[Grant], devices: Sequence[Device]) -> str:
-    lines = [
-        "# written by hcsd; read by libhcs",
-        "version=1",
-        f"container={container_id}",
-        f"devices={len(grants)}",
-    ]
-    for ordinal, (grant, device) in enumerate(zip(grants, devices, strict=True)):
-        lines += [
-            f"device.{ordinal}.uuid={device.uuid}",
-            f"device.{ordinal}.vendor={device.vendor.value}",
-            f"device.{ordinal}.vram_limit={grant.vram_bytes}",
-            f"device.{ordinal}.compute_percent={grant.compute_percent or 100}",
-        ]
-    return "\n".join(lines) + "\n"
 
 
 class QuotaFiles:
@@ -75,11 +60,11 @@ class QuotaFiles:
         if not os.path.exists(self.preload_file):
             write_atomic(fs, self.preload_file, f"{LIBHCS_IN_CONTAINER}\n".encode())
         return ContainerEdits(
-            env=(("HCS_CONFIG", f"{CONTAINER_DIR}/quota.conf"),),
+            env=(("HCS_CONFIG", paths.CONTAINER_QUOTA_FILE),),
             mounts=(
                 MountEdit(directory, CONTAINER_DIR, read_only=False),
                 MountEdit(self.libhcs_path, LIBHCS_IN_CONTAINER),
-                MountEdit(self.preload_file, "/etc/ld.so.preload"),
+                MountEdit(self.preload_file, paths.PRELOAD_FILE),
             ),
         )
 

@@ -142,6 +142,7 @@ class Cluster:
         self.extender_port = self.extender_port or free_port()
         key_file = self.work / "extender.key"
         key_file.write_bytes(self.key)
+        key_file.chmod(0o440)  # as the Secret is mounted for it: the group is the process's own
         log = open(self.work / "extender.log", "ab")  # noqa: SIM115
         self.extender = subprocess.Popen(
             [sys.executable, "-m", "hcsd.cluster.extender_cli",
@@ -274,6 +275,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         plane.apply(shipped + secret_with(key))
         c.admin = plane.kube()
         (work / "secret.key").write_bytes(key)  # the mounted Secret; hcsd starts without a key
+        (work / "secret.key").chmod(0o400)  # the syncer's defaultMode
         for name, (prefix, devices, link) in NODES.items():
             directory = work / name
             directory.mkdir()

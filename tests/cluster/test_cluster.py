@@ -19,7 +19,7 @@ import pytest
 
 from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.runtime.assignment import ANNOTATION, AssignmentError, sign, verify
+from hcsd.contract.assignment import ANNOTATION, AssignmentError, sign, verify
 from tests.cluster.conftest import Cluster, GiB, unschedulable_message
 from tests.cluster.controlplane import free_port
 

@@ -1,16 +1,22 @@
 """Health watching on the real kernel: eBPF programs loaded, crafted lines in /dev/kmsg.
 
-Each path (eBPF, bcc, /dev/kmsg polling) gets the same crafted lines. A path that cannot run
-on this machine is skipped with the reason, never passed silently.
+Each kernel filter (eBPF, bcc) gets the same crafted lines; the /dev/kmsg reader must ignore
+them, as it does every line written from user space (only the kernel's facility counts). Real
+kernel lines come from processes that segfault in files named like fault lines: the kernel
+prints the name, and no source may take it for a fault. A path that cannot run on this machine
+is skipped with the reason, never passed silently.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
+import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -86,9 +92,24 @@ async def test_ebpf_filters_in_the_kernel(bpf_objects: Path, kmsg_writer: Write)
     assert after["dropped"] == 0
 
 
-async def test_kmsg_polling_source_sees_crafted_lines(kmsg_writer: Write) -> None:
-    events = await collect(KmsgSource(), kmsg_writer, uuid.uuid4().hex)
-    assert {e.source for e in events} == {"kmsg"}
+async def test_kmsg_polling_source_ignores_lines_written_from_user_space(
+    kmsg_writer: Write,
+) -> None:
+    tag = uuid.uuid4().hex
+    got: list[HealthEvent] = []
+    source = KmsgSource()
+    source.start(asyncio.get_running_loop(), got.append)
+    try:
+        for line in crafted(tag):
+            kmsg_writer(line)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline and source.seen < len(crafted(tag)):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+    finally:
+        source.stop()
+    assert source.seen >= len(crafted(tag))  # it read them, and
+    assert [e for e in got if tag in e.message] == []  # none is the kernel's
 
 
 async def test_bcc_source_sees_crafted_lines(kmsg_writer: Write) -> None:
@@ -96,11 +117,29 @@ async def test_bcc_source_sees_crafted_lines(kmsg_writer: Write) -> None:
     assert {e.source for e in events} == {"bcc"}
 
 
+@pytest.fixture
+def kernel_line(request: pytest.FixtureRequest, kmsg_writer: Write, tmp_path: Path) -> Write:
+    """How the test puts a kernel line where its source reads it: /dev/kmsg for the eBPF
+    filter (which cannot tell who wrote a line), a FIFO standing for /dev/kmsg with the
+    kernel's facility for the reader (which ignores lines written from user space)."""
+    if request.node.callspec.params["source"] == "ebpf":
+        return kmsg_writer
+    fifo = tmp_path / "kmsg"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    request.addfinalizer(lambda: os.close(writer))
+
+    def write(line: str, level: int = 3) -> None:
+        os.write(writer, f"{level},1,1,-;{line}\n".encode())
+
+    return write
+
+
 @pytest.mark.parametrize("source", ["ebpf", "kmsg"])
 async def test_watcher_marks_the_device_unhealthy(
     source: str,
     bpf_objects: Path,
-    kmsg_writer: Write,
+    kernel_line: Write,
     mixed_inventory: Inventory,
     tmp_path: Path,
 ) -> None:
@@ -111,13 +150,17 @@ async def test_watcher_marks_the_device_unhealthy(
         Request("victim", vram_bytes=2**30, vendors=frozenset({Vendor.NVIDIA}))
     )
     target = next(s.device for s in service.devices() if s.device.pci_bus_id == "0000:17:00.0")
-    watcher = HealthWatcher(
-        service, WatcherSettings(source=source, bpf_dir=str(bpf_objects), sysfs=str(tmp_path))
+    settings = WatcherSettings(
+        source=source,
+        bpf_dir=str(bpf_objects),
+        sysfs=str(tmp_path),
+        kmsg_path=str(tmp_path / "kmsg"),
     )
+    watcher = HealthWatcher(service, settings)
     assert watcher.start(asyncio.get_running_loop()) == source
     try:
         written = time.monotonic()
-        kmsg_writer(f"NVRM: Xid (PCI:0000:17:00): 79, GPU has fallen off the bus. {uuid.uuid4()}")
+        kernel_line(f"NVRM: Xid (PCI:0000:17:00): 79, GPU has fallen off the bus. {uuid.uuid4()}")
         while time.monotonic() - written < 2:
             status = service.device_status(target.uuid)
             assert status is not None
@@ -135,3 +178,88 @@ async def test_watcher_marks_the_device_unhealthy(
     assert detected < 0.5, f"{source}: detected after {detected * 1000:.0f} ms"
     assert held.device_uuids == (target.uuid,)  # the allocation is kept, and reported
     assert watcher.events[("nvidia", "xid-79", "fatal")] == 1
+
+
+# One fault line per vendor rule family, as file names: a file name holds no "/".
+VECTORS = [
+    "NVRM: Xid (PCI:0000:17:00): 79, pid=1, GPU has fallen off the bus.",
+    "pcieport 0000:00:03.1: AER: Uncorrected (Fatal) error received: 0000:17:00.0",
+    "AER: Uncorrected (Fatal) error received: 0000:17:00.0",
+    "amdgpu 0000:81:00.0: amdgpu: GPU reset(2) failed",
+    "devdrv_driver 0000:c1:00.0: device heartbeat lost",
+    "cambricon_drv 0000:b1:00.0: card is down",
+]
+
+
+@pytest.fixture(scope="module")
+def crasher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A program that segfaults in its own code."""
+    if shutil.which("cc") is None:
+        pytest.skip("cc is not installed: cannot build the segfaulting program")
+    directory = tmp_path_factory.mktemp("crasher")
+    (directory / "crash.c").write_text("int main(void) { *(volatile int *)0 = 1; return 0; }\n")
+    subprocess.run(
+        ["cc", "-O0", "-o", str(directory / "crash"), str(directory / "crash.c")], check=True
+    )
+    return directory / "crash"
+
+
+@contextlib.contextmanager
+def kernel_records() -> Iterator[list[bytes]]:
+    """The /dev/kmsg records printed inside the block (read when it ends)."""
+    records: list[bytes] = []
+    fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    os.lseek(fd, 0, os.SEEK_END)
+    try:
+        yield records
+        time.sleep(0.05)
+        while True:
+            try:
+                records.append(os.read(fd, 8192))
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                continue
+    finally:
+        os.close(fd)
+
+
+def segfault_in(directory: Path, crasher: Path, file_name: str) -> None:
+    """Run the crasher from a file named `file_name` (through a symlink, so the process is
+    called `victim`): the kernel's segfault line names the file its code came from."""
+    directory.mkdir()
+    shutil.copy(crasher, directory / file_name)
+    (directory / "victim").symlink_to(directory / file_name)
+    result = subprocess.run([str(directory / "victim")], check=False, capture_output=True)
+    assert result.returncode == -11, result
+
+
+async def test_a_segfault_in_a_file_named_like_a_fault_line_is_no_fault(
+    bpf_objects: Path, crasher: Path, tmp_path: Path
+) -> None:
+    """Any user can do this; before the patterns were anchored, it took a GPU out of service."""
+    if Path("/proc/sys/debug/exception-trace").read_text().strip() == "0":
+        pytest.skip("debug.exception-trace is 0: the kernel prints no segfault lines")
+    tag = uuid.uuid4().hex[:8]
+    loop = asyncio.get_running_loop()
+    got: list[HealthEvent] = []
+    sources: list[HealthSource] = [KmsgSource()]
+    with contextlib.suppress(SourceUnavailable):  # the eBPF filter where it can run
+        ebpf = EbpfSource(str(bpf_objects))
+        ebpf.start(loop, got.append)
+        sources.append(ebpf)
+    sources[0].start(loop, got.append)
+    try:
+        with kernel_records() as records:
+            for index, line in enumerate(VECTORS):
+                segfault_in(tmp_path / str(index), crasher, f"{line} {tag}")
+        await asyncio.sleep(0.2)
+    finally:
+        for source in sources:
+            source.stop()
+    printed = [r for r in records if b"segfault" in r and tag.encode() in r]
+    if len(printed) < len(VECTORS):  # printk_ratelimit() may drop some: the test needs each
+        pytest.fail(f"the kernel printed {len(printed)} of {len(VECTORS)} segfault lines")
+    assert all(int(r.split(b",", 1)[0]) >> 3 == 0 for r in printed)  # the kernel's facility
+    assert [s.name for s in sources] == ["kmsg", "ebpf"], "eBPF cannot load here"
+    assert [(e.source, e.code) for e in got if tag in e.message] == []

@@ -352,17 +352,3 @@ async def test_prelaunched_plugin_relays_the_runtime_to_hcsd(daemon: Daemon) -> 
     finally:
         if plugin.poll() is None:
             plugin.kill()
-
-
-def test_assignment_key_is_read_again_when_it_changes(tmp_path: Path) -> None:
-    from hcsd.daemon.main import AssignmentKey
-
-    path = tmp_path / "assignment.key"
-    key = AssignmentKey(str(path))
-    assert key() == b""  # absent: local requests only, with a warning
-    path.write_bytes(b"first-key-0123456789\n")
-    assert key() == b"first-key-0123456789"
-    path.write_bytes(b"second-key-0123456789-rotated\n")
-    assert key() == b"second-key-0123456789-rotated"
-    path.unlink()
-    assert key() == b""

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from hcsd.contract.assignment import sign
 from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
 from hcsd.model import Allocation, Grant, PodRef
-from hcsd.runtime.assignment import sign
 from hcsd.runtime.injector import Injector, InjectorSettings
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.nri.ttrpc import Code, TtrpcError
@@ -23,7 +23,7 @@ from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
 from hcsd.service import NodeService
 from tests.nri.peer import RuntimePeer
 
-KEY = b"test-cluster-key"
+KEY = b"test-cluster-key-0123456789abcdef"
 A100_0 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
 GiB = 2**30
 
@@ -186,6 +186,12 @@ def forged() -> str:
     return json.dumps(value)
 
 
+def non_ascii_signature() -> str:
+    value = json.loads(assignment())
+    value["sig"] = "\u00e9" * 64
+    return json.dumps(value)
+
+
 @pytest.mark.parametrize(
     ("pod_annotations", "annotations", "uid", "code", "message"),
     [
@@ -220,6 +226,22 @@ def forged() -> str:
             Code.INVALID_ARGUMENT,
             "for node node-9",
             id="other-node",
+        ),
+        pytest.param(
+            {"hcs.io/assignment": non_ascii_signature()},
+            {},
+            "pod-uid-1",
+            Code.INVALID_ARGUMENT,
+            "signature is not 64 lower-case hex digits",
+            id="non-ascii-signature",
+        ),
+        pytest.param(
+            {"hcs.io/assignment": "[" * 50_000},
+            {},
+            "pod-uid-1",
+            Code.INVALID_ARGUMENT,
+            "not JSON",
+            id="nested-too-deep",
         ),
         pytest.param(
             {"hcs.io/assignment": "{not json"},
@@ -285,3 +307,35 @@ async def test_unknown_methods_get_unimplemented(nri: Setup) -> None:
 async def test_session_ends_on_eof(nri: Setup) -> None:
     nri.peer.close()
     await asyncio.wait_for(nri.session, 2)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640])
+def test_an_open_key_file_refuses_assignments_with_the_fix(
+    tmp_path: Path, mixed_inventory: Inventory, mode: int
+) -> None:
+    from hcsd.contract.keys import KeyFile
+    from hcsd.refusals import Refusal
+    from hcsd.runtime.injector import ContainerInfo
+
+    key = tmp_path / "assignment.key"
+    key.write_bytes(KEY)
+    key.chmod(mode)
+    ledger = Ledger(str(tmp_path / "state"))
+    ledger.open()
+    libhcs = tmp_path / "libhcs.so"
+    libhcs.write_bytes(b"\x7fELF")
+    settings = InjectorSettings(
+        "sim", str(tmp_path / "run"), str(libhcs), key_loader=KeyFile(str(key))
+    )
+    injector = Injector(NodeService(mixed_inventory, ledger), settings)
+    info = ContainerInfo(
+        "c10",
+        "main",
+        PodRef("ns", "p", "pod-uid-1"),
+        pod_annotations={"hcs.io/assignment": assignment()},
+    )
+    with pytest.raises(Refusal, match=f"mode {mode:04o}\\): chmod 0600 {key}"):
+        injector.create(info)
+    key.chmod(0o600)
+    assert injector.create(info) is not None  # fixed: the same pod starts
+    ledger.close()

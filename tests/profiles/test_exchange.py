@@ -4,8 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from hcsd.allocator import choose
+from hcsd.cluster.demand import demand_of
+from hcsd.cluster.planner import Plan, plan
+from hcsd.model import Request
 from hcsd.profiles import default_database
-from hcsd.profiles.exchange import ConversionError, convert, parse_need
+from hcsd.profiles.exchange import (
+    ConversionError,
+    convert,
+    devices_as_tflops,
+    devices_for,
+    parse_need,
+    share_percent,
+    share_tflops,
+)
+from tests.conftest import gpu
 
 GiB = 2**30
 
@@ -75,3 +88,69 @@ def test_vram_need_uses_device_memory() -> None:
     db = default_database()
     result = convert(parse_need("vram 160Gi", db), db, to="nvidia/A100-80G")
     assert [o.devices for o in result.options] == [2]
+
+
+@pytest.mark.parametrize(
+    ("amount", "per_device", "devices", "percent"),
+    [
+        pytest.param(3 * 312.0, 312.0, 3, 100, id="exact-multiple-despite-float-noise"),
+        pytest.param(0.1 * 3, 0.3, 1, 100, id="float-noise-at-one"),
+        pytest.param(313.0, 312.0, 2, 100, id="just-over"),
+        pytest.param(100.0, 312.0, 1, 33, id="a-share"),
+        pytest.param(0.001, 312.0, 1, 1, id="smallest-share"),
+    ],
+)
+def test_the_one_conversion(amount: float, per_device: float, devices: int, percent: int) -> None:
+    assert devices_for(amount, per_device) == devices
+    assert share_percent(amount, per_device) == percent
+    assert share_tflops(per_device, 25) == per_device / 4
+
+
+def test_a_name_for_several_models_stands_for_the_weakest() -> None:
+    db = default_database()
+    b_series = db.find("ascend/910B")
+    assert len(b_series) > 1
+    weakest = min(p.figure("tflops_fp16") for p in b_series)
+    assert devices_as_tflops(2, b_series) == 2 * weakest
+    assert devices_as_tflops(2, []) is None
+
+
+@pytest.mark.parametrize("amount", [1.0, 100.0, 312.0, 3 * 312.0, 1000.0, 2496.0])
+def test_hcsd_places_the_devices_hcsctl_convert_names(amount: float) -> None:
+    """hcsd's allocator (on the node and in the extender) and `hcsctl convert` agree."""
+    db = default_database()
+    [a100] = db.find("nvidia/A100-SXM4-80GB")
+    devices = [gpu(i, tflops=a100.figure("tflops_fp16")) for i in range(8)]
+    placement = choose(Request("c", vram_bytes=GiB, tflops_fp16=amount), devices, {})
+    [option] = convert(parse_need(f"{amount} TFLOPS fp16", db), db, to=a100.key).options
+    assert len(placement.grants) == option.devices
+    if option.devices == 1:
+        assert placement.grants[0].compute_percent == share_percent(amount, option.per_device)
+
+
+def test_substitution_asks_what_hcsctl_convert_reads_for_n_devices() -> None:
+    """The extender's substitution: N named devices become N x their FP16, as in convert."""
+    db = default_database()
+    need = parse_need("2 nvidia/A100-SXM4-80GB", db)
+    pod = {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u",
+            "annotations": {
+                "hcs.io/models": "A100-SXM4-80GB",
+                "hcs.io/allow-substitution": "true",
+            },
+        },
+        "spec": {
+            "containers": [{"name": "main", "resources": {"limits": {"ai.compute/devices": "2"}}}]
+        },
+    }
+    demand = demand_of(pod)
+    assert demand is not None
+    t4s = [gpu(i, model="T4", vram_gib=16, tflops=65.0) for i in range(16)]
+    found = plan(demand, t4s, {}, db)
+    assert isinstance(found, Plan) and found.substituted
+    [t4] = db.find("nvidia/T4")
+    [option] = convert(need, db, to=t4.key).options
+    assert len(found.grants["main"]) == option.devices == 10  # 624 / 65 = 9.6

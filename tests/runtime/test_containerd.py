@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from hcsd.runtime.assignment import sign
+from hcsd.contract.assignment import sign
 from tests.integration.test_daemon import Daemon
 from tests.runtime.containerd import Containerd, CrictlError
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-KEY = b"runtime-test-key"
+KEY = b"runtime-test-key-0123456789abcdef"  # 32 bytes or more, as every reader requires
 GPU0 = "GPU-rt-0"
 # Device nodes borrow /dev/null's numbers (1:3): runc creates a real node in the container.
 NODE = f"""

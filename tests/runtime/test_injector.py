@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from hcsd.contract.assignment import sign
 from hcsd.discovery import Inventory
 from hcsd.ledger import FileSystem, Ledger
 from hcsd.model import Allocation, Grant, HealthState, PodRef, Request
 from hcsd.refusals import Reason, Refusal
-from hcsd.runtime.assignment import sign
 from hcsd.runtime.injector import ContainerInfo, Injector, InjectorSettings
 from hcsd.service import NodeService
 from tests.conftest import GiB
 
-KEY = b"test-cluster-key"
+KEY = b"test-cluster-key-0123456789abcdef"
 A100_0 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
 NOW = 1_760_000_000.0
 POD = PodRef("team-a", "trainer", "pod-uid-1")
@@ -144,10 +144,10 @@ def test_a_container_the_assignment_gives_nothing_gets_nothing(setup: Setup) -> 
 
 def test_the_key_is_read_per_assignment(setup: Setup) -> None:
     """hcs-syncer installs or rotates the key while hcsd runs: no restart needed."""
-    setup.keys.append(b"rotated-key")
+    setup.keys.append(b"rotated-key-0123456789abcdef-0123")
     with pytest.raises(Refusal, match="signature does not verify"):
         setup.injector.create(info(pod_annotations=assignment(KEY)))
-    setup.injector.create(info(pod_annotations=assignment(b"rotated-key")))
+    setup.injector.create(info(pod_annotations=assignment(b"rotated-key-0123456789abcdef-0123")))
     assert setup.service.allocation("c1") is not None
 
 

@@ -13,7 +13,6 @@ from hcsd.allocator import Usage
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster.demand import DemandError, demand_of
 from hcsd.cluster.extender import Extender, _Heartbeat
-from hcsd.cluster.keyfile import KeyError_, install_key, read_key
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import compute_node, node_spec, node_status, node_view
 from hcsd.cluster.planner import Plan, plan, quick_fit, summarise
@@ -202,21 +201,6 @@ def test_filter_enforces_quota(extender: Extender) -> None:
     assert answer["FailedNodes"]["fresh"] == (
         "ComputeQuota ns/q: vram 0 used + 16Gi requested exceeds the limit 10Gi"
     )
-
-
-def test_key_file_refuses_the_placeholder_and_writes_only_on_change(tmp_path: Path) -> None:
-    source = tmp_path / "secret"
-    source.write_text("REPLACE-WITH-32-RANDOM-BYTES\n")
-    with pytest.raises(KeyError_, match="placeholder"):
-        read_key(source)
-    source.write_text("short")
-    with pytest.raises(KeyError_, match="at least 16"):
-        read_key(source)
-    source.write_text("0123456789abcdef0123456789abcdef\n")
-    target = tmp_path / "etc" / "assignment.key"
-    assert install_key(source, target) is True
-    assert install_key(source, target) is False
-    assert target.stat().st_mode & 0o777 == 0o600
 
 
 def test_the_extender_serves_https(extender: Extender, tmp_path: Path) -> None:

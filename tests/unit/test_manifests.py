@@ -21,10 +21,10 @@ import yaml
 
 from hcsd import __version__
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cluster import names
 from hcsd.cluster.main import extender_main, syncer_main
 from hcsd.cluster.objects import compute_node, node_spec, node_status
 from hcsd.cluster.quota import Amounts
+from hcsd.contract import names
 from hcsd.quantity import QuantityError, parse_quantity
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,8 +140,8 @@ def test_every_namespaced_object_lives_in_our_namespace() -> None:
 @pytest.mark.parametrize(
     ("plural", "kind", "scope", "short"),
     [
-        (names.COMPUTE_NODES, "ComputeNode", "Cluster", "cn"),
-        (names.COMPUTE_QUOTAS, "ComputeQuota", "Namespaced", "cq"),
+        (names.COMPUTE_NODES, names.COMPUTE_NODE_KIND, "Cluster", "cn"),
+        (names.COMPUTE_QUOTAS, names.COMPUTE_QUOTA_KIND, "Namespaced", "cq"),
     ],
 )
 def test_crd_names_match_the_code(plural: str, kind: str, scope: str, short: str) -> None:

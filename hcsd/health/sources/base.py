@@ -8,20 +8,9 @@ from collections.abc import Callable
 
 from hcsd.health.events import HealthEvent
 
-__all__ = ["CANDIDATE_NEEDLES", "Emit", "HealthSource", "SourceUnavailable"]
+__all__ = ["Emit", "HealthSource", "SourceUnavailable"]
 
 Emit = Callable[[HealthEvent], None]
-
-# The same substrings the eBPF filter uses: a line without one of them is never ours.
-CANDIDATE_NEEDLES = (
-    b"NVRM: Xid",
-    b"amdgpu",
-    b"AER:",
-    b"davinci",
-    b"devdrv",
-    b"cambricon",
-    b"cndrv",
-)
 
 
 class SourceUnavailable(Exception):

@@ -17,8 +17,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from hcsd.contract.kmsg_needles import message_start, render_matcher
 from hcsd.health.parsing import DEFAULT_RULES, LineRule, parse_kernel_line
-from hcsd.health.sources.base import CANDIDATE_NEEDLES, Emit, HealthSource, SourceUnavailable
+from hcsd.health.sources.base import Emit, HealthSource, SourceUnavailable
 
 __all__ = ["BccSource", "bcc_program"]
 
@@ -27,34 +28,27 @@ SYSTEM_SITE = "/usr/lib/python3/dist-packages"
 
 
 def bcc_program() -> str:
-    """The console filter in bcc's dialect; needles are generated from the shared list."""
-    checks = []
-    for index, needle in enumerate(CANDIDATE_NEEDLES):
-        compare = " && ".join(f"e->msg[i + {k}] == {byte}" for k, byte in enumerate(needle))
-        checks.append(
-            f"if (i + {len(needle)} <= len && {compare}) {{ found = {index + 1}; break; }}"
-        )
-    body = "\n            ".join(checks)
+    """The console filter in bcc's dialect, with the matcher bpf/kmsg.bpf.c uses."""
     return f"""
-#define MSG_MAX 256
-struct event {{ u64 ts_ns; u32 len; u16 needle; u16 truncated; char msg[MSG_MAX]; }};
+#define HCS_MSG_MAX 256
+struct event {{ u64 ts_ns; u32 len; u16 needle; u16 truncated; char msg[HCS_MSG_MAX]; }};
+struct positions {{ u32 offset[2]; }};
 BPF_RINGBUF_OUTPUT(events, 64);
 BPF_PERCPU_ARRAY(scratch, struct event, 1);
+BPF_PERCPU_ARRAY(offsets, struct positions, 1);
+{render_matcher()}
 TRACEPOINT_PROBE(printk, console) {{
     int zero = 0;
     struct event *e = scratch.lookup(&zero);
-    if (!e) return 0;
+    struct positions *p = offsets.lookup(&zero);
+    if (!e || !p) return 0;
     u32 location = args->data_loc_msg;
     u32 len = location >> 16;
-    e->truncated = len > MSG_MAX - 1;
-    if (len > MSG_MAX - 1) len = MSG_MAX - 1;
-    bpf_probe_read_kernel(e->msg, len & (MSG_MAX - 1), (void *)args + (location & 0xffff));
+    e->truncated = len > HCS_MSG_MAX - 1;
+    if (len > HCS_MSG_MAX - 1) len = HCS_MSG_MAX - 1;
+    bpf_probe_read_kernel(e->msg, len & (HCS_MSG_MAX - 1), (void *)args + (location & 0xffff));
     e->len = len;
-    u16 found = 0;
-    for (int i = 0; i < MSG_MAX - 16; i++) {{
-        if (i >= len) break;
-            {body}
-    }}
+    u32 found = hcs_kmsg_needle(e->msg, len, p->offset);
     if (!found) return 0;
     e->needle = found;
     e->ts_ns = bpf_ktime_get_ns();
@@ -111,6 +105,7 @@ class BccSource(HealthSource):
             raw = ctypes.string_at(data, size)
             length = int.from_bytes(raw[8:12], "little")
             text = raw[16 : 16 + min(length, 256)].split(b"\0", 1)[0]
+            text = text[message_start(text) :]
             event = parse_kernel_line(text, time.monotonic(), source="bcc", rules=self.rules)
             if event is not None:
                 self.matched += 1

@@ -9,6 +9,7 @@ import struct
 import time
 from collections.abc import Sequence
 
+from hcsd.contract.kmsg_needles import message_start
 from hcsd.health.events import HealthEvent, Severity
 from hcsd.health.parsing import DEFAULT_RULES, LineRule, parse_kernel_line
 from hcsd.health.sources.base import Emit, HealthSource, SourceUnavailable
@@ -68,6 +69,7 @@ class EbpfSource(HealthSource):
             return
         _, length, _, _, raw = KMSG_EVENT.unpack_from(data)
         text = raw[: min(length, len(raw))].split(b"\0", 1)[0]
+        text = text[message_start(text) :]  # console text on kernels before 6.0: "[time] "
         event = parse_kernel_line(text, time.monotonic(), source="ebpf", rules=self.rules)
         if event is not None:
             emit(event)

@@ -2,7 +2,9 @@
 
 Starts at the end of the log: faults printed before hcsd started were acted on (or not) by the
 previous run, and replaying them would mark healthy devices unhealthy again. A record cheaper
-to skip than to parse is skipped by a substring check before any regular expression.
+to skip than to parse is skipped before any regular expression: one written from user space
+(not the kernel's facility), or one without a vendor's marker where that vendor puts it (the
+eBPF filter's table, hcsd.contract.kmsg_needles).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import os
 import time
 from collections.abc import Sequence
 
-from hcsd.health.parsing import DEFAULT_RULES, LineRule, parse_kmsg_record
-from hcsd.health.sources.base import CANDIDATE_NEEDLES, Emit, HealthSource, SourceUnavailable
+from hcsd.contract.kmsg_needles import needle_of
+from hcsd.health.parsing import DEFAULT_RULES, LineRule, kmsg_text, parse_kernel_line
+from hcsd.health.sources.base import Emit, HealthSource, SourceUnavailable
 
 __all__ = ["KmsgSource"]
 
@@ -57,9 +60,10 @@ class KmsgSource(HealthSource):
             if not record:
                 return
             self.seen += 1
-            if not any(needle in record for needle in CANDIDATE_NEEDLES):
+            text = kmsg_text(record)
+            if text is None or not needle_of(text):
                 continue
-            event = parse_kmsg_record(record, time.monotonic(), rules=self.rules)
+            event = parse_kernel_line(text, time.monotonic(), source="kmsg", rules=self.rules)
             if event is not None:
                 self.matched += 1
                 emit(event)

@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 
+from hcsd.contract import paths
 from hcsd.refusals import Refusal
 from hcsd.runtime.injector import Injector
 from hcsd.runtime.nri.adjust import adjustment, container_info
@@ -42,7 +43,7 @@ class NriPlugin:
         self,
         injector: Injector,
         *,
-        socket_path: str = "/var/run/nri/nri.sock",
+        socket_path: str = paths.NRI_SOCKET,
         name: str = "hcsd",
         index: str = "10",
         backoff: tuple[float, float] = (0.5, 10.0),

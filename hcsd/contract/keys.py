@@ -1,0 +1,209 @@
+"""The assignment key file: one set of checks for every program that reads it.
+
+The key is the HMAC-SHA256 key of `hcs.io/assignment` (hcsd.contract.assignment). It lives in
+the Kubernetes Secret `hcs-assignment-key`; the scheduler extender and each node's hcs-syncer
+read it from a Secret volume, and hcs-syncer installs it at /etc/hcsd/assignment.key for hcsd.
+
+The key is the file's bytes with surrounding whitespace stripped, used as they are (base64 text
+is not decoded: every reader must agree on the bytes, and they always have). Rules, checked by
+every reader:
+- at least 32 bytes (`MIN_KEY_BYTES`). The documented `head -c 32 /dev/urandom | base64` gives
+  44 bytes of base64 carrying 256 random bits; `secrets.token_hex(32)` gives 64;
+- not the manifest's placeholder (packaging/kubernetes/secret.yaml);
+- who may read the file:
+  - `NODE` (hcsd, and the copy hcs-syncer installs for it): owned by this process's user, and
+    no permission at all for group or others (0600 or 0400). Anyone else who can read it can
+    forge assignments; anyone who can write it can swap it;
+  - `SECRET_VOLUME` (the extender, hcs-syncer's source): nothing for others; the group may read
+    (never write) only when the file's group is one of this process's own groups. That is how
+    a Secret volume reaches a non-root container: mounted 0440 root:<fsGroup>, with fsGroup
+    added to the container's groups (packaging/kubernetes/extender.yaml); the group is the
+    pod's own. The owner is kubelet (root), not the process.
+A file that breaks a rule is refused (never used with a warning) with a message that says how
+to fix it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import stat
+from pathlib import Path
+
+from hcsd.contract.assignment import AssignmentError
+
+__all__ = [
+    "MIN_KEY_BYTES",
+    "PLACEHOLDER",
+    "AssignmentKeyError",
+    "KeyFile",
+    "Readers",
+    "check_key",
+    "install_key",
+    "read_key",
+]
+
+log = logging.getLogger(__name__)
+
+PLACEHOLDER = b"REPLACE-WITH-32-RANDOM-BYTES"
+MIN_KEY_BYTES = 32
+MAX_KEY_BYTES = 4096  # a key file larger than this is not a key
+_GENERATE = "head -c 32 /dev/urandom | base64"
+
+
+class Readers(enum.Enum):
+    """Who the file may be readable by, besides its owner (see the module's docstring)."""
+
+    NODE = "node"
+    SECRET_VOLUME = "secret-volume"  # noqa: S105 - a kind of file, not a secret
+
+
+class AssignmentKeyError(AssignmentError):
+    """The key file is missing, unreadable, too open, the placeholder or too short.
+
+    An `AssignmentError`: without a usable key, no assignment can be verified."""
+
+
+def check_key(key: bytes, where: str) -> bytes:
+    """`key` (already stripped) if it may sign or verify assignments."""
+    if key == PLACEHOLDER:
+        raise AssignmentKeyError(
+            f"{where} holds the manifest's placeholder: create the Secret with a random key "
+            f"({_GENERATE}; see packaging/kubernetes/secret.yaml)"
+        )
+    if len(key) < MIN_KEY_BYTES:
+        raise AssignmentKeyError(
+            f"the assignment key in {where} is {len(key)} bytes; use at least {MIN_KEY_BYTES} "
+            f"(e.g. {_GENERATE})"
+        )
+    return key
+
+
+def _check_access(path: str, info: os.stat_result, readers: Readers) -> None:
+    mode = stat.S_IMODE(info.st_mode)
+    if not stat.S_ISREG(info.st_mode):
+        raise AssignmentKeyError(f"assignment key {path} is not a regular file")
+    if readers is Readers.NODE:
+        if info.st_uid != os.geteuid():
+            raise AssignmentKeyError(
+                f"assignment key {path} is owned by uid {info.st_uid}, not by this process "
+                f"(uid {os.geteuid()}): chown {os.geteuid()} {path}"
+            )
+        if mode & 0o077:
+            raise AssignmentKeyError(
+                f"assignment key {path} is open to group or others (mode {mode:04o}): "
+                f"chmod 0600 {path}"
+            )
+        return
+    own_groups = {os.getegid(), *os.getgroups()}
+    if mode & 0o007 or mode & 0o020:
+        raise AssignmentKeyError(
+            f"assignment key {path} is open to others or group-writable (mode {mode:04o}): "
+            f"mount the Secret with defaultMode 0400 (or 0440 with the pod's fsGroup)"
+        )
+    if mode & 0o040 and info.st_gid not in own_groups:
+        raise AssignmentKeyError(
+            f"assignment key {path} is readable by group {info.st_gid}, which is not this "
+            f"process's (mode {mode:04o}): mount the Secret with defaultMode 0400, or 0440 "
+            "with the pod's fsGroup"
+        )
+
+
+def read_key(path: str | Path, *, readers: Readers = Readers.NODE) -> bytes:
+    """The key in `path` after every check; AssignmentKeyError says what is wrong."""
+    where = str(path)
+    try:
+        with open(where, "rb") as f:
+            info = os.fstat(f.fileno())
+            _check_access(where, info, readers)
+            key = f.read(MAX_KEY_BYTES + 1).strip()
+    except FileNotFoundError as e:
+        raise AssignmentKeyError(f"no assignment key at {where}") from e
+    except OSError as e:
+        raise AssignmentKeyError(f"cannot read the assignment key {where}: {e.strerror}") from e
+    if len(key) > MAX_KEY_BYTES:
+        raise AssignmentKeyError(f"{where} is larger than {MAX_KEY_BYTES} bytes: not a key")
+    return check_key(key, where)
+
+
+def install_key(source: str | Path, target: str | Path) -> bool:
+    """Copy the key from a Secret volume to where hcsd reads it, if it differs; True when the
+    file was (re)written. The copy is atomic (write, fsync, rename), so hcsd never reads half
+    a key, and is made 0600 by this (root) process: what `Readers.NODE` accepts."""
+    key = read_key(source, readers=Readers.SECRET_VOLUME)
+    target = Path(target)
+    try:
+        current = read_key(target)
+    except AssignmentKeyError:
+        current = b""  # absent, or not what hcsd accepts: write it anew
+    if current == key:
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.tmp")
+    temporary.unlink(missing_ok=True)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask
+        os.write(fd, key + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, target)
+    return True
+
+
+class KeyFile:
+    """hcsd's key, read again whenever the file changes: on a Kubernetes node hcs-syncer
+    installs it after hcsd has started, and rotates it when the Secret changes. A stat per
+    assignment is all a steady state costs. Calling it returns the key or raises
+    AssignmentKeyError with the reason; each change is logged once."""
+
+    def __init__(
+        self, path: str, *, readers: Readers = Readers.NODE, log_to: logging.Logger = log
+    ) -> None:
+        self.path = path
+        self.readers = readers
+        self._log = log_to
+        self._stamp: tuple[int, ...] | None = (-1,)
+        self._result: bytes | AssignmentKeyError = AssignmentKeyError("not read yet")
+
+    def _read(self) -> bytes | AssignmentKeyError:
+        try:
+            return read_key(self.path, readers=self.readers)
+        except AssignmentKeyError as e:
+            return e
+
+    def __call__(self) -> bytes:
+        try:
+            info = os.stat(self.path)
+            stamp: tuple[int, ...] | None = (
+                info.st_mtime_ns,
+                info.st_ctime_ns,  # chmod and chown change it, and so the verdict
+                info.st_size,
+                info.st_ino,
+            )
+        except OSError:
+            stamp = None
+        if stamp != self._stamp:
+            first = self._stamp == (-1,)
+            self._stamp = stamp
+            self._result = self._read()
+            self._report(first)
+        if isinstance(self._result, AssignmentKeyError):
+            raise self._result
+        return self._result
+
+    def _report(self, first: bool) -> None:
+        result = self._result
+        if isinstance(result, bytes):
+            if not first:
+                self._log.info("assignment key %s changed: loaded it", self.path)
+        elif first and self._stamp is None:
+            self._log.warning(
+                "%s: scheduler assignments cannot be verified and will be refused; local "
+                "hcs.io/* requests still work",
+                result,
+            )
+        else:
+            self._log.error("%s: scheduler assignments will be refused until it is fixed", result)

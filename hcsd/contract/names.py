@@ -1,0 +1,63 @@
+"""Names shared by hcsd, the cluster side, the manifests (packaging/kubernetes/) and users.
+
+One place, so that the code, the CRDs, the RBAC rules and the scheduler configuration cannot
+drift apart unnoticed: tests/unit/test_manifests.py reads the manifests and checks them
+against these values.
+"""
+
+from __future__ import annotations
+
+# --- the CRDs ---------------------------------------------------------------------------------
+GROUP = "hcs.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+COMPUTE_NODES = "computenodes"  # cluster-scoped, one per node, named after the node
+COMPUTE_NODE_KIND = "ComputeNode"
+COMPUTE_QUOTAS = "computequotas"  # namespaced
+COMPUTE_QUOTA_KIND = "ComputeQuota"
+NODE_LABEL = f"{GROUP}/node"  # on each ComputeNode: the node's name
+
+# Quota keys in ComputeQuota spec.hard / status.used.
+QUOTA_VRAM = "vram"
+QUOTA_TFLOPS = "tflops-fp16"
+QUOTA_DEVICES = "devices"
+QUOTA_KEYS = (QUOTA_VRAM, QUOTA_TFLOPS, QUOTA_DEVICES)
+
+# --- the Kubernetes objects the manifests create ------------------------------------------------
+NAMESPACE = "hcs-system"  # the syncers' Leases and the extender's leader Lease live here
+NODE_LEASE_PREFIX = "hcs-node-"  # + node name: the syncer's heartbeat
+LEADER_LEASE = "hcs-scheduler-extender"
+SYNCER_ACCOUNT = "hcs-syncer"
+EXTENDER_ACCOUNT = "hcs-scheduler-extender"
+KEY_SECRET = "hcs-assignment-key"  # noqa: S105 - a Secret's name, not a secret
+KEY_SECRET_FIELD = "assignment.key"  # noqa: S105 - the file name in the Secret
+
+# The extender's HTTP paths (urlPrefix + verb) as the scheduler configuration names them.
+FILTER_VERB = "filter"
+PRIORITIZE_VERB = "prioritize"
+BIND_VERB = "bind"
+EXTENDER_PORT = 8888
+
+# --- what pods ask for: extended resources (scheduled) ------------------------------------------
+RESOURCE_VRAM = "ai.compute/vram"
+RESOURCE_TFLOPS = "ai.compute/tflops-fp16"
+RESOURCE_DEVICES = "ai.compute/devices"
+MANAGED_RESOURCES = (RESOURCE_VRAM, RESOURCE_TFLOPS, RESOURCE_DEVICES)
+
+# --- annotations --------------------------------------------------------------------------------
+# Hints read by both the extender (pod annotations) and hcsd (local requests).
+ANNOTATION_VENDORS = "hcs.io/vendors"
+ANNOTATION_MODELS = "hcs.io/models"
+ANNOTATION_TOPOLOGY = "hcs.io/topology-preference"
+# The scheduler's decision, signed (hcsd.contract.assignment).
+ANNOTATION_ASSIGNMENT = "hcs.io/assignment"
+# Read by the extender only.
+ANNOTATION_SUBSTITUTION = "hcs.io/allow-substitution"
+# Local requests, read by hcsd for containers outside Kubernetes scheduling.
+ANNOTATION_VRAM = "hcs.io/vram"
+ANNOTATION_TFLOPS = "hcs.io/tflops-fp16"
+ANNOTATION_DEVICES = "hcs.io/devices"
+
+# --- CDI ----------------------------------------------------------------------------------------
+CDI_KIND = "hcs.io/device"  # devices as `hcs.io/device=<uuid>` or `hcs.io/device=nvidia-0`
+CDI_SPEC_NAME = "hcs.io-device.yaml"

@@ -1,0 +1,29 @@
+"""Default files, directories and sockets: on the node, and inside a container.
+
+The node's defaults are hcsd's configuration defaults and what the packages, the systemd unit
+and the DaemonSet's hostPath mounts set up (docs/packaging.md); the container's are what hcsd
+mounts and libhcs reads (docs/libhcs.md). A client that takes a path option defaults to these.
+"""
+
+from __future__ import annotations
+
+# --- on the node --------------------------------------------------------------------------------
+CONFIG_FILE = "/etc/hcsd/hcsd.toml"
+KEY_FILE = "/etc/hcsd/assignment.key"  # installed by hcs-syncer, read by hcsd
+SIMULATED_NODE_FILE = "/etc/hcsd/nodes/mixed.toml"
+STATE_DIR = "/var/lib/hcsd"  # the ledger
+RUN_DIR = "/run/hcsd"  # sockets, per-container quota directories, the preload file
+SOCKET = f"{RUN_DIR}/hcsd.sock"  # hcsd's API (gRPC), root only
+NRI_PRELAUNCH_SOCKET = f"{RUN_DIR}/nri-prelaunch.sock"
+LIBHCS = "/usr/lib/hcs/libhcs.so"
+BPF_DIR = "/usr/lib/hcs/bpf"
+CDI_DIR = "/var/run/cdi"
+NRI_SOCKET = "/var/run/nri/nri.sock"  # the container runtime's, not ours
+NRI_PLUGIN_DIR = "/opt/nri/plugins"  # where the runtime starts pre-launched plugins
+OCI_HOOK_FILE = "/usr/share/containers/oci/hooks.d/hcs.json"  # CRI-O's default hooks_dir
+
+# --- inside a container -------------------------------------------------------------------------
+CONTAINER_DIR = "/run/hcs"  # the container's quota directory
+CONTAINER_QUOTA_FILE = f"{CONTAINER_DIR}/quota.conf"  # HCS_CONFIG points here
+LIBHCS_IN_CONTAINER = LIBHCS
+PRELOAD_FILE = "/etc/ld.so.preload"
