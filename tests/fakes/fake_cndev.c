@@ -5,6 +5,7 @@
  *   device name=MLU370-X8 uuid=... memory_mb=49152 used_mb=1024 bus=0000:3d:00.0
  *          pci_device=0x0370 health=1 ecc_corrected=0 ecc_uncorrected=0 ports=2
  *   mlulink device=0 port=0 remote_uuid=... active=1
+ *   process device=0 pid=4242 used_kib=1048576 virtual_kib=0       (host pid, KiB as cndev.h)
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -15,9 +16,11 @@
 typedef int cndevRet_t;
 enum {
     CNDEV_SUCCESS = 0,
+    CNDEV_ERROR_UNSUPPORTED_API_VERSION = 3,
     CNDEV_ERROR_UNINITIALIZED = 4,
     CNDEV_ERROR_INVALID_ARGUMENT = 5,
     CNDEV_ERROR_INVALID_DEVICE_ID = 6,
+    CNDEV_ERROR_INSUFFICIENT_SPACE = 9,
     CNDEV_ERROR_NOT_SUPPORTED = 10,
     CNDEV_ERROR_INVALID_LINK = 11,
 };
@@ -56,6 +59,13 @@ typedef struct {
     int32_t connectType;
     uint64_t ncsUUID64;
 } cndevMLULinkRemoteInfo_t;
+
+typedef struct {
+    int version;
+    unsigned int pid;
+    uint64_t physicalMemoryUsed; /* KiB */
+    uint64_t virtualMemoryUsed;  /* KiB */
+} cndevProcessInfo_t;
 
 static struct cfg config;
 static int initialised;
@@ -179,5 +189,35 @@ cndevRet_t cndevGetMLULinkRemoteInfo(cndevMLULinkRemoteInfo_t *info, int dev, in
     memset(info->uuid, 0, sizeof(info->uuid));
     cfg_str((char *)info->uuid, sizeof(info->uuid), port, "remote_uuid");
     info->portId = (uint32_t)cfg_long(port, "remote_port", 0);
+    return CNDEV_SUCCESS;
+}
+
+/* cndev.h's contract: *infoCount is the room in procInfo on the way in and the number of
+ * processes on the way out; too little room answers INSUFFICIENT_SPACE with the count needed.
+ * The caller sets the version of the first entry. */
+cndevRet_t cndevGetProcessInfo(unsigned *infoCount, cndevProcessInfo_t *procInfo, int dev) {
+    const struct cfg_record *rec = find(dev);
+    if (!initialised) return CNDEV_ERROR_UNINITIALIZED;
+    if (!rec) return CNDEV_ERROR_INVALID_DEVICE_ID;
+    if (!infoCount || !procInfo) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (procInfo->version < 1 || procInfo->version > 6) return CNDEV_ERROR_UNSUPPORTED_API_VERSION;
+    unsigned n = 0;
+    for (int i = 0; i < config.count; i++)
+        n += strcmp(config.records[i].kind, "process") == 0 &&
+             cfg_long(&config.records[i], "device", -1) == dev;
+    if (n > *infoCount) {
+        *infoCount = n;
+        return CNDEV_ERROR_INSUFFICIENT_SPACE;
+    }
+    unsigned k = 0;
+    for (int i = 0; i < config.count && k < n; i++) {
+        const struct cfg_record *p = &config.records[i];
+        if (strcmp(p->kind, "process") != 0 || cfg_long(p, "device", -1) != dev) continue;
+        procInfo[k].pid = (unsigned int)cfg_long(p, "pid", 0);
+        procInfo[k].physicalMemoryUsed = cfg_ull(p, "used_kib", 0);
+        procInfo[k].virtualMemoryUsed = cfg_ull(p, "virtual_kib", 0);
+        k++;
+    }
+    *infoCount = n;
     return CNDEV_SUCCESS;
 }

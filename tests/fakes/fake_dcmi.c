@@ -5,7 +5,10 @@
  *   device card=0 device=0 logic=0 chip_name=910B3 hbm_mb=65536 hbm_used_mb=3161 health=0
  *          errors=0x80CB8009 bus=0000:c1:00.0 pci_device=0xd802 ecc_single=0 ecc_double=0
  *   topo card1=0 device1=0 card2=1 device2=0 type=3
+ *   process card=0 device=0 pid=4242 used=1073741824          (host pid, bytes)
  *
+ * A device with processes=unsupported answers dcmi_get_device_resource_info with
+ * DCMI_ERR_NOT_SUPPORT, as chips and drivers without per-process accounting do.
  * A device with hbm_mb=0 has no HBM (310P: DDR via dcmi_get_device_memory_info_v2, memory_mb).
  */
 #include "fakecfg.h"
@@ -43,6 +46,11 @@ struct dcmi_pcie_info_all {
 struct dcmi_die_id {
     unsigned int soc_die[5];
 };
+struct dcmi_proc_mem_info {
+    int proc_id;
+    unsigned long proc_mem_usage; /* bytes */
+};
+#define MAX_PROC_NUM_IN_DEVICE 32 /* DCMI fills at most 32 entries */
 struct dcmi_ecc_info {
     int enable_flag;
     unsigned int single_bit_error_cnt, double_bit_error_cnt;
@@ -197,5 +205,26 @@ int dcmi_get_topo_info_by_device_id(int card1, int device1, int card2, int devic
             (c1 == card2 && d1 == device2 && c2 == card1 && d2 == device1))
             *topo = (int)cfg_long(rec, "type", 1);
     }
+    return DCMI_OK;
+}
+
+/* Processes using a chip: host pids and bytes, at most 32 (the caller's array holds 32). */
+int dcmi_get_device_resource_info(int card_id, int device_id, struct dcmi_proc_mem_info *proc_info,
+                                  int *proc_num) {
+    const struct cfg_record *rec = find(card_id, device_id);
+    if (!rec) return DCMI_ERR_INVALID_DEVICE_ID;
+    if (!proc_info || !proc_num) return DCMI_ERR_INVALID_PARAMETER;
+    if (strcmp(cfg_get(rec, "processes", "supported"), "unsupported") == 0) return DCMI_ERR_NOT_SUPPORT;
+    int n = 0;
+    for (int i = 0; i < config.count && n < MAX_PROC_NUM_IN_DEVICE; i++) {
+        const struct cfg_record *p = &config.records[i];
+        if (strcmp(p->kind, "process") != 0 || cfg_long(p, "card", -1) != card_id ||
+            cfg_long(p, "device", -1) != device_id)
+            continue;
+        proc_info[n].proc_id = (int)cfg_long(p, "pid", 0);
+        proc_info[n].proc_mem_usage = (unsigned long)cfg_ull(p, "used", 0);
+        n++;
+    }
+    *proc_num = n;
     return DCMI_OK;
 }

@@ -9,7 +9,20 @@
  *          cc=8.0 minor=0 mig=0 ecc_uncorrected=0 retired=unsupported lost=0 ...
  *   nvlink device=0 link=0 remote=00000000:31:00.0 version=3 errors=0
  *   topo a=0 b=1 level=10 p2p=0
+ *   process device=0 pid=4242 used=1073741824 kind=compute      (kind: compute or graphics)
+ *
+ * Processes also come from FAKE_GPU_STATE: the directory where the fake CUDA driver
+ * (fake_cuda.c) keeps one file per live process with its usage per GPU, so a process that
+ * really allocates through the fake driver shows up here as it would in the real NVML.
+ * A device with processes=unsupported answers NOT_SUPPORTED to the process queries.
+ * Built with FAKE_NVML_V1_ONLY, only the unversioned (v1 layout) process queries exist, as in
+ * drivers older than 450.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/types.h>
+
 #include "fakecfg.h"
 
 typedef int nvmlReturn_t;
@@ -33,6 +46,7 @@ enum {
 };
 #define MAX_DEVICES 16
 #define MAX_LINKS 18
+#define MAX_PROCESSES 4096
 #define ENV "FAKE_NVML_CONFIG"
 
 struct nvmlDevice_st {
@@ -43,11 +57,15 @@ static struct cfg config;
 static struct nvmlDevice_st devices[MAX_DEVICES];
 /* nvlink records by device and link, indexed once per load (calls stay O(1), as NVML's are) */
 static const struct cfg_record *links[MAX_DEVICES][MAX_LINKS];
+/* process records, in file order */
+static const struct cfg_record *processes[CFG_MAX_RECORDS];
+static int process_count;
 static int device_count, initialised;
 static char driver_version[80] = "550.54.15";
 
 static void index_config(void) {
     device_count = 0;
+    process_count = 0;
     memset(links, 0, sizeof(links));
     for (int i = 0; i < config.count; i++) {
         const struct cfg_record *rec = &config.records[i];
@@ -58,6 +76,8 @@ static void index_config(void) {
         } else if (strcmp(rec->kind, "nvlink") == 0) {
             long d = cfg_long(rec, "device", -1), l = cfg_long(rec, "link", -1);
             if (d >= 0 && d < MAX_DEVICES && l >= 0 && l < MAX_LINKS) links[d][l] = rec;
+        } else if (strcmp(rec->kind, "process") == 0) {
+            processes[process_count++] = rec;
         } else if (strcmp(rec->kind, "driver") == 0) {
             cfg_str(driver_version, sizeof(driver_version), rec, "version");
         }
@@ -137,12 +157,15 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor) 
     *minor = (unsigned int)cfg_long(device->rec, "minor", device->index);
     return NVML_SUCCESS;
 }
+static unsigned long long processes_used(nvmlDevice_t device);
+/* `used` is what the driver itself holds; the processes' usage comes on top, as on a GPU. */
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     nvmlReturn_t r = check(device);
     if (r) return r;
+    refresh();
     memory->total = cfg_ull(device->rec, "memory", 0);
-    memory->used = cfg_ull(device->rec, "used", 0);
-    memory->free = memory->total - memory->used;
+    memory->used = cfg_ull(device->rec, "used", 0) + processes_used(device);
+    memory->free = memory->used < memory->total ? memory->total - memory->used : 0;
     return NVML_SUCCESS;
 }
 
@@ -304,3 +327,151 @@ nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b,
     *level = rec ? (int)cfg_long(rec, "level", 30) : 30; /* NVML_TOPOLOGY_HOSTBRIDGE */
     return NVML_SUCCESS;
 }
+
+/* ---- processes ------------------------------------------------------------------------- */
+
+typedef struct { /* nvmlProcessInfo_v1_t */
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+typedef struct { /* nvmlProcessInfo_v2_t, and nvmlProcessInfo_t (v3) has the same layout */
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
+
+struct proc_entry {
+    unsigned int pid;
+    unsigned long long used;
+};
+
+/* A process holds device memory until it exits: the driver releases it when the process's
+ * files close, before it turns zombie. */
+static int holds_memory(pid_t pid) {
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+    char path[64], stat[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    const char *end = strrchr(stat, ')');
+    return !(end && end[1] == ' ' && end[2] == 'Z');
+}
+
+/* Usage the fake CUDA driver published for this device: lines `<gpu> <bytes>` per live pid,
+ * where <gpu> is the device's uuid or `index:N`. A dead (or zombie) process's file is ignored. */
+static int collect_state(nvmlDevice_t device, struct proc_entry *out, int n) {
+    const char *dir = getenv("FAKE_GPU_STATE");
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d) return n;
+    char index[32];
+    snprintf(index, sizeof(index), "index:%d", device->index);
+    const char *uuid = cfg_get(device->rec, "uuid", "");
+    struct dirent *entry;
+    while ((entry = readdir(d)) != NULL && n < MAX_PROCESSES) {
+        char *end;
+        long pid = strtol(entry->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0) continue;
+        if (!holds_memory((pid_t)pid)) continue;
+        char path[4096], line[256], gpu[128];
+        snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        unsigned long long used = 0, bytes;
+        int found = 0;
+        while (fgets(line, sizeof(line), f))
+            if (sscanf(line, "%127s %llu", gpu, &bytes) == 2 &&
+                (strcmp(gpu, uuid) == 0 || strcmp(gpu, index) == 0)) {
+                used += bytes;
+                found = 1;
+            }
+        fclose(f);
+        if (found) out[n++] = (struct proc_entry){(unsigned int)pid, used};
+    }
+    closedir(d);
+    return n;
+}
+
+static int collect(nvmlDevice_t device, int graphics, struct proc_entry *out) {
+    int n = 0;
+    for (int i = 0; i < process_count && n < MAX_PROCESSES; i++) {
+        const struct cfg_record *rec = processes[i];
+        if (cfg_long(rec, "device", -1) != device->index) continue;
+        int is_graphics = strcmp(cfg_get(rec, "kind", "compute"), "graphics") == 0;
+        if (is_graphics != graphics) continue;
+        out[n++] = (struct proc_entry){(unsigned int)cfg_long(rec, "pid", 0), cfg_ull(rec, "used", 0)};
+    }
+    return graphics ? n : collect_state(device, out, n);
+}
+
+static unsigned long long processes_used(nvmlDevice_t device) {
+    static struct proc_entry entries[MAX_PROCESSES];
+    unsigned long long sum = 0;
+    for (int graphics = 0; graphics < 2; graphics++) {
+        int n = collect(device, graphics, entries);
+        for (int i = 0; i < n; i++) sum += entries[i].used;
+    }
+    return sum;
+}
+
+/* The NVML contract: with *count too small (or infos NULL while processes run) the call
+ * answers INSUFFICIENT_SIZE and sets *count to the number needed; no processes is SUCCESS
+ * with *count = 0. `v1` selects the two-field layout of the unversioned entry points. */
+static nvmlReturn_t list(nvmlDevice_t device, int graphics, unsigned int *count, void *infos, int v1) {
+    static struct proc_entry entries[MAX_PROCESSES];
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    refresh();
+    if (strcmp(cfg_get(device->rec, "processes", "supported"), "unsupported") == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int n = (unsigned int)collect(device, graphics, entries);
+    if (n > *count || (n && !infos)) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        if (v1) {
+            nvmlProcessInfo_v1_t *info = (nvmlProcessInfo_v1_t *)infos + i;
+            info->pid = entries[i].pid;
+            info->usedGpuMemory = entries[i].used;
+        } else {
+            nvmlProcessInfo_v2_t *info = (nvmlProcessInfo_v2_t *)infos + i;
+            info->pid = entries[i].pid;
+            info->usedGpuMemory = entries[i].used;
+            info->gpuInstanceId = info->computeInstanceId = 0xFFFFFFFFu; /* not MIG */
+        }
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *count,
+                                                  nvmlProcessInfo_v1_t *infos) {
+    return list(device, 0, count, infos, 1);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *count,
+                                                   nvmlProcessInfo_v1_t *infos) {
+    return list(device, 1, count, infos, 1);
+}
+#ifndef FAKE_NVML_V1_ONLY
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_v2_t *infos) {
+    return list(device, 0, count, infos, 0);
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_v2_t *infos) {
+    return list(device, 0, count, infos, 0);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
+                                                      nvmlProcessInfo_v2_t *infos) {
+    return list(device, 1, count, infos, 0);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                      nvmlProcessInfo_v2_t *infos) {
+    return list(device, 1, count, infos, 0);
+}
+#endif

@@ -13,7 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CFG_MAX_RECORDS 256
+/* Enough for an 8-GPU node with NVLinks, topology and a few hundred processes. */
+#define CFG_MAX_RECORDS 1024
 #define CFG_MAX_PAIRS 40
 #define CFG_KEY 40
 #define CFG_VALUE 128

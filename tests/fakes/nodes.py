@@ -134,6 +134,11 @@ def tool(root: Path, name: str, output: Path) -> Path:
     return path
 
 
+def kfd_gpu_id(index: int) -> int:
+    """The KFD gpu_id of the index-th DCU (KFD derives it from a hash; any stable value)."""
+    return 41000 + 17 * index
+
+
 def hygon_node(
     root: Path, *, count: int = 8, xgmi_pairs: bool = True, mknod: bool = True
 ) -> FakeNode:
@@ -143,6 +148,7 @@ def hygon_node(
     cpu = kfd / "0"
     cpu.mkdir(parents=True)
     (cpu / "properties").write_text("cpu_cores_count 64\nsimd_count 0\n")
+    (cpu / "gpu_id").write_text("0\n")
     dev_nodes: dict[str, tuple[int, int]] = {"kfd": (510, 0)}
     for i in range(count):
         bus_number = 0x3D + 3 * i
@@ -150,6 +156,7 @@ def hygon_node(
         path = kfd / str(i + 1)
         path.mkdir()
         (path / "name").write_text("gfx928\n")
+        (path / "gpu_id").write_text(f"{kfd_gpu_id(i)}\n")
         (path / "properties").write_text(
             f"simd_count 480\nvendor_id {0x1D94}\ndevice_id {0x6210}\n"
             f"location_id {bus_number << 8}\n"
