@@ -22,6 +22,7 @@ __all__ = [
     "SpreadPolicy",
     "TopologyPreference",
     "Vendor",
+    "VramViolation",
 ]
 
 
@@ -174,6 +175,27 @@ class Allocation:
     @property
     def device_uuids(self) -> tuple[str, ...]:
         return tuple(g.device_uuid for g in self.grants)
+
+
+@dataclass(frozen=True, slots=True)
+class VramViolation:
+    """A container found holding more device memory than its grant allows (the VRAM watchdog).
+
+    `used_bytes` is what the vendor's driver reports for the container's processes on the
+    device; `accounted_bytes` what libhcs recorded in the container's usage region (-1 when
+    unknown): a gap between the two means the workload escaped libhcs.
+    """
+
+    container_id: str
+    device_uuid: str
+    used_bytes: int
+    granted_bytes: int
+    allowed_bytes: int  # the grant plus the tolerance: the line that was crossed
+    accounted_bytes: int
+    pids: tuple[int, ...]
+    action: str  # "warned", "killed", or "kill_failed"
+    pod: PodRef = field(default_factory=PodRef)
+    container_name: str = ""
 
 
 class SpreadPolicy(enum.StrEnum):

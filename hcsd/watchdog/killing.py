@@ -1,0 +1,116 @@
+"""SIGKILL for every process of one container, and for no process outside it.
+
+The processes come from the container's own cgroup (`cgroup.procs` of its directory and every
+sub-cgroup, in each hierarchy mounted here), found from the cgroup of a process seen on the
+device; where no such directory can be found (cgroup file systems not mounted in hcsd's mount
+namespace), from a scan of /proc. Either way each process is opened as a pidfd first and its
+cgroup read again through /proc before the signal goes through that pidfd: a pid reused by
+another process between listing and killing is never signalled, and a process that is not the
+container's (by the same rule that charged the container) is never signalled.
+
+Rounds repeat until a round finds nothing new, so children forked while the first signals
+flew are caught too (bounded: a fork bomb in a container is the runtime's to stop).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from hcsd.watchdog.cgroups import CgroupMapper, container_path
+
+__all__ = ["KillReport", "Killer"]
+
+log = logging.getLogger(__name__)
+
+MAX_CGROUPS = 4096  # sub-cgroups walked below one container's directory
+
+
+@dataclass(frozen=True, slots=True)
+class KillReport:
+    killed: tuple[int, ...]
+    source: str  # "cgroup" (its cgroup.procs) or "proc" (a scan of /proc)
+
+
+class Killer:
+    def __init__(self, mapper: CgroupMapper, *, rounds: int = 8) -> None:
+        self.mapper = mapper
+        self.rounds = rounds
+
+    def kill(
+        self, container_id: str, seeds: Iterable[int], belongs: Callable[[int], bool]
+    ) -> KillReport:
+        """SIGKILL the container's processes; `belongs(pid)` is checked on each through its
+        pidfd. `seeds` are pids known to be in it (those seen on the device)."""
+        directories = self.directories(container_id, seeds)
+        source = "cgroup" if directories else "proc"
+        checked: set[int] = {0, 1, os.getpid()}
+        killed: list[int] = []
+        for _ in range(self.rounds):
+            candidates = (
+                self._listed(directories) if directories else set(self.mapper.pids())
+            ) - checked
+            if not candidates:
+                break
+            for pid in sorted(candidates):
+                checked.add(pid)
+                if _kill(pid, belongs):
+                    killed.append(pid)
+        return KillReport(tuple(killed), source)
+
+    def directories(self, container_id: str, seeds: Iterable[int]) -> set[str]:
+        """The container's cgroup directory in every hierarchy mounted here."""
+        mounts = self.mapper.mounts()
+        found = set()
+        for pid in seeds:
+            for membership in self.mapper.memberships(pid) or ():
+                path = container_path(membership.path, container_id)
+                if path is None:
+                    continue
+                for mount in mounts:
+                    if not mount.serves(membership.hierarchy):
+                        continue
+                    directory = mount.directory(path)
+                    if directory is not None and os.path.isdir(directory):
+                        found.add(directory)
+        return found
+
+    def _listed(self, directories: Iterable[str]) -> set[int]:
+        pids: set[int] = set()
+        for top in directories:
+            walked = 0
+            for directory, _subdirs, _files in os.walk(top):
+                walked += 1
+                if walked > MAX_CGROUPS:
+                    log.warning("kill: more than %d cgroups under %s", MAX_CGROUPS, top)
+                    break
+                try:
+                    with open(os.path.join(directory, "cgroup.procs"), "rb") as f:
+                        text = f.read(4 * 1024 * 1024)
+                except OSError:
+                    continue  # removed while we walked
+                pids.update(int(word) for word in text.split() if word.isdigit())
+        return pids
+
+
+def _kill(pid: int, belongs: Callable[[int], bool]) -> bool:
+    """SIGKILL through a pidfd after checking, through /proc, that it is the container's."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except OSError as e:
+        log.warning("kill: cannot open pid %d (%s); not signalled", pid, e.strerror)
+        return False
+    try:
+        if not belongs(pid):
+            return False
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(fd)

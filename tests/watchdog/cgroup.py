@@ -1,0 +1,127 @@
+"""Real cgroups for the watchdog tests, laid out as runtimes lay out containers' cgroups.
+
+`Containers(base)` makes `<mount>/<base>/kubepods/pod<uid>/<64-hex id>` in the cgroup v2
+hierarchy and in the v1 `pids` hierarchy where they are mounted (a hybrid host such as this
+one has both, and runc joins both), starts processes inside with `spawn`, and on `close` kills
+what is left in them and removes every directory it made. Needs root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from hcsd.watchdog.cgroups import CgroupMapper
+
+__all__ = ["Container", "Containers", "cgroup_roots"]
+
+
+def cgroup_roots() -> list[Path]:
+    """Writable mount points to create test cgroups under: cgroup2, and v1 `pids`."""
+    roots = []
+    for mount in CgroupMapper().mounts():
+        if mount.root != "/":
+            continue
+        if mount.v2 or "pids" in mount.options:
+            path = Path(mount.mount_point)
+            if os.access(path, os.W_OK):
+                roots.append(path)
+    return roots
+
+
+class Container:
+    def __init__(self, container_id: str, directories: Sequence[Path]) -> None:
+        self.id = container_id
+        self.directories = list(directories)
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        sub: str = "",
+        stdout: int | None = subprocess.PIPE,
+    ) -> subprocess.Popen[bytes]:
+        """Start a process already inside the cgroup (it joins before exec), optionally in a
+        sub-cgroup `sub` that the container made for itself."""
+        targets = [d / sub if sub else d for d in self.directories]
+        for target in targets:
+            target.mkdir(exist_ok=True)
+
+        def join() -> None:
+            for target in targets:
+                (target / "cgroup.procs").write_text(str(os.getpid()))
+
+        process = subprocess.Popen(
+            list(argv),
+            env=dict(env) if env is not None else None,
+            stdout=stdout,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=join,  # noqa: PLW1509 - a test helper; no threads are started around it
+        )
+        self.processes.append(process)
+        return process
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for directory in self.directories:
+            for path in directory.rglob("cgroup.procs"):
+                with contextlib.suppress(OSError):
+                    found.update(int(p) for p in path.read_text().split())
+        return found
+
+
+class Containers:
+    def __init__(self, roots: Sequence[Path]) -> None:
+        self.base = f"hcs-watchdog-test-{secrets.token_hex(4)}"
+        self.roots = list(roots)
+        self.made: list[Container] = []
+
+    def new(self, container_id: str | None = None, *, pod: str = "pod0") -> Container:
+        cid = container_id or secrets.token_hex(32)
+        directories = []
+        for root in self.roots:
+            path = root / self.base / "kubepods" / f"pod{pod}" / cid
+            path.mkdir(parents=True, exist_ok=True)
+            directories.append(path)
+        container = Container(cid, directories)
+        self.made.append(container)
+        return container
+
+    def close(self) -> None:
+        for container in self.made:
+            for process in container.processes:
+                if process.poll() is None:
+                    process.kill()
+                process.wait()
+            for pid in container.pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        for root in self.roots:
+            top = root / self.base
+            if not top.exists():
+                continue
+            for directory in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
+                if directory.is_dir():
+                    _rmdir(directory)
+            _rmdir(top)
+
+
+def _rmdir(path: Path) -> None:
+    """A cgroup directory goes once its last (possibly just killed) process is reaped."""
+    for _ in range(100):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+    path.rmdir()
