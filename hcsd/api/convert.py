@@ -19,6 +19,7 @@ from hcsd.model import (
     SpreadPolicy,
     TopologyPreference,
     Vendor,
+    VramViolation,
 )
 from hcsd.quantity import QuantityError, parse_bytes, parse_quantity
 from hcsd.service import DeviceStatus, Event, EventKind
@@ -30,6 +31,7 @@ __all__ = [
     "event_to_pb",
     "pb_to_allocation",
     "request_from_pb",
+    "violation_to_pb",
 ]
 
 _HEALTH = {
@@ -45,6 +47,7 @@ _EVENT_KINDS = {
     EventKind.ALLOCATED: pb.Event.KIND_ALLOCATED,
     EventKind.RELEASED: pb.Event.KIND_RELEASED,
     EventKind.DEVICE_CHANGED: pb.Event.KIND_DEVICE_CHANGED,
+    EventKind.VRAM_OVER_QUOTA: pb.Event.KIND_VRAM_OVER_QUOTA,
 }
 _E = TypeVar("_E", SpreadPolicy, TopologyPreference)
 _SOURCES = {"", "api", "local", "assignment"}
@@ -188,4 +191,23 @@ def event_to_pb(event: Event) -> pb.Event:
         message.allocation.CopyFrom(allocation_to_pb(event.allocation))
     if event.device is not None:
         message.device.CopyFrom(device_to_pb(event.device))
+    if event.violation is not None:
+        message.violation.CopyFrom(violation_to_pb(event.violation))
     return message
+
+
+def violation_to_pb(violation: VramViolation) -> pb.VramViolation:
+    return pb.VramViolation(
+        container_id=violation.container_id,
+        pod=pb.PodRef(
+            namespace=violation.pod.namespace, name=violation.pod.name, uid=violation.pod.uid
+        ),
+        container_name=violation.container_name,
+        device_uuid=violation.device_uuid,
+        used_bytes=violation.used_bytes,
+        granted_bytes=violation.granted_bytes,
+        allowed_bytes=violation.allowed_bytes,
+        accounted_bytes=violation.accounted_bytes,
+        pids=list(violation.pids),
+        action=violation.action,
+    )

@@ -11,7 +11,7 @@ import enum
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from hcsd.model import Allocation, Device
+from hcsd.model import Allocation, Device, VramViolation
 
 __all__ = ["WATCH_QUEUE", "DeviceStatus", "Event", "EventKind", "Subscription", "WatchOverflow"]
 
@@ -43,6 +43,7 @@ class EventKind(enum.StrEnum):
     ALLOCATED = "allocated"
     RELEASED = "released"
     DEVICE_CHANGED = "device_changed"  # health, fingerprint, or what is allocated on it
+    VRAM_OVER_QUOTA = "vram_over_quota"  # the VRAM watchdog found a container over its grant
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class Event:
     time: float
     allocation: Allocation | None = None
     device: DeviceStatus | None = None
+    violation: VramViolation | None = None
 
 
 class Subscription:

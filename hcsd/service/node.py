@@ -18,7 +18,15 @@ from hcsd.allocator import Usage, choose
 from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
 from hcsd.ledger.ledger import Capacity
-from hcsd.model import Allocation, Device, HealthState, PodRef, Request, SpreadPolicy
+from hcsd.model import (
+    Allocation,
+    Device,
+    HealthState,
+    PodRef,
+    Request,
+    SpreadPolicy,
+    VramViolation,
+)
 from hcsd.quantity import format_bytes
 from hcsd.refusals import Reason, Refusal
 from hcsd.service.feed import DeviceStatus, Event, EventKind, Subscription
@@ -234,6 +242,11 @@ class NodeService:
         log.warning("%s", refusal.describe())
         return refusal
 
+    def report_violation(self, violation: VramViolation) -> None:
+        """Tell the watchers that the VRAM watchdog found a container over its grant (the
+        watchdog has logged and acted already; this only carries it to the API)."""
+        self._publish(EventKind.VRAM_OVER_QUOTA, violation=violation)
+
     def subscribe(self, *, send_initial: bool) -> Subscription:
         subscription = Subscription(self._unsubscribe)
         if send_initial:
@@ -282,10 +295,18 @@ class NodeService:
         *,
         allocation: Allocation | None = None,
         device: DeviceStatus | None = None,
+        violation: VramViolation | None = None,
     ) -> None:
         if not self._subscriptions:
             return
-        event = Event(kind, self._ledger.seq, self.clock(), allocation=allocation, device=device)
+        event = Event(
+            kind,
+            self._ledger.seq,
+            self.clock(),
+            allocation=allocation,
+            device=device,
+            violation=violation,
+        )
         for subscription in list(self._subscriptions):
             subscription.push(event)
 

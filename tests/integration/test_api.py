@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import stat
@@ -17,6 +18,7 @@ from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
 from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
+from hcsd.model import PodRef, VramViolation
 from hcsd.service import NodeService
 
 NOBODY = 65534
@@ -168,6 +170,38 @@ async def test_watch_streams_initial_state_and_changes(api: Api) -> None:
     stream.cancel()
     assert kinds[:6] == [pb.Event.KIND_INITIAL] * 6
     assert kinds[6:] == [pb.Event.KIND_SYNCED, pb.Event.KIND_ALLOCATED]
+
+
+async def test_watch_carries_the_vram_watchdog_findings(api: Api) -> None:
+    stream = api.stub.Watch(pb.WatchRequest(send_initial=False))
+    first = asyncio.ensure_future(stream.read())
+    while api.service.watcher_count == 0:  # the server has subscribed this watcher
+        await asyncio.sleep(0.01)
+    api.service.report_violation(
+        VramViolation(
+            container_id="c" * 64,
+            device_uuid="GPU-1",
+            used_bytes=9 * 2**30,
+            granted_bytes=4 * 2**30,
+            allowed_bytes=5 * 2**30,
+            accounted_bytes=3 * 2**30,
+            pids=(101, 102),
+            action="killed",
+            pod=PodRef("team-a", "trainer", "uid-1"),
+            container_name="main",
+        )
+    )
+    event = await asyncio.wait_for(first, 5)
+    stream.cancel()
+    assert event.kind == pb.Event.KIND_VRAM_OVER_QUOTA
+    found = event.violation
+    assert (found.container_id, found.device_uuid, found.action) == ("c" * 64, "GPU-1", "killed")
+    assert (found.used_bytes, found.granted_bytes, found.accounted_bytes) == (
+        9 * 2**30,
+        4 * 2**30,
+        3 * 2**30,
+    )
+    assert list(found.pids) == [101, 102] and found.pod.name == "trainer"
 
 
 async def test_socket_is_root_only(api: Api) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
-from hcsd.model import HealthState, Request, Vendor
+from hcsd.model import HealthState, Request, Vendor, VramViolation
 from hcsd.refusals import Reason, Refusal
 from hcsd.service import EventKind, NodeService
 from tests.conftest import GiB
@@ -99,6 +99,9 @@ async def test_every_event_kind_is_published(service: NodeService) -> None:
     assert a100 is not None
     device = service.device(a100.grants[0].device_uuid)
     assert device is not None
+    service.report_violation(
+        VramViolation("after", device.uuid, 9 * GiB, 8 * GiB, 8 * GiB, -1, (7,), "warned")
+    )
     service.set_device(replace(device, health_state=HealthState.DEGRADED, health_score=60))
     seen: set[EventKind] = set()
 

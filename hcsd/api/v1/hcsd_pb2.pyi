@@ -303,7 +303,7 @@ class WatchRequest(_message.Message):
     def __init__(self, send_initial: _Optional[bool] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("kind", "seq", "allocation", "device", "time")
+    __slots__ = ("kind", "seq", "allocation", "device", "violation", "time")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[Event.Kind]
@@ -313,6 +313,7 @@ class Event(_message.Message):
         KIND_RELEASED: _ClassVar[Event.Kind]
         KIND_DEVICE_CHANGED: _ClassVar[Event.Kind]
         KIND_DEVICE_REMOVED: _ClassVar[Event.Kind]
+        KIND_VRAM_OVER_QUOTA: _ClassVar[Event.Kind]
     KIND_UNSPECIFIED: Event.Kind
     KIND_INITIAL: Event.Kind
     KIND_SYNCED: Event.Kind
@@ -320,14 +321,41 @@ class Event(_message.Message):
     KIND_RELEASED: Event.Kind
     KIND_DEVICE_CHANGED: Event.Kind
     KIND_DEVICE_REMOVED: Event.Kind
+    KIND_VRAM_OVER_QUOTA: Event.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     ALLOCATION_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    VIOLATION_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     kind: Event.Kind
     seq: int
     allocation: Allocation
     device: Device
+    violation: VramViolation
     time: float
-    def __init__(self, kind: _Optional[_Union[Event.Kind, str]] = ..., seq: _Optional[int] = ..., allocation: _Optional[_Union[Allocation, _Mapping]] = ..., device: _Optional[_Union[Device, _Mapping]] = ..., time: _Optional[float] = ...) -> None: ...
+    def __init__(self, kind: _Optional[_Union[Event.Kind, str]] = ..., seq: _Optional[int] = ..., allocation: _Optional[_Union[Allocation, _Mapping]] = ..., device: _Optional[_Union[Device, _Mapping]] = ..., violation: _Optional[_Union[VramViolation, _Mapping]] = ..., time: _Optional[float] = ...) -> None: ...
+
+class VramViolation(_message.Message):
+    __slots__ = ("container_id", "pod", "container_name", "device_uuid", "used_bytes", "granted_bytes", "allowed_bytes", "accounted_bytes", "pids", "action")
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_NAME_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PIDS_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    container_id: str
+    pod: PodRef
+    container_name: str
+    device_uuid: str
+    used_bytes: int
+    granted_bytes: int
+    allowed_bytes: int
+    accounted_bytes: int
+    pids: _containers.RepeatedScalarFieldContainer[int]
+    action: str
+    def __init__(self, container_id: _Optional[str] = ..., pod: _Optional[_Union[PodRef, _Mapping]] = ..., container_name: _Optional[str] = ..., device_uuid: _Optional[str] = ..., used_bytes: _Optional[int] = ..., granted_bytes: _Optional[int] = ..., allowed_bytes: _Optional[int] = ..., accounted_bytes: _Optional[int] = ..., pids: _Optional[_Iterable[int]] = ..., action: _Optional[str] = ...) -> None: ...
