@@ -109,6 +109,21 @@ def _plugin_index(value: Any) -> str:
     return text
 
 
+def _percent(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 100:
+        raise ValueError(f"expected a percentage in [0, 100], got {value!r}")
+    return float(value)
+
+
+def _bytes(value: Any) -> int:
+    from hcsd.quantity import QuantityError, parse_bytes
+
+    try:
+        return parse_bytes(_string(value))
+    except QuantityError as e:
+        raise ValueError(f'expected a quantity such as "512Mi": {e}') from None
+
+
 def _string_list(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"expected a list of non-empty strings, got {value!r}")
@@ -303,6 +318,38 @@ KEYS: tuple[Key, ...] = (
         _path,
     ),
     Key(
+        "watchdog",
+        "enabled",
+        True,
+        "Compare each container's device memory, as the vendor's driver reports it per "
+        "process, with its grant (NVML, KFD sysfs, DCMI, CNDev; see docs/libhcs.md).",
+        _boolean,
+    ),
+    Key("watchdog", "interval", 5.0, "Seconds between watchdog polls.", _seconds),
+    Key(
+        "watchdog",
+        "policy",
+        "warn",
+        "warn: log, count and publish a container over its grant; kill: also SIGKILL every "
+        "process of it.",
+        _choice("warn", "kill"),
+    ),
+    Key(
+        "watchdog",
+        "tolerance_percent",
+        5.0,
+        "Share of the grant a container may exceed (allocator rounding, library pools).",
+        _percent,
+    ),
+    Key(
+        "watchdog",
+        "process_overhead",
+        "512Mi",
+        "Device memory each process may hold beyond its grant: the CUDA context and driver "
+        "reservations no allocation call returns, so libhcs cannot charge them.",
+        _bytes,
+    ),
+    Key(
         "ledger",
         "compact_after",
         10_000,
@@ -341,6 +388,11 @@ class Config:
     assignment_key_file: str = paths.KEY_FILE
     assignment_max_age: float = 604800.0
     cdi_dir: str = paths.CDI_DIR
+    watchdog_enabled: bool = True
+    watchdog_interval: float = 5.0
+    watchdog_policy: str = "warn"
+    watchdog_tolerance_percent: float = 5.0
+    watchdog_process_overhead: int = 512 * 2**20
     source: str = "<defaults>"
     values: Mapping[str, Any] = field(default_factory=dict)
 
@@ -422,6 +474,11 @@ def _build(raw: Mapping[str, Any], source: str) -> Config:
         assignment_key_file=values["runtime.assignment_key_file"],
         assignment_max_age=values["runtime.assignment_max_age"],
         cdi_dir=values["runtime.cdi_dir"],
+        watchdog_enabled=values["watchdog.enabled"],
+        watchdog_interval=values["watchdog.interval"],
+        watchdog_policy=values["watchdog.policy"],
+        watchdog_tolerance_percent=values["watchdog.tolerance_percent"],
+        watchdog_process_overhead=values["watchdog.process_overhead"],
         source=source,
         values=values,
     )

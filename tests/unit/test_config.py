@@ -37,6 +37,22 @@ def test_values_are_read(tmp_path: Path) -> None:
     assert config.metrics_listen == ""
 
 
+def test_watchdog_section(tmp_path: Path) -> None:
+    defaults = load_config(None)
+    assert defaults.watchdog_enabled and defaults.watchdog_policy == "warn"
+    assert defaults.watchdog_interval == 5.0 and defaults.watchdog_process_overhead == 512 * 2**20
+    config = load_config(
+        write(
+            tmp_path,
+            '[watchdog]\npolicy = "kill"\ninterval = 2\ntolerance_percent = 0\n'
+            'process_overhead = "1Gi"\n',
+        )
+    )
+    assert (config.watchdog_policy, config.watchdog_interval) == ("kill", 2.0)
+    assert config.watchdog_tolerance_percent == 0.0
+    assert config.watchdog_process_overhead == 2**30
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -54,6 +70,13 @@ def test_values_are_read(tmp_path: Path) -> None:
         pytest.param("[daemon]\nshutdown_grace = -1\n", "positive number", id="negative"),
         pytest.param("[discovery]\nbackends = 'simulated'\n", "list of non-empty", id="list"),
         pytest.param("daemon = 3\n", "must be a table", id="not-a-table"),
+        pytest.param("[watchdog]\npolicy = 'shoot'\n", "expected one of warn, kill", id="policy"),
+        pytest.param(
+            "[watchdog]\ntolerance_percent = 101\n", r"percentage in \[0, 100\]", id="percent"
+        ),
+        pytest.param(
+            "[watchdog]\nprocess_overhead = 'lots'\n", 'quantity such as "512Mi"', id="overhead"
+        ),
         pytest.param("[daemon\n", "failed to parse", id="bad-toml"),
     ],
 )
