@@ -27,6 +27,7 @@ from hcsd.daemon.backends import VENDOR_BACKENDS, expand_auto, hotplug_watcher
 from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config, render_default_config
 from hcsd.daemon.logs import configure_logging, set_level
 from hcsd.daemon.metrics import MetricsServer
+from hcsd.daemon.vram import vram_watchdog
 from hcsd.discovery import DiscoveryBackend, DiscoveryError, Inventory, discover_all
 from hcsd.discovery.backends.simulated import SimulatedBackend
 from hcsd.health.analyzer import AnalyzerSettings
@@ -38,6 +39,7 @@ from hcsd.runtime.injector import Injector, InjectorSettings
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.service import NodeService
 from hcsd.tasks import run_tasks, supervise
+from hcsd.watchdog import Watchdog
 
 __all__ = ["main"]
 
@@ -109,9 +111,10 @@ class Daemon:
             )
         watcher = self._health_watcher(service)
         injector = self._injector(service)
+        vram = vram_watchdog(config, service)
         api = ApiServer(service, config.socket, injector)
         metrics = (
-            MetricsServer(service, config.metrics_listen, watcher)
+            MetricsServer(service, config.metrics_listen, watcher, vram)
             if config.metrics_listen
             else None
         )
@@ -148,6 +151,7 @@ class Daemon:
             if config.cdi_dir:
                 tasks.append(supervise(keep_spec_current(config.cdi_dir, service), "cdi"))
             tasks += self._hotplug_tasks(service)
+            tasks += [supervise(vram.run(), "vram-watchdog")] if vram is not None else []
             if config.nri:
                 plugin = NriPlugin(
                     injector, socket_path=config.nri_socket, index=config.plugin_index
@@ -168,9 +172,15 @@ class Daemon:
             if metrics is not None:
                 await metrics.stop()
             ledger.close()
-            for backend in self.backends:
-                backend.close()
+            self._close_sources(vram)
         log.info("hcsd stopped")
+
+    def _close_sources(self, vram: Watchdog | None) -> None:
+        """Vendor library handles: the watchdog's readers, then the discovery backends."""
+        if vram is not None:
+            vram.close()
+        for backend in self.backends:
+            backend.close()
 
     def _hotplug_tasks(self, service: NodeService) -> list[asyncio.Task[None]]:
         """The hot-plug watcher, when enabled and a real backend runs."""

@@ -16,6 +16,8 @@ from hcsd import __version__
 from hcsd.health.watching import HealthWatcher
 from hcsd.refusals import Reason
 from hcsd.service import NodeService
+from hcsd.watchdog import Watchdog
+from hcsd.watchdog.metrics import families
 
 __all__ = ["MetricsServer", "render_metrics"]
 
@@ -37,7 +39,11 @@ def _value(value: float) -> str:
     return repr(float(value))
 
 
-def render_metrics(service: NodeService, watcher: HealthWatcher | None = None) -> str:
+def render_metrics(
+    service: NodeService,
+    watcher: HealthWatcher | None = None,
+    vram: Watchdog | None = None,
+) -> str:
     out: list[str] = []
 
     def family(name: str, kind: str, doc: str, samples: Iterable[tuple[str, float]]) -> None:
@@ -165,15 +171,27 @@ def render_metrics(service: NodeService, watcher: HealthWatcher | None = None) -
             "Kernel lines seen, matched and dropped by the health source.",
             [(_labels([("stage", k)]), n) for k, n in sorted(watcher.stats().items())],
         )
+    for vram_family in families(vram) if vram is not None else ():
+        family(
+            vram_family.name,
+            vram_family.kind,
+            vram_family.doc,
+            [(_labels(labels), value) for labels, value in vram_family.samples],
+        )
     return "\n".join(out) + "\n"
 
 
 class MetricsServer:
     def __init__(
-        self, service: NodeService, listen: str, watcher: HealthWatcher | None = None
+        self,
+        service: NodeService,
+        listen: str,
+        watcher: HealthWatcher | None = None,
+        vram: Watchdog | None = None,
     ) -> None:
         self.service = service
         self.watcher = watcher
+        self.vram = vram
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
@@ -199,7 +217,7 @@ class MetricsServer:
             if len(parts) != 3 or parts[0] != "GET":
                 await _respond(writer, 405, "text/plain", "only GET is served\n")
             elif parts[1].split("?")[0] == "/metrics":
-                body = render_metrics(self.service, self.watcher)
+                body = render_metrics(self.service, self.watcher, self.vram)
                 await _respond(writer, 200, "text/plain; version=0.0.4; charset=utf-8", body)
             elif parts[1] == "/healthz":
                 await _respond(writer, 200, "text/plain", "ok\n")
