@@ -17,6 +17,7 @@ from bench import (
     ledger_bench,
     nri_bench,
     runtime_bench,
+    watchdog_bench,
 )
 from bench.common import write_result
 from bench.libhcs import run as libhcs_bench
@@ -32,6 +33,7 @@ def main() -> int:
         "nri": nri_bench.main(),
         "runtime": runtime_bench.main(),
         "libhcs": libhcs_bench.main(),
+        "watchdog": watchdog_bench.main(),
         "extender": extender_bench.main(),
         "cluster": cluster_bench.main(),
     }

@@ -157,10 +157,21 @@ def _unescape(text: str) -> str:
 
 
 def _read_small(path: Path, limit: int = _MAX_FILE) -> str | None:
+    """A small kernel file in one read (os-level: this runs for every listed process)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace")
-    except (FileNotFoundError, ProcessLookupError):
-        return None
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None  # gone, or not ours to read
+    try:
+        chunks, size = [], 0
+        while size < limit:  # seq files may hand out a long file in several reads
+            chunk = os.read(fd, limit - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
     except OSError:
         return None
+    finally:
+        os.close(fd)
