@@ -1,6 +1,7 @@
 /*
  * A fake libcuda.so.1 that plays the kernel driver's part for the VRAM watchdog's tests: the
- * allocation calls libhcs hooks (cuMemAlloc_v2, cuMemFree_v2, cuMemGetInfo_v2, cuCtxGetDevice)
+ * allocation calls libhcs hooks (cuMemAlloc_v2, cuMemFree_v2, cuMemGetInfo_v2, cuCtxGetDevice, and
+ * the primary-context calls bench/gpu/real_cuda.c makes)
  * with the driver API's types and codes, and after every change it publishes this process's
  * usage per GPU in FAKE_GPU_STATE/<pid> (lines `<gpu> <bytes>`, written to a temporary file and
  * renamed), which the fake NVML reads to answer nvmlDeviceGetComputeRunningProcesses. So what
@@ -88,6 +89,21 @@ static void publish(void) {
 
 API CUresult cuInit(unsigned int flags) {
     (void)flags;
+    return CUDA_SUCCESS;
+}
+/* Contexts: the primary context of a device, made current (as the runtime does it). */
+API CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    if (!device || ordinal < 0 || ordinal >= MAX_ORDINALS) return CUDA_ERROR_INVALID_VALUE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+API CUresult cuDevicePrimaryCtxRetain(void **context, CUdevice device) {
+    if (!context) return CUDA_ERROR_INVALID_VALUE;
+    *context = (void *)(uintptr_t)(device + 1);
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxSetCurrent(void *context) {
+    (void)context;
     return CUDA_SUCCESS;
 }
 API CUresult cuCtxGetDevice(CUdevice *device) {
