@@ -39,6 +39,16 @@ ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
 MIB = 1 << 20
 READS = 200
+# A PyTorch process as training code leaves it: a tensor, a matrix product (cuBLAS loaded),
+# then it reports what its caching allocator reserved, which is what libhcs would count.
+TORCH = """
+import sys, torch
+x = torch.randn(8192, 8192, device="cuda")
+y = x @ x
+torch.cuda.synchronize()
+print(torch.cuda.memory_reserved(), flush=True)
+sys.stdin.read()
+"""
 
 
 def first_gpu() -> Device:
@@ -169,6 +179,7 @@ def main() -> int:
                 time.sleep(0.005)
             result["driver_released_ms"] = round((time.monotonic() - killed_at) * 1e3, 1)
             result["context_only_alive"] = context_only.poll() is None
+            result["torch"] = torch_overhead(reader)
             reader.close()
         finally:
             for process in started:
@@ -183,6 +194,29 @@ def main() -> int:
             out.mkdir(parents=True, exist_ok=True)
             (out / "watchdog_gpu.json").write_text(text + "\n")
     return 0
+
+
+def torch_overhead(reader: NvmlReader) -> dict[str, Any] | str:
+    """NVML's figure for a PyTorch process against what its allocator reserved: the part no
+    allocation call returns (context, loaded modules), which the tolerance must cover."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", TORCH], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        if not line.isdigit():
+            return f"skipped: {line or 'torch did not start'}"
+        nvml = next(p.used_bytes for p in reader.read().processes if p.pid == process.pid)
+        reserved = int(line)
+        return {
+            "reserved_mib": round(reserved / MIB, 1),
+            "nvml_mib": round(nvml / MIB, 1),
+            "beyond_allocations_mib": round((nvml - reserved) / MIB, 1),
+        }
+    finally:
+        process.kill()
+        process.wait()
 
 
 def _text(process: subprocess.Popen[bytes]) -> subprocess.Popen[str]:
