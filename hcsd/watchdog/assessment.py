@@ -8,9 +8,11 @@ total in use against the sum of grants, the only check possible where a vendor l
 processes.
 
 The tolerance has two parts because the driver counts more than libhcs can: a share of the
-grant (allocator rounding, libraries' pools) and a fixed amount per process (the CUDA context
-and the driver's per-process reservations, a few hundred MiB on current GPUs, which no
-allocation call returns and so no preload library can charge).
+grant (allocator rounding, libraries' pools) and a fixed amount per process: the CUDA context
+and the modules loaded into it, which no allocation call returns and so no preload library can
+charge. Measured with NVML on an H100 (driver 580): a bare context 518Mi, a PyTorch process
+586Mi beyond what its allocator reserved, 1.7Gi with CUDA_MODULE_LOADING=EAGER. The default
+1Gi per process covers lazy loading (CUDA 12's default) with room to spare.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ MiB = 2**20
 @dataclass(frozen=True, slots=True)
 class Tolerance:
     percent: float = 5.0
-    per_process_bytes: int = 512 * MiB
+    per_process_bytes: int = 1024 * MiB
 
     def allowed(self, granted: int, processes: int) -> int:
         return granted + int(granted * self.percent / 100) + self.per_process_bytes * processes

@@ -40,7 +40,7 @@ def test_values_are_read(tmp_path: Path) -> None:
 def test_watchdog_section(tmp_path: Path) -> None:
     defaults = load_config(None)
     assert defaults.watchdog_enabled and defaults.watchdog_policy == "warn"
-    assert defaults.watchdog_interval == 5.0 and defaults.watchdog_process_overhead == 512 * 2**20
+    assert defaults.watchdog_interval == 5.0 and defaults.watchdog_process_overhead == 2**30
     config = load_config(
         write(
             tmp_path,

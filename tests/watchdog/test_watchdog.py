@@ -163,9 +163,9 @@ def test_warn_policy_only_warns_once_per_episode(
 @pytest.mark.parametrize(
     ("mib", "over"),
     [
-        # 1Gi grant: allowed 1Gi + 5% (51.2Mi) + 512Mi for its one process = 1587.2Mi
-        pytest.param(1587, False, id="inside-the-tolerance"),
-        pytest.param(1588, True, id="past-it"),
+        # 1Gi grant: allowed 1Gi + 5% (51.2Mi) + 1Gi for its one process = 2099.2Mi
+        pytest.param(2099, False, id="inside-the-tolerance"),
+        pytest.param(2100, True, id="past-it"),
     ],
 )
 def test_tolerance_is_respected(node_factory, containers: Containers, mib: int, over: bool) -> None:  # type: ignore[no-untyped-def]
@@ -186,10 +186,10 @@ def test_memory_on_a_device_it_was_not_granted(node_factory, containers: Contain
     node = node_factory(Policy.WARN)
     container = containers.new()
     node.grant(container, {0: 8 * GiB})
-    node.run(container, 1024, 1, device=1)  # 1Gi on GPU 1, where it holds nothing
+    node.run(container, 1024, 2, device=1)  # 2Gi on GPU 1, where it holds nothing
     node.watchdog.poll()
     (event,) = node.events
-    assert (event.device_uuid, event.granted_bytes, event.used_bytes) == (UUIDS[1], 0, GiB)
+    assert (event.device_uuid, event.granted_bytes, event.used_bytes) == (UUIDS[1], 0, 2 * GiB)
 
 
 def test_processes_of_no_known_container_are_reported(
