@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import time
@@ -49,24 +50,27 @@ class Container:
         sub: str = "",
         stdout: int | None = subprocess.PIPE,
     ) -> subprocess.Popen[bytes]:
-        """Start a process already inside the cgroup (it joins before exec), optionally in a
-        sub-cgroup `sub` that the container made for itself."""
+        """Start a process already inside the cgroup, optionally in a sub-cgroup `sub` that
+        the container made for itself. A shell joins the cgroup and execs the command, as a
+        runtime's init does: no Python runs between fork and exec (this process has threads,
+        and gRPC's fork handlers must not run in a child that writes to a cgroup)."""
         targets = [d / sub if sub else d for d in self.directories]
         for target in targets:
             target.mkdir(exist_ok=True)
-
-        def join() -> None:
-            for target in targets:
-                (target / "cgroup.procs").write_text(str(os.getpid()))
-
+        procs = " ".join(shlex.quote(str(t / "cgroup.procs")) for t in targets)
+        join = f'for p in {procs}; do echo $$ > "$p" || exit 97; done; exec "$@"'
         process = subprocess.Popen(
-            list(argv),
+            ["/bin/sh", "-c", join, "sh", *argv],
             env=dict(env) if env is not None else None,
             stdout=stdout,
             stderr=subprocess.DEVNULL,
-            preexec_fn=join,  # noqa: PLW1509 - a test helper; no threads are started around it
         )
         self.processes.append(process)
+        deadline = time.monotonic() + 10
+        while not all(str(process.pid) in _read(t / "cgroup.procs").split() for t in targets):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{argv[0]} did not join {targets}")
+            time.sleep(0.001)
         return process
 
     def pids(self) -> set[int]:
@@ -112,6 +116,13 @@ class Containers:
                 if directory.is_dir():
                     _rmdir(directory)
             _rmdir(top)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def _rmdir(path: Path) -> None:
