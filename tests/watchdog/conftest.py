@@ -102,11 +102,11 @@ class GpuNode:
         return env
 
 
-@pytest.fixture
-def gpu_node(tmp_path: Path, fake_libs: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[GpuNode]:
-    state = tmp_path / "gpu-state"
+def make_gpu_node(root: Path, libs: Path, monkeypatch: pytest.MonkeyPatch) -> GpuNode:
+    """Two fake GPUs (UUIDS[0], UUIDS[1]) under `root`, set in this process's environment."""
+    state = root / "gpu-state"
     state.mkdir()
-    node = GpuNode(tmp_path, fake_libs / "libnvidia-ml.so.1", tmp_path / "nvml.conf", state)
+    node = GpuNode(root, libs / "libnvidia-ml.so.1", root / "nvml.conf", state)
     for i, uuid in enumerate(UUIDS[:2]):
         node.records.append(
             (
@@ -124,7 +124,12 @@ def gpu_node(tmp_path: Path, fake_libs: Path, monkeypatch: pytest.MonkeyPatch) -
     node.write()
     monkeypatch.setenv("FAKE_NVML_CONFIG", str(node.config))
     monkeypatch.setenv("FAKE_GPU_STATE", str(state))
-    yield node
+    return node
+
+
+@pytest.fixture
+def gpu_node(tmp_path: Path, fake_libs: Path, monkeypatch: pytest.MonkeyPatch) -> GpuNode:
+    return make_gpu_node(tmp_path, fake_libs, monkeypatch)
 
 
 def allocation(
