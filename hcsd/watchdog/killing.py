@@ -6,7 +6,8 @@ device; where no such directory can be found (cgroup file systems not mounted in
 namespace), from a scan of /proc. Either way each process is opened as a pidfd first and its
 cgroup read again through /proc before the signal goes through that pidfd: a pid reused by
 another process between listing and killing is never signalled, and a process that is not the
-container's (by the same rule that charged the container) is never signalled.
+container's (its cgroup path must name the container, and the caller's rule that charged the
+container must agree) is never signalled; a zombie, dead already, is left to its parent.
 
 Rounds repeat until a round finds nothing new, so children forked while the first signals
 flew are caught too (bounded: a fork bomb in a container is the runtime's to stop).
@@ -57,7 +58,7 @@ class Killer:
                 break
             for pid in sorted(candidates):
                 checked.add(pid)
-                if _kill(pid, belongs):
+                if _kill(pid, lambda p: self._inside(p, container_id) and belongs(p)):
                     killed.append(pid)
         return KillReport(tuple(killed), source)
 
@@ -78,6 +79,19 @@ class Killer:
                         found.add(directory)
         return found
 
+    def _inside(self, pid: int, container_id: str) -> bool:
+        """Alive, and its cgroup path names the container: checked here whatever `belongs`
+        says, so that no caller's mistake can reach a process outside the container."""
+        ids = self.mapper.ids(pid)
+        if ids is None or container_id not in ids:
+            return False
+        try:
+            with open(self.mapper.proc / str(pid) / "stat", "rb") as f:
+                stat = f.read(4096)
+        except OSError:
+            return False
+        return stat.rpartition(b")")[2][:3] != b" Z "  # a zombie is dead already
+
     def _listed(self, directories: Iterable[str]) -> set[int]:
         pids: set[int] = set()
         for top in directories:
@@ -97,7 +111,8 @@ class Killer:
 
 
 def _kill(pid: int, belongs: Callable[[int], bool]) -> bool:
-    """SIGKILL through a pidfd after checking, through /proc, that it is the container's."""
+    """SIGKILL through a pidfd after checking, through /proc, that it is the container's
+    (the check runs after the pidfd is open, so it is about the process the pidfd names)."""
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:

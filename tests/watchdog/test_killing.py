@@ -95,3 +95,41 @@ def test_without_cgroup_mounts_a_proc_scan_finds_them(containers: Containers) ->
     assert set(report.killed) == {first.pid, second.pid}
     assert wait_dead({first.pid, second.pid}) == set()
     assert alive(bystander.pid)
+
+
+def test_zombies_are_not_killed_again(containers: Containers) -> None:
+    target = containers.new()
+    dead = target.spawn(["sleep", "60"])
+    dead.kill()  # not reaped: a zombie, still in /proc with its cgroup path, not in cgroup.procs
+    deadline = time.monotonic() + 5
+    while alive(dead.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    mapper = NoMounts()  # the /proc scan, which does see zombies
+    held = {target.id}
+    report = Killer(mapper).kill(
+        target.id, [dead.pid], lambda pid: owner(mapper.ids(pid) or (), held) == target.id
+    )
+    assert report.killed == ()
+    dead.wait()
+
+
+def test_a_wrong_rule_from_the_caller_still_cannot_reach_outside(
+    containers: Containers, tmp_path: Path
+) -> None:
+    inside, bystander = (
+        containers.new().spawn(["sleep", "60"]),
+        containers.new().spawn(["sleep", "60"]),
+    )
+    target, other = "a" * 64, "b" * 64
+    # A /proc of our own that lists only these two processes (so that nothing else on this
+    # machine can ever be a candidate), with cgroup paths naming two containers.
+    for process, cid in ((inside, target), (bystander, other)):
+        (tmp_path / str(process.pid)).mkdir()
+        (tmp_path / str(process.pid) / "cgroup").write_text(f"0::/kubepods/pod1/{cid}\n")
+        (tmp_path / str(process.pid) / "stat").write_text(f"{process.pid} (sleep) S 1\n")
+    mapper = NoMounts(tmp_path)
+    # A caller whose rule says yes to every process: the container's path still decides.
+    report = Killer(mapper).kill(target, [inside.pid], lambda pid: True)
+    assert report.source == "proc" and report.killed == (inside.pid,)
+    assert wait_dead({inside.pid}) == set()
+    assert alive(bystander.pid)
