@@ -49,8 +49,9 @@ from tests.watchdog.conftest import UUIDS, gpu_devices
 GiB = 2**30
 CONTAINERS, DEVICES, PER_CONTAINER = 64, 8, 2
 POLLS = int(os.environ.get("HCS_WATCHDOG_POLLS", "300"))
-TRIALS = int(os.environ.get("HCS_WATCHDOG_TRIALS", "8"))
-DEFAULT_INTERVAL = TRIAL_INTERVAL = 5.0
+TRIALS = int(os.environ.get("HCS_WATCHDOG_TRIALS", "12"))
+DEFAULT_INTERVAL = 5.0
+TRIAL_INTERVAL = float(os.environ.get("HCS_WATCHDOG_TRIAL_INTERVAL", DEFAULT_INTERVAL))
 TARGET_PERCENT = 1.0
 
 
@@ -192,6 +193,7 @@ async def _delays(
         "interval_s": TRIAL_INTERVAL,
         "trials": TRIALS,
         "detection_s": {
+            "samples": [round(d, 3) for d in detect],
             "mean": round(statistics.fmean(detect), 3),
             "max": round(max(detect), 3),
             "min": round(min(detect), 3),
