@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.gpu.run import PRELOAD, build
+from hcsd.contract.quota_file import render_quota
 from hcsd.model import Allocation, Device, Grant, PodRef, Vendor
 from hcsd.watchdog import Policy, Watchdog, WatchdogSettings
 from hcsd.watchdog.accounted import AccountedUsage
@@ -94,11 +95,8 @@ def main() -> int:
         cid = secrets.token_hex(32)
         quota_dir = work / "run" / "containers" / cid
         quota_dir.mkdir(parents=True)
-        (quota_dir / "quota.conf").write_text(
-            f"version=1\ncontainer={cid}\ndevices=1\ndevice.0.uuid={gpu.uuid}\n"
-            f"device.0.vendor=nvidia\ndevice.0.vram_limit={4 * GIB}\ndevice.0.compute_percent=100\n"
-        )
         held = Allocation(cid, (Grant(gpu.uuid, 4 * GIB),), PodRef("bench", "gpu", "u"), "main")
+        (quota_dir / "quota.conf").write_text(render_quota(cid, held.grants, [gpu]))
         base = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "HCS_CONFIG")}
         base["REAL_CUDA_HOLD_SECONDS"] = "300"
         libhcs = {**base, "LD_PRELOAD": str(PRELOAD), "HCS_CONFIG": str(quota_dir / "quota.conf")}

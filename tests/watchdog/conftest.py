@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from hcsd.contract.quota_file import render_quota
 from hcsd.model import Allocation, Device, Grant, PodRef, Vendor
-from hcsd.runtime.quota import render_quota
 from tests.fakes import build_fakes, write_config
 from tests.watchdog.cgroup import Container, Containers, cgroup_roots
 
