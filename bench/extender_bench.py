@@ -6,7 +6,8 @@ in Go would spend far less on it than Python); its caches are filled with
 ComputeNode objects built by the syncer's own functions (a mixed fleet: 8x A100, 8x 910B,
 4x MLU370, 8x Z100 nodes, with random allocations), so no API server is needed to measure
 the decision. A ComputeNode update arrives every 10 ms (100 a second, as at 100 binds a
-second), decoded and turned into a NodeView as the informer does, so caches stay honest.
+second), decoded, turned into a NodeView and applied as the informer does, so caches stay
+honest.
 Pods of one job ask the same thing, so an unchanged node answers a demand it has seen from a
 cache; `vram-new-size-each-pod` shows the cold cost (a new demand every pod).
 Each sample is what kube-scheduler waits for: POST /filter with every node name, then
@@ -31,11 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT, summary_us, write_result
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cluster.extender import Extender, _Heartbeat
+from hcsd.cluster.extender import Extender
+from hcsd.cluster.heartbeats import NodeLease
 from hcsd.cluster.http import serve
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.main import tune_gc
 from hcsd.cluster.objects import compute_node, node_spec, node_status, node_view
+from hcsd.cluster.timefmt import micro_time
+from hcsd.contract.names import NAMESPACE, NODE_LEASE_PREFIX
 from hcsd.profiles.database import ProfileDatabase
 
 GiB = 2**30
@@ -124,9 +128,12 @@ def serve_fleet(size: int) -> None:
     extender = Extender(Kube.__new__(Kube), b"k" * 32, ProfileDatabase.load(None))
     names = [f"node-{i:05d}" for i in range(size)]
     for name in names:
-        extender.nodes.items[name] = node_view(node_object(name, rng))
-        extender.heartbeats[name] = _Heartbeat(time.monotonic() + 3600, 40, "x")
-    tune_gc()  # as hcs-scheduler-extender does once its caches are synced
+        extender.state.nodes.apply(name, node_view(node_object(name, rng)))
+        # A heartbeat that outlasts the run, as the leases informer delivers it.
+        lease = NodeLease(name, micro_time(time.time()), 3600.0)
+        extender.state.leases.apply(f"{NAMESPACE}/{NODE_LEASE_PREFIX}{name}", lease)
+    extender.state.snapshot()  # as hcs-scheduler-extender does once its caches are synced
+    tune_gc()
     server = serve(extender, "127.0.0.1", 0)
     print(server.server_address[1], flush=True)
 
@@ -137,8 +144,7 @@ def serve_fleet(size: int) -> None:
         while True:
             time.sleep(CHURN_SECONDS)
             changed = json.loads(rng.choice(pool))
-            extender._node_changed(changed["metadata"]["name"], None, None)
-            extender.nodes.items[changed["metadata"]["name"]] = node_view(changed)
+            extender.state.nodes.apply(changed["metadata"]["name"], node_view(changed))
 
     threading.Thread(target=churn, daemon=True).start()
     server.serve_forever()

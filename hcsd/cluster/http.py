@@ -1,8 +1,13 @@
-"""The extender's HTTP(S) endpoint: kube-scheduler's verbs, probes and metrics.
+"""The extender's HTTP(S) endpoint: kube-scheduler's wire format, probes and metrics.
+
+This is the only place that knows the shapes kube-scheduler sends and expects (its
+`ExtenderArgs`, `ExtenderFilterResult`, `HostPriorityList`, `ExtenderBindingArgs` and
+`ExtenderBindingResult`, in JSON): it parses them into plain values for `Extender` and writes
+the answers back. A body that is not what kube-scheduler sends gets 400 with the reason; a
+known path asked with the wrong method gets 405.
 
 One thread per connection (kube-scheduler keeps its connections alive) in the standard
-library's server: the work per call is the decision itself, done from memory. Bodies are
-bounded and must be JSON objects; anything else gets 400 with the reason.
+library's server: the work per call is the decision itself, done from memory.
 """
 
 from __future__ import annotations
@@ -11,23 +16,95 @@ import json
 import logging
 import re
 import ssl
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from hcsd.cluster.extender import Extender
+from hcsd.cluster.binding import BindRequest
+from hcsd.cluster.extender import Extender, FilterAnswer
 from hcsd.contract.names import BIND_VERB, FILTER_VERB, PRIORITIZE_VERB
 
-__all__ = ["serve"]
+__all__ = ["MAX_BODY", "WireError", "bind_args", "extender_args", "serve"]
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024 * 1024  # a pod plus 5,000+ node names fits in far less
+_VERBS = (FILTER_VERB, PRIORITIZE_VERB, BIND_VERB)
+_PROBES = ("/healthz", "/readyz", "/metrics")
+
+
+class WireError(ValueError):
+    """A request body that is not what kube-scheduler sends."""
+
+
+def extender_args(body: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
+    """`ExtenderArgs` (filter, prioritize): the pod and the candidate node names, from
+    `NodeNames` (nodeCacheCapable) or else the names of `Nodes.items`."""
+    pod = body.get("Pod") or {}
+    if not isinstance(pod, dict):
+        raise WireError("Pod must be an object")
+    if not isinstance(pod.get("metadata") or {}, dict):
+        raise WireError("Pod.metadata must be an object")
+    names = body.get("NodeNames")
+    if not names:
+        nodes = body.get("Nodes") or {}
+        items = nodes.get("items") if isinstance(nodes, dict) else None
+        if not isinstance(items or [], list):
+            raise WireError("Nodes.items must be a list")
+        try:
+            names = [item["metadata"]["name"] for item in items or []]
+        except (TypeError, KeyError) as e:
+            raise WireError(f"Nodes.items[] must have metadata.name: {e!r}") from None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise WireError("NodeNames must be a list of strings")
+    return pod, names
+
+
+def bind_args(body: Mapping[str, Any]) -> BindRequest:
+    """`ExtenderBindingArgs`."""
+    fields = {}
+    for key in ("PodNamespace", "PodName", "PodUID", "Node"):
+        value = body.get(key, "")
+        if not isinstance(value, str):
+            raise WireError(f"{key} must be a string")
+        fields[key] = value
+    return BindRequest(fields["PodNamespace"], fields["PodName"], fields["PodUID"], fields["Node"])
+
+
+def _compact(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def filter_result(answer: FilterAnswer) -> bytes:
+    """`ExtenderFilterResult`."""
+    result = {
+        "Nodes": None,
+        "NodeNames": list(answer.passed),
+        "FailedNodes": dict(answer.failed),
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
+    return _compact(result)
+
+
+_PLAIN_NAME = re.compile(r"[a-z0-9.-]{1,253}")
+
+
+def host_priorities(scores: list[tuple[str, int]]) -> bytes:
+    """`HostPriorityList` for thousands of nodes: node names are DNS names, so they are
+    written as they are (anything else goes through the JSON encoder)."""
+    parts = []
+    for host, score in scores:
+        quoted = f'"{host}"' if _PLAIN_NAME.fullmatch(host) else json.dumps(host)
+        parts.append(f'{{"Host":{quoted},"Score":{int(score)}}}')
+    return ("[" + ",".join(parts) + "]").encode()
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     extender: Extender
+    max_body: int = MAX_BODY
     ready: bool = False
 
 
@@ -41,12 +118,29 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
-    def _reply(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def _reply(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
+
+    def _error(self, status: int, message: str, **headers: str) -> None:
+        self._reply(status, _compact({"Error": message}), headers=headers)
+
+    def _verb(self) -> str | None:
+        verb = self.path.strip("/").rsplit("/", 1)[-1]
+        return verb if verb in _VERBS else None
 
     def do_GET(self) -> None:
         extender = self.server.extender
@@ -56,60 +150,84 @@ class _Handler(BaseHTTPRequestHandler):
             ready = self.server.ready and extender.is_leader()
             self._reply(200 if ready else 503, b"ok\n" if ready else b"not leading\n", "text/plain")
         elif self.path == "/metrics":
-            text = extender.metrics.render(extender.gauges())
-            self._reply(200, text.encode(), "text/plain; version=0.0.4")
+            self._reply(200, extender.metrics_text().encode(), "text/plain; version=0.0.4")
+        elif self._verb() is not None:
+            self._wrong_method()
         else:
             self._reply(404, b"not found\n", "text/plain")
 
-    def do_POST(self) -> None:
-        verb = self.path.strip("/").rsplit("/", 1)[-1]
-        handlers = {
-            FILTER_VERB: self.server.extender.filter,
-            PRIORITIZE_VERB: self.server.extender.prioritize,
-            BIND_VERB: self.server.extender.bind,
-        }
-        handler = handlers.get(verb)
-        if handler is None:
-            self._reply(404, b'{"Error":"unknown verb"}')
-            return
+    def _wrong_method(self) -> None:
+        if self._verb() is not None:
+            self._error(405, f"{self.command} not allowed: POST only", Allow="POST")
+        elif self.path in _PROBES:
+            self._error(405, f"{self.command} not allowed: GET only", Allow="GET")
+        else:
+            self._error(404, "not found")
+
+    do_PUT = do_DELETE = do_PATCH = _wrong_method
+
+    def _body(self) -> dict[str, Any] | None:
+        """The request's JSON object, or None after replying 400."""
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
-        if not 0 < length <= MAX_BODY:
-            self._reply(400, json.dumps({"Error": f"body length must be 1..{MAX_BODY}"}).encode())
-            return
+        if not 0 < length <= self.server.max_body:
+            # The body is not read: the connection cannot carry another request after it.
+            self.close_connection = True
+            self._error(400, f"body length must be 1..{self.server.max_body}")
+            return None
         try:
-            args = json.loads(self.rfile.read(length))
-            if not isinstance(args, dict):
+            body = json.loads(self.rfile.read(length))
+            if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
         except ValueError as e:
-            self._reply(400, json.dumps({"Error": f"bad request body: {e}"}).encode())
+            self._error(400, f"bad request body: {e}")
+            return None
+        return body
+
+    def do_POST(self) -> None:
+        verb = self._verb()
+        if verb is None:
+            if self.path in _PROBES:
+                self._wrong_method()
+            else:
+                self._error(404, "unknown verb")
             return
-        if verb == PRIORITIZE_VERB:
-            self._reply(200, _host_priorities(self.server.extender.prioritize(args)))
-        else:
-            self._reply(200, json.dumps(handler(args), separators=(",", ":")).encode())
+        body = self._body()
+        if body is None:
+            return
+        extender = self.server.extender
+        try:
+            if verb == BIND_VERB:
+                error = extender.bind(bind_args(body))
+                self._reply(200, _compact({"Error": error}))
+                return
+            pod, names = extender_args(body)
+            if verb == FILTER_VERB:
+                self._reply(200, filter_result(extender.filter(pod, names)))
+            else:
+                self._reply(200, host_priorities(extender.prioritize(pod, names)))
+        except WireError as e:
+            self._error(400, f"bad request body: {e}")
+        except Exception as e:  # a bug must not cost kube-scheduler its connection
+            log.exception("%s failed", verb)
+            self._error(500, f"{verb} failed: {e!r}")
 
 
-_PLAIN_NAME = re.compile(r"[a-z0-9.-]{1,253}")
-
-
-def _host_priorities(scores: list[dict[str, Any]]) -> bytes:
-    """`[{"Host": ..., "Score": ...}]` for thousands of nodes: node names are DNS names, so
-    they are written as they are (anything else goes through the JSON encoder)."""
-    parts = []
-    for entry in scores:
-        host = entry["Host"]
-        quoted = f'"{host}"' if _PLAIN_NAME.fullmatch(host) else json.dumps(host)
-        parts.append(f'{{"Host":{quoted},"Score":{int(entry["Score"])}}}')
-    return ("[" + ",".join(parts) + "]").encode()
-
-
-def serve(extender: Extender, host: str, port: int, *, cert: str = "", key: str = "") -> _Server:
+def serve(
+    extender: Extender,
+    host: str,
+    port: int,
+    *,
+    cert: str = "",
+    key: str = "",
+    max_body: int = MAX_BODY,
+) -> _Server:
     """Bind (port 0 picks one: see `server.server_address`); the caller runs serve_forever."""
     server = _Server((host, port), _Handler)
     server.extender = extender
+    server.max_body = max_body
     if cert:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key or None)

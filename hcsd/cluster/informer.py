@@ -68,7 +68,9 @@ class Informer(Generic[T]):
     def get(self, key: str) -> T | None:
         return self.items.get(key)
 
-    def _apply(self, key: str, new: T | None) -> None:
+    def apply(self, key: str, new: T | None) -> None:
+        """What one watch event does: keep `new` under `key` (None: the object is gone) and
+        tell `on_change`. Public so that a cache can also be filled without a server."""
         with self.lock:
             old = self.items.pop(key, None) if new is None else self.items.get(key)
             if new is not None:
@@ -88,9 +90,9 @@ class Informer(Generic[T]):
         fresh = {object_key(o): self._safe_transform(o) for o in objects}
         for key in list(self.items):
             if key not in fresh:
-                self._apply(key, None)
+                self.apply(key, None)
         for key, value in fresh.items():
-            self._apply(key, value)
+            self.apply(key, value)
         self.synced.set()
         return version
 
@@ -109,7 +111,7 @@ class Informer(Generic[T]):
                         continue
                     self.events += 1
                     key = object_key(obj)
-                    self._apply(key, None if kind == "DELETED" else self._safe_transform(obj))
+                    self.apply(key, None if kind == "DELETED" else self._safe_transform(obj))
                     if self._stopping.is_set():
                         return
                 failures = 0

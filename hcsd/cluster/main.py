@@ -169,13 +169,12 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signum, stop)
 
     def caches() -> None:
-        if extender.wait_synced(timeout=300):
+        if extender.state.wait_synced(timeout=300):
+            extender.state.snapshot()  # every node's first snapshot, before the first filter
             tune_gc()
             server.ready = True
-            log.info("caches synced: %d ComputeNode(s)", len(extender.nodes.items))
-        while not stopping.wait(args.quota_status_seconds):
-            if extender.is_leader():
-                extender.write_quota_status()
+            log.info("caches synced: %d ComputeNode(s)", extender.state.counts()[0])
+        extender.quota_status.run(stopping, args.quota_status_seconds, extender.is_leader)
 
     threading.Thread(target=caches, name="caches", daemon=True).start()
     log.info(

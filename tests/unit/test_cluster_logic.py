@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from pathlib import Path
@@ -12,11 +13,14 @@ import pytest
 from hcsd.allocator import Usage
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster.demand import DemandError, demand_of
-from hcsd.cluster.extender import Extender, _Heartbeat
+from hcsd.cluster.extender import Extender
+from hcsd.cluster.heartbeats import NodeLease
+from hcsd.cluster.http import extender_args, filter_result, host_priorities
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import compute_node, node_spec, node_status, node_view
 from hcsd.cluster.planner import Plan, plan, quick_fit, summarise
 from hcsd.cluster.quota import Amounts, QuotaError, quota_of
+from hcsd.cluster.timefmt import micro_time
 from hcsd.model import HealthState
 from hcsd.profiles.database import ProfileDatabase
 from tests.conftest import GiB, gpu
@@ -159,44 +163,51 @@ def test_node_status_keeps_transition_times_so_resyncs_do_not_write() -> None:
 
 @pytest.fixture
 def extender() -> Extender:
-    """An extender whose caches are filled by hand (no informer runs)."""
+    """An extender whose caches are filled as its informers fill them (no server runs)."""
     e = Extender(Kube.__new__(Kube), b"k" * 32, DB)
     for name in ("fresh", "stale"):
-        e.nodes.items[name] = node_view(_node_object(name))
-    e.nodes.items["sick"] = node_view(_node_object("sick", health=pb.HEALTH_STATE_UNHEALTHY))
-    now = time.monotonic()
-    e.heartbeats["fresh"] = _Heartbeat(now, 40, "x")
-    e.heartbeats["sick"] = _Heartbeat(now, 40, "x")
-    e.heartbeats["stale"] = _Heartbeat(now - 100, 40, "y")
+        e.state.nodes.apply(name, node_view(_node_object(name)))
+    e.state.nodes.apply("sick", node_view(_node_object("sick", health=pb.HEALTH_STATE_UNHEALTHY)))
+    for name, age in (("fresh", 0), ("sick", 0), ("stale", 100)):
+        # First sight of a Lease: its renewTime counts, against this machine's clock.
+        lease = NodeLease(name, micro_time(time.time() - age), 40)
+        e.state.leases.apply(f"hcs-system/hcs-node-{name}", lease)
     return e
+
+
+def filter_(extender: Extender, body: dict[str, Any]) -> dict[str, Any]:
+    """/filter as kube-scheduler sees it, without the socket."""
+    answer: dict[str, Any] = json.loads(filter_result(extender.filter(*extender_args(body))))
+    return answer
 
 
 def test_filter_names_every_refusal(extender: Extender) -> None:
     names = ["fresh", "stale", "sick", "unknown"]
-    answer = extender.filter({"Pod": pod({"ai.compute/vram": "16Gi"}), "NodeNames": names})
+    answer = filter_(extender, {"Pod": pod({"ai.compute/vram": "16Gi"}), "NodeNames": names})
     assert answer["NodeNames"] == ["fresh"]
     failed = answer["FailedNodes"]
     assert failed["stale"].startswith("hcs heartbeat is 100s old (limit 40s)")
     assert failed["sick"] == "ComputeNode is NotReady (no healthy accelerator)"
     assert failed["unknown"] == "node has no ComputeNode (is hcs-syncer running on it?)"
-    too_big = extender.filter({"Pod": pod({"ai.compute/vram": "96Gi"}), "NodeNames": ["fresh"]})
+    too_big = filter_(extender, {"Pod": pod({"ai.compute/vram": "96Gi"}), "NodeNames": ["fresh"]})
     assert too_big["FailedNodes"] == {
         "fresh": "container main: A100-SXM4-80GB: 96Gi wanted, "
         "most free is 80Gi on A100-SXM4-80GB#0"
     }
-    bad = extender.filter({"Pod": pod({"ai.compute/vram": "many"}), "NodeNames": ["fresh"]})
+    bad = filter_(extender, {"Pod": pod({"ai.compute/vram": "many"}), "NodeNames": ["fresh"]})
     assert "invalid quantity 'many'" in bad["FailedNodes"]["fresh"]
-    scores = extender.prioritize({"Pod": pod({"ai.compute/vram": "16Gi"}), "NodeNames": ["fresh"]})
+    scores = json.loads(host_priorities(extender.prioritize(pod({"ai.compute/vram": "16Gi"}),
+                                                            ["fresh"])))  # fmt: skip
     assert (
         scores == [{"Host": "fresh", "Score": scores[0]["Score"]}] and 0 < scores[0]["Score"] <= 10
     )
 
 
 def test_filter_enforces_quota(extender: Extender) -> None:
-    extender.quotas.items["ns/q"] = quota_of(
+    extender.state.quotas.apply("ns/q", quota_of(
         {"metadata": {"name": "q", "namespace": "ns"}, "spec": {"hard": {"vram": "10Gi"}}}
-    )
-    answer = extender.filter({"Pod": pod({"ai.compute/vram": "16Gi"}), "NodeNames": ["fresh"]})
+    ))  # fmt: skip
+    answer = filter_(extender, {"Pod": pod({"ai.compute/vram": "16Gi"}), "NodeNames": ["fresh"]})
     assert answer["NodeNames"] == []
     assert answer["FailedNodes"]["fresh"] == (
         "ComputeQuota ns/q: vram 0 used + 16Gi requested exceeds the limit 10Gi"
@@ -205,7 +216,6 @@ def test_filter_enforces_quota(extender: Extender) -> None:
 
 def test_the_extender_serves_https(extender: Extender, tmp_path: Path) -> None:
     import http.client
-    import json
     import ssl
     import subprocess
     import threading

@@ -1,0 +1,326 @@
+"""Filter and prioritize: where a pod may go and how good each node is for it.
+
+Every decision reads one `Snapshot` of the cluster state and writes nothing but its caches.
+One decision, three cache levels, one name each:
+
+- **plan**: the allocator's full answer (`planner.plan`) for a demand on a node *shape*
+  (devices and usage, not the node's name): cached by (shape id, demand id), so equal nodes
+  share it. Bind asks for a `fresh_plan`, never cached.
+- **answer**: (score, why not, amounts) for a demand on one `NodeSnapshot`, memoised on the
+  snapshot (it goes when the node changes). A new demand of the common kind (one container,
+  one VRAM slice) is a binary search over the node's summary instead of a plan.
+- **verdict**: the filter's answer for a demand over one node list, cached by (demand id,
+  node list). kube-scheduler sends the same list pod after pod, and pods of one job ask the
+  same thing, so the next pod's verdict re-answers only the nodes changed since.
+
+The caches are memos of pure functions of immutable inputs, so threads racing on one can
+only compute the same value twice; each change to them is one dict operation (atomic under
+the GIL), and the ids they key on come from counters that never hand out a number twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hcsd.cluster.demand import Demand, demand_of
+from hcsd.cluster.heartbeats import stale_reason
+from hcsd.cluster.metrics import Metrics
+from hcsd.cluster.planner import Plan, Unfit, expand_models, plan, quick_fit
+from hcsd.cluster.quota import Amounts, Quota
+from hcsd.cluster.state import Answer, NodeSnapshot, Snapshot
+from hcsd.profiles.database import ProfileDatabase
+
+__all__ = ["NOTHING", "Decider", "Verdict", "floor_of", "over_quota", "plan_amounts"]
+
+NOTHING = Amounts()
+_PLANS = 50_000
+_VERDICTS = 256
+_ANSWERS = 64  # per node snapshot
+_DEMANDS = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A filter's answer; its maps are not written after it is made (a refresh copies)."""
+
+    version: int  # the snapshot version it reflects
+    valid_until: float  # monotonic: the first heartbeat among passing nodes to expire
+    failed: Mapping[str, str]
+    scores: Mapping[str, int]  # the nodes that passed, in the order they were decided
+
+
+def floor_of(demand: Demand) -> Amounts:
+    """What the pod takes at least, wherever it lands."""
+    return Amounts(
+        demand.vram_floor,
+        sum(c.tflops_fp16 or 0.0 for c in demand.containers),
+        sum(c.devices for c in demand.containers),
+    )
+
+
+def over_quota(quotas: Sequence[Quota], used: Amounts, adding: Amounts) -> str | None:
+    for quota in quotas:
+        reason = quota.excess(used, adding)
+        if reason is not None:
+            return reason
+    return None
+
+
+def plan_amounts(found: Plan) -> Amounts:
+    grants = found.all_grants
+    return Amounts(sum(g.vram_bytes for g in grants), found.reserved_tflops, len(grants))
+
+
+def unusable(snapshot: Snapshot, name: str, now: float) -> str | None:
+    """Why no pod may go to the node whatever it asks, or None."""
+    node = snapshot.nodes.get(name)
+    if node is None:
+        return "node has no ComputeNode (is hcs-syncer running on it?)"
+    stale = stale_reason(snapshot.heartbeats.get(name), now)
+    if stale is not None:
+        return stale
+    if node.view.phase == "NotReady":
+        return "ComputeNode is NotReady (no healthy accelerator)"
+    return None
+
+
+class Decider:
+    def __init__(
+        self,
+        db: ProfileDatabase,
+        metrics: Metrics,
+        changed_between: Callable[[int, int], set[str] | None],
+    ) -> None:
+        self.db = db
+        self.metrics = metrics
+        self.changed_between = changed_between  # ClusterState's change log
+        self._demand_ids: dict[Demand, int] = {}
+        self._next_demand = itertools.count()
+        self._plans: OrderedDict[tuple[int, int], Plan | Unfit] = OrderedDict()
+        self._verdicts: OrderedDict[tuple[int, int], Verdict] = OrderedDict()
+        self._last: tuple[str, Mapping[str, int]] = ("", {})  # pod uid, its filter's scores
+
+    def demand(self, pod: Mapping[str, Any]) -> Demand | None:
+        """The pod's demand with model aliases resolved; DemandError when malformed."""
+        demand = demand_of(pod)
+        if demand is not None and demand.models:
+            demand = dataclasses.replace(demand, models=expand_models(demand.models, self.db))
+        return demand
+
+    def demand_id(self, demand: Demand) -> int:
+        """A small number per distinct demand: a cheap key for the caches."""
+        found = self._demand_ids.get(demand)
+        if found is None:
+            if len(self._demand_ids) > _DEMANDS:
+                self._demand_ids.clear()  # ids are never reused: old memos just go unread
+            found = self._demand_ids.setdefault(demand, next(self._next_demand))
+        return found
+
+    # --- filter ------------------------------------------------------------------------
+
+    def filter(
+        self,
+        snapshot: Snapshot,
+        uid: str,
+        demand: Demand,
+        names: Sequence[str],
+        *,
+        quotas: Sequence[Quota] = (),
+        used: Amounts = NOTHING,
+    ) -> Verdict:
+        """Which of `names` can take the pod (scores) and why not the others (failed)."""
+        floor = floor_of(demand)
+        for quota in quotas:
+            reason = quota.excess(used, floor)
+            if reason is not None:
+                self.metrics.refusals["quota"] += len(names)
+                return Verdict(snapshot.version, 0.0, {n: reason for n in names}, {})
+        demand_id = self.demand_id(demand)
+        if quotas:  # the namespace's usage moves with every pod: nothing to reuse
+            verdict = self._verdict(snapshot, demand, demand_id, names, quotas=quotas, used=used)
+        else:
+            verdict = self._cached_verdict(snapshot, demand, demand_id, names)
+        if verdict.failed:
+            self.metrics.refusals["unfit"] += len(verdict.failed)
+        self._last = (uid, verdict.scores)
+        return verdict
+
+    def _verdict(
+        self,
+        snapshot: Snapshot,
+        demand: Demand,
+        demand_id: int,
+        names: Sequence[str],
+        *,
+        quotas: Sequence[Quota] = (),
+        used: Amounts = NOTHING,
+    ) -> Verdict:
+        failed: dict[str, str] = {}
+        scores: dict[str, int] = {}
+        valid_until = self._judge(
+            snapshot, demand, demand_id, names,
+            into=(failed, scores), valid_until=math.inf, quotas=quotas, used=used,
+        )  # fmt: skip
+        return Verdict(snapshot.version, valid_until, failed, scores)
+
+    def _cached_verdict(
+        self, snapshot: Snapshot, demand: Demand, demand_id: int, names: Sequence[str]
+    ) -> Verdict:
+        key = (demand_id, hash(tuple(names)))
+        cached = self._verdicts.get(key)
+        if (
+            cached is not None
+            and time.monotonic() < cached.valid_until
+            and cached.version <= snapshot.version
+        ):
+            changed = self.changed_between(cached.version, snapshot.version)
+            if changed is not None:
+                verdict = cached
+                if changed:
+                    failed, scores = dict(cached.failed), dict(cached.scores)
+                    relevant = [n for n in changed if n in scores or n in failed]
+                    valid_until = self._judge(
+                        snapshot, demand, demand_id, relevant,
+                        into=(failed, scores), valid_until=cached.valid_until,
+                    )  # fmt: skip
+                    verdict = Verdict(snapshot.version, valid_until, failed, scores)
+                self._keep(key, verdict)
+                return verdict
+        verdict = self._verdict(snapshot, demand, demand_id, names)
+        self._keep(key, verdict)
+        return verdict
+
+    def _keep(self, key: tuple[int, int], verdict: Verdict) -> None:
+        self._verdicts[key] = verdict
+        try:
+            self._verdicts.move_to_end(key)
+            while len(self._verdicts) > _VERDICTS:
+                self._verdicts.popitem(last=False)
+        except KeyError:
+            pass  # another thread evicted it meanwhile: a cache miss later, nothing worse
+
+    def _judge(
+        self,
+        snapshot: Snapshot,
+        demand: Demand,
+        demand_id: int,
+        names: Sequence[str],
+        *,
+        into: tuple[dict[str, str], dict[str, int]],
+        valid_until: float,
+        quotas: Sequence[Quota] = (),
+        used: Amounts = NOTHING,
+    ) -> float:
+        """Answer each of `names` into failed or scores; the verdict's new valid_until."""
+        failed, scores = into
+        now = time.monotonic()
+        beats = snapshot.heartbeats
+        for name in names:
+            score, reason, amounts = self.answer(snapshot, demand, demand_id, name, now)
+            if not reason and quotas:
+                reason = over_quota(quotas, used, amounts) or ""
+            if reason:
+                failed[name] = reason
+                scores.pop(name, None)
+            else:
+                failed.pop(name, None)
+                scores[name] = score
+                beat = beats[name]
+                valid_until = min(valid_until, beat.renewed + beat.duration)
+        return valid_until
+
+    def answer(
+        self, snapshot: Snapshot, demand: Demand, demand_id: int, name: str, now: float
+    ) -> Answer:
+        """(score, "", amounts) when the pod fits on the node, else (0, why not, nothing).
+
+        The hot path of a filter over thousands of nodes: an unchanged node answers a demand
+        it has seen from its memo."""
+        node = snapshot.nodes.get(name)
+        beat = snapshot.heartbeats.get(name)
+        if (
+            node is None
+            or beat is None
+            or now - beat.renewed > beat.duration
+            or node.view.phase == "NotReady"
+        ):
+            return 0, unusable(snapshot, name, now) or "node is not usable", NOTHING
+        answer = node.answers.get(demand_id)
+        if answer is not None:
+            return answer
+        quick = quick_fit(demand, node.summary)
+        if quick is not None:
+            score, reason = quick
+            # The quick path grants one slice and reserves no compute: the demand's floor.
+            answer = (0, reason, NOTHING) if score < 0 else (score, "", floor_of(demand))
+        else:
+            found = self._plan(node, demand, demand_id)
+            if isinstance(found, Unfit):
+                answer = (0, found.reason, NOTHING)
+            else:
+                answer = (found.score, "", plan_amounts(found))
+        if len(node.answers) > _ANSWERS:
+            node.answers.clear()
+        node.answers[demand_id] = answer
+        return answer
+
+    # --- plans ---------------------------------------------------------------------------
+
+    def _plan(self, node: NodeSnapshot, demand: Demand, demand_id: int) -> Plan | Unfit:
+        key = (node.shape_id, demand_id)
+        found = self._plans.get(key)
+        if found is None:
+            found = plan(demand, node.view.devices, node.usage, self.db)
+            self._plans[key] = found
+            if len(self._plans) > _PLANS:
+                with contextlib.suppress(KeyError):  # another thread emptied it meanwhile
+                    self._plans.popitem(last=False)
+        return found
+
+    def plan(self, snapshot: Snapshot, demand: Demand, name: str) -> Plan | Unfit:
+        """The allocator's answer for the pod on this node (cached per shape)."""
+        why = unusable(snapshot, name, time.monotonic())
+        if why is not None:
+            return Unfit(why)
+        return self._plan(snapshot.nodes[name], demand, self.demand_id(demand))
+
+    def fresh_plan(self, snapshot: Snapshot, demand: Demand, name: str) -> Plan | Unfit:
+        """The same, decided anew: what bind trusts."""
+        why = unusable(snapshot, name, time.monotonic())
+        if why is not None:
+            return Unfit(why)
+        node = snapshot.nodes[name]
+        return plan(demand, node.view.devices, node.usage, self.db)
+
+    # --- prioritize ----------------------------------------------------------------------
+
+    def prioritize(
+        self,
+        uid: str,
+        demand: Demand | None,
+        names: Sequence[str],
+        snapshot: Callable[[], Snapshot],
+    ) -> list[tuple[str, int]]:
+        """A 0..10 score per node: the pod's filter scores, else a plan on `snapshot()`
+        (taken only when a node was not in that filter)."""
+        last_uid, known = self._last
+        if last_uid != uid:
+            known = {}
+        taken: Snapshot | None = None
+        scores = []
+        for name in names:
+            score = known.get(name)
+            if score is None and demand is not None:
+                taken = taken or snapshot()
+                found = self.plan(taken, demand, name)
+                score = found.score if isinstance(found, Plan) else 0
+            scores.append((name, score or 0))
+        return scores

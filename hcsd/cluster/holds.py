@@ -1,0 +1,108 @@
+"""Who holds what on each node: pods with a signed assignment, and the assume cache.
+
+Two sources feed `Holds`: the pods informer (a pod with an `hcs.io/assignment` counts on its
+node until it succeeds, fails or is deleted), and this process's own binds, assumed as soon as
+they are decided so that the next decision counts them before the informer shows the pod (the
+assume cache). When the informer shows an assumed pod, its entry is replaced by what the
+informer says. A grant that the node's ComputeNode status already lists (hcsd has allocated
+it) is counted once, from the status: see `Holds.extra_on`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hcsd.cluster.objects import NodeView, PodHold
+from hcsd.contract import assignment
+from hcsd.contract.names import ANNOTATION_ASSIGNMENT
+
+__all__ = ["Holds", "PodInfo", "pod_info"]
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    holds: tuple[PodHold, ...]
+
+
+def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
+    """Pods that hold accelerators through an assignment; None for all others."""
+    meta = obj.get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(ANNOTATION_ASSIGNMENT)
+    node = (obj.get("spec") or {}).get("nodeName") or ""
+    phase = (obj.get("status") or {}).get("phase", "")
+    if not text or phase in ("Succeeded", "Failed"):
+        return None
+    try:
+        assigned = assignment.parse(text)
+        uid = str(meta["uid"])
+    except (assignment.AssignmentError, KeyError) as e:
+        raise ValueError(f"unreadable {ANNOTATION_ASSIGNMENT}: {e}") from e
+    namespace = str(meta.get("namespace", ""))
+    holds = tuple(
+        PodHold(uid, container, namespace, grants)
+        for container, grants in assigned.containers.items()
+    )
+    return PodInfo(uid, namespace, str(meta.get("name", "")), node or assigned.node, holds)
+
+
+class Holds:
+    """Pod uid -> (node, holds), indexed per node.
+
+    Not locked on its own: `ClusterState` calls it under its lock. Each change returns the
+    nodes it touched, whose decisions are then out of date.
+    """
+
+    def __init__(self) -> None:
+        self._by_pod: dict[str, tuple[str, tuple[PodHold, ...]]] = {}
+        self._by_node: dict[str, dict[str, PodHold]] = {}  # node -> hold key -> hold
+
+    def __len__(self) -> int:
+        return len(self._by_pod)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._by_pod
+
+    def put(self, uid: str, node: str, holds: tuple[PodHold, ...]) -> list[str]:
+        """The pod holds `holds` on `node` (replacing what it held before, wherever)."""
+        touched = self.drop(uid)
+        bucket = self._by_node.setdefault(node, {})
+        for hold in holds:
+            bucket[hold.key] = hold
+        self._by_pod[uid] = (node, holds)
+        return [*touched, node]
+
+    def drop(self, uid: str) -> list[str]:
+        """The pod holds nothing any more."""
+        found = self._by_pod.pop(uid, None)
+        if found is None:
+            return []
+        node, holds = found
+        bucket = self._by_node.get(node, {})
+        for hold in holds:
+            bucket.pop(hold.key, None)
+        if not bucket:
+            self._by_node.pop(node, None)
+        return [node]
+
+    def extra_on(self, view: NodeView) -> list[PodHold]:
+        """Holds on the node that its ComputeNode status does not list yet."""
+        bucket = self._by_node.get(view.name)
+        if not bucket:
+            return []
+        return [hold for key, hold in bucket.items() if key not in view.holds]
+
+    def in_namespace(self, namespace: str, *, skip_uid: str = "") -> list[tuple[str, PodHold]]:
+        """(node, hold) of every pod in `namespace` but `skip_uid` (the pod being decided)."""
+        return [
+            (node, hold)
+            for uid, (node, holds) in self._by_pod.items()
+            if uid != skip_uid
+            for hold in holds
+            if hold.namespace == namespace
+        ]
