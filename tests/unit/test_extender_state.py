@@ -1,0 +1,245 @@
+"""The extender's cluster state and decisions: snapshots, heartbeats, holds, the caches, and
+filters running while the informers change the state under them."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from hcsd.cluster.decisions import Decider
+from hcsd.cluster.demand import demand_of
+from hcsd.cluster.extender import Extender
+from hcsd.cluster.kube import Kube
+from hcsd.cluster.metrics import Metrics
+from hcsd.cluster.objects import node_view
+from hcsd.cluster.quota import Amounts, quota_of
+from hcsd.profiles.database import ProfileDatabase
+from tests.unit.fleet import GiB, add_node, assigned, beat, node_object, pod
+
+DB = ProfileDatabase.load(None)
+
+
+def new_extender() -> Extender:
+    return Extender(Kube.__new__(Kube), b"k" * 32, DB)
+
+
+def passed(extender: Extender, limits: dict[str, str], names: list[str], **kw: Any) -> list[str]:
+    return list(extender.filter(pod(limits, **kw), names).passed)
+
+
+def failed(extender: Extender, limits: dict[str, str], names: list[str]) -> dict[str, str]:
+    return dict(extender.filter(pod(limits), names).failed)
+
+
+def decided(extender: Extender, limits: dict[str, str], names: list[str], uid: str) -> Any:
+    """Filter then prioritize, as kube-scheduler asks: passed, failed and scores, in order of
+    name (a patched verdict lists nodes that came to pass last)."""
+    answer = extender.filter(pod(limits, uid=uid), names)
+    scores = extender.prioritize(pod(limits, uid=uid), sorted(answer.passed))
+    return sorted(answer.passed), dict(answer.failed), scores
+
+
+def test_a_snapshot_stays_as_it_was_taken() -> None:
+    e = new_extender()
+    add_node(e, "a")
+    beat(e, "a")
+    first = e.state.snapshot()
+    assert e.state.snapshot() is first  # nothing changed: the same object, no work
+    node_a = first.nodes["a"]
+    add_node(e, "a", allocated={0: ("p", 80)}, version=2)
+    add_node(e, "b")
+    beat(e, "b")
+    e.state.quotas.apply("ns/q", quota_of({"metadata": {"name": "q", "namespace": "ns"},
+                                           "spec": {"hard": {"devices": 1}}}))  # fmt: skip
+    assert first.nodes["a"] is node_a and set(first.nodes) == {"a"}
+    assert set(first.heartbeats) == {"a"} and first.quotas == ()
+    second = e.state.snapshot()
+    assert second.version > first.version and set(second.nodes) == {"a", "b"}
+    assert second.nodes["a"].usage["a-0"].vram_bytes == 80 * GiB
+    assert [q.name for q in second.quotas] == ["q"]
+    assert e.state.changed_between(first.version, second.version) == {"a", "b"}
+
+
+def test_a_renewal_counts_from_when_it_is_seen_not_from_its_stamp() -> None:
+    e = new_extender()
+    add_node(e, "n")
+    beat(e, "n", age=100)  # first sight: only the stamp tells
+    assert failed(e, {"ai.compute/vram": "1Gi"}, ["n"])["n"].startswith(
+        "hcs heartbeat is 100s old (limit 40s)"
+    )
+    # The syncer's clock is 1,000 s behind ours: a new stamp is a renewal seen now all the same.
+    beat(e, "n", age=1000)
+    assert passed(e, {"ai.compute/vram": "1Gi"}, ["n"]) == ["n"]
+    # A deleted Lease leaves the last heartbeat to age out, as a silent syncer would.
+    e.state.leases.apply("hcs-system/hcs-node-n", None)
+    assert passed(e, {"ai.compute/vram": "1Gi"}, ["n"]) == ["n"]
+
+
+def test_a_heartbeat_expiring_or_coming_back_is_seen_through_a_cached_verdict() -> None:
+    e = new_extender()
+    for name in ("a", "b"):
+        add_node(e, name)
+    beat(e, "a", age=39.7)
+    beat(e, "b", age=100)
+    names = ["a", "b"]
+    assert passed(e, {"ai.compute/vram": "8Gi"}, names) == ["a"]
+    time.sleep(0.4)  # a's heartbeat expires: the verdict was valid until then
+    answer = e.filter(pod({"ai.compute/vram": "8Gi"}), names)
+    assert list(answer.passed) == [] and "hcs heartbeat is 40s old" in answer.failed["a"]
+    beat(e, "b")  # b comes back to life: its cached "stale" answer must go
+    assert passed(e, {"ai.compute/vram": "8Gi"}, names) == ["b"]
+
+
+def test_holds_count_once_and_go_when_the_pod_goes() -> None:
+    e = new_extender()
+    add_node(e, "n", count=1)
+    beat(e, "n")
+    e.state.pods.apply("ns/p1", assigned("p1", "n", (0, 60)))
+    assert failed(e, {"ai.compute/vram": "30Gi"}, ["n"])["n"] == (
+        "container main: A100-SXM4-80GB: 30Gi wanted, most free is 20Gi on A100-SXM4-80GB#0"
+    )
+    # hcsd allocated it and the syncer says so: the same grant, counted from the status only.
+    add_node(e, "n", count=1, allocated={0: ("p1", 60)}, version=2)
+    assert passed(e, {"ai.compute/vram": "20Gi"}, ["n"], uid="u2") == ["n"]
+    e.state.pods.apply("ns/p1", None)  # deleted (or Succeeded): the informer drops it
+    add_node(e, "n", count=1, version=3)  # and hcsd releases it
+    assert passed(e, {"ai.compute/vram": "80Gi"}, ["n"], uid="u3") == ["n"]
+    assert e.state.counts() == (1, 0)
+
+
+def test_namespace_usage_counts_grants_in_the_namespace_but_the_pod_decided() -> None:
+    e = new_extender()
+    add_node(e, "n", count=2)
+    e.state.pods.apply("ns/p1", assigned("p1", "n", (0, 10)))
+    e.state.pods.apply("ns/p2", assigned("p2", "n", (1, 20)))
+    e.state.pods.apply("other/p3", assigned("p3", "n", (1, 5), namespace="other"))
+    assert e.state.namespace_usage("ns") == Amounts(30 * GiB, 0.0, 2)
+    assert e.state.namespace_usage("ns", skip_uid="p2") == Amounts(10 * GiB, 0.0, 1)
+    e.state.assume("p4", "n", assigned("p4", "n", (0, 1)).holds)  # a bind not seen yet
+    assert e.state.namespace_usage("ns").devices == 3
+    e.state.forget("p4")  # its Binding failed
+    assert e.state.namespace_usage("ns").devices == 2
+
+
+def test_a_changed_node_is_the_only_one_decided_again() -> None:
+    e = new_extender()
+    names = [f"n{i}" for i in range(20)]
+    for name in names:
+        add_node(e, name)
+        beat(e, name)
+    assert len(passed(e, {"ai.compute/vram": "16Gi"}, names)) == 20
+    before = e.state.snapshot()
+    assert all(len(node.answers) == 1 for node in before.nodes.values())  # the answer memo
+    add_node(e, "n3", allocated={0: ("x", 80), 1: ("y", 80)}, version=2)
+    answer = decided(e, {"ai.compute/vram": "16Gi"}, names, "u2")
+    after = e.state.snapshot()
+    assert [n for n in names if after.nodes[n] is not before.nodes[n]] == ["n3"]
+    assert "n3" in answer[1] and len(answer[0]) == 19
+    (verdict,) = e.decider._verdicts.values()  # one demand, one node list: one verdict
+    assert verdict.version == after.version
+    # The patched verdict is what a cold extender decides from the same objects.
+    cold = new_extender()
+    for name in names:
+        add_node(
+            cold, name, **({"allocated": {0: ("x", 80), 1: ("y", 80)}} if name == "n3" else {})
+        )
+        beat(cold, name)
+    assert decided(cold, {"ai.compute/vram": "16Gi"}, names, "u2") == answer
+
+
+def test_racing_threads_never_share_a_demand_id() -> None:
+    decider = Decider(DB, Metrics(), lambda a, b: set())
+    demands = [demand_of(pod({"ai.compute/vram": f"{i + 1}Mi"})) for i in range(4000)]
+    ids: list[list[int]] = [[], [], [], []]
+
+    def work(k: int) -> None:
+        for demand in demands[k::4] + demands:
+            assert demand is not None
+            ids[k].append(decider.demand_id(demand))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({decider.demand_id(d) for d in demands if d is not None}) == len(demands)
+
+
+DEMANDS = [
+    {"ai.compute/vram": "16Gi"},
+    {"ai.compute/vram": "50Gi"},
+    {"ai.compute/devices": "2"},
+    {"ai.compute/tflops-fp16": "400"},
+]
+
+
+def fleet_object(name: str, rng: random.Random, version: int) -> dict[str, Any]:
+    allocated = {
+        i: (f"{name}-{i}", rng.choice([8, 40, 72])) for i in range(4) if rng.random() < 0.4
+    }
+    return node_object(name, count=4, allocated=allocated, version=version)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_filters_racing_informer_updates_end_where_a_cold_start_does(seed: int) -> None:
+    """Four threads filter while the informers change nodes, heartbeats and pods under them;
+    once the changes stop, every cached verdict equals what a fresh extender decides."""
+    rng = random.Random(seed)
+    e = new_extender()
+    names = [f"n{i:03d}" for i in range(120)]
+    objects = {name: fleet_object(name, rng, 1) for name in names}
+    for name in names:
+        e.state.nodes.apply(name, node_view(objects[name]))
+        beat(e, name)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def filtering(k: int) -> None:
+        local = random.Random(k)
+        try:
+            while not stop.is_set():
+                limits = local.choice(DEMANDS)
+                answer = e.filter(pod(limits, uid=f"t{k}"), names)
+                assert len(answer.passed) + len(answer.failed) == len(names)
+                e.prioritize(pod(limits, uid=f"t{k}"), list(answer.passed))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=filtering, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    pods: dict[str, str] = {}
+    for step in range(1500):
+        name = rng.choice(names)
+        roll = rng.random()
+        if roll < 0.6:
+            objects[name] = fleet_object(name, rng, step + 2)
+            e.state.nodes.apply(name, node_view(objects[name]))
+        elif roll < 0.8:
+            uid = f"pod-{step}"
+            pods[uid] = name
+            e.state.pods.apply(f"ns/{uid}", assigned(uid, name, (rng.randrange(4), 4)))
+        elif roll < 0.9 and pods:
+            uid = rng.choice(sorted(pods))
+            e.state.pods.apply(f"ns/{uid}", None)
+            del pods[uid]
+        else:
+            beat(e, name)
+        if step % 100 == 0:
+            time.sleep(0.001)  # let the filters see states in between
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    cold = new_extender()
+    for name in names:
+        cold.state.nodes.apply(name, node_view(objects[name]))
+        beat(cold, name)
+    for uid, name in pods.items():
+        cold.state.pods.apply(f"ns/{uid}", e.state.pods.items[f"ns/{uid}"])
+    for limits in DEMANDS:
+        assert decided(e, limits, names, "final") == decided(cold, limits, names, "final")
