@@ -158,6 +158,8 @@ class Binder:
             if holds:
                 self.state.forget(uid)
             raise
+        if holds:
+            self.state.bound(uid)
         first = self.seen.bound(uid)
         if first is not None:
             self.metrics.scheduling.observe(time.monotonic() - first)

@@ -52,7 +52,12 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
 
 
 class Holds:
-    """Pod uid -> (node, holds), indexed per node.
+    """Pod uid -> (node, holds), indexed per node, and which of them are only assumed.
+
+    An assumed pod stays until the informer shows it (then the informer's word replaces it),
+    its Binding fails (`drop`), or a full list that started after its Binding was written
+    does not show it (`expire`): it was deleted or ended before the informer saw it bound,
+    and the watch events that would have said so were lost with a broken watch.
 
     Not locked on its own: `ClusterState` calls it under its lock. Each change returns the
     nodes it touched, whose decisions are then out of date.
@@ -61,6 +66,7 @@ class Holds:
     def __init__(self) -> None:
         self._by_pod: dict[str, tuple[str, tuple[PodHold, ...]]] = {}
         self._by_node: dict[str, dict[str, PodHold]] = {}  # node -> hold key -> hold
+        self._assumed: dict[str, float | None] = {}  # uid -> when its Binding was written
 
     def __len__(self) -> int:
         return len(self._by_pod)
@@ -68,17 +74,34 @@ class Holds:
     def __contains__(self, uid: object) -> bool:
         return uid in self._by_pod
 
-    def put(self, uid: str, node: str, holds: tuple[PodHold, ...]) -> list[str]:
-        """The pod holds `holds` on `node` (replacing what it held before, wherever)."""
+    def put(
+        self, uid: str, node: str, holds: tuple[PodHold, ...], *, assumed: bool = False
+    ) -> list[str]:
+        """The pod holds `holds` on `node` (replacing what it held before, wherever);
+        `assumed`: decided here, not shown by the informer yet."""
         touched = self.drop(uid)
         bucket = self._by_node.setdefault(node, {})
         for hold in holds:
             bucket[hold.key] = hold
         self._by_pod[uid] = (node, holds)
+        if assumed:
+            self._assumed[uid] = None  # its Binding is not written yet
         return [*touched, node]
+
+    def bound(self, uid: str, at: float) -> None:
+        """The assumed pod's Binding was written at monotonic `at`."""
+        if uid in self._assumed:
+            self._assumed[uid] = at
+
+    def expire(self, listed_from: float) -> list[str]:
+        """Drop assumed pods bound before a full list that started at `listed_from` and did
+        not show them (a pod it showed is no longer assumed)."""
+        gone = [uid for uid, at in self._assumed.items() if at is not None and at < listed_from]
+        return [node for uid in gone for node in self.drop(uid)]
 
     def drop(self, uid: str) -> list[str]:
         """The pod holds nothing any more."""
+        self._assumed.pop(uid, None)
         found = self._by_pod.pop(uid, None)
         if found is None:
             return []

@@ -32,7 +32,8 @@ def object_key(obj: Mapping[str, Any]) -> str:
 
 
 class Informer(Generic[T]):
-    """A cache of `path`'s objects, transformed; `on_change(key, old, new)` after each event."""
+    """A cache of `path`'s objects, transformed; `on_change(key, old, new)` after each event,
+    `on_listed(started)` after each full list (everything not listed has been removed)."""
 
     def __init__(
         self,
@@ -42,6 +43,7 @@ class Informer(Generic[T]):
         *,
         query: Sequence[tuple[str, str]] = (),
         on_change: Callable[[str, T | None, T | None], None] | None = None,
+        on_listed: Callable[[float], None] | None = None,
         name: str = "",
     ) -> None:
         self.kube = kube
@@ -49,6 +51,7 @@ class Informer(Generic[T]):
         self.query = tuple(query)
         self.transform = transform
         self.on_change = on_change
+        self.on_listed = on_listed  # after each full list: (monotonic time it was asked)
         self.name = name or path
         self.items: dict[str, T] = {}
         self.synced = threading.Event()
@@ -86,6 +89,7 @@ class Informer(Generic[T]):
             return None
 
     def _relist(self) -> str:
+        started = time.monotonic()
         objects, version = self.kube.list_all(self.path, self.query)
         fresh = {object_key(o): self._safe_transform(o) for o in objects}
         for key in list(self.items):
@@ -93,6 +97,8 @@ class Informer(Generic[T]):
                 self.apply(key, None)
         for key, value in fresh.items():
             self.apply(key, value)
+        if self.on_listed is not None:
+            self.on_listed(started)
         self.synced.set()
         return version
 

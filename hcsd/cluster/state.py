@@ -107,8 +107,9 @@ class ClusterState:
             name=COMPUTE_NODES, on_change=self._node_changed,
         )  # fmt: skip
         self.pods: Informer[PodInfo] = Informer(
-            kube, "/api/v1/pods", pod_info, name="pods", on_change=self._pod_changed
-        )
+            kube, "/api/v1/pods", pod_info,
+            name="pods", on_change=self._pod_changed, on_listed=self._pods_listed,
+        )  # fmt: skip
         self.quotas: Informer[Quota] = Informer(
             kube, paths_for(API_VERSION, COMPUTE_QUOTAS), quota_of,
             name=COMPUTE_QUOTAS, on_change=self._quota_changed,
@@ -185,8 +186,20 @@ class ClusterState:
     def assume(self, uid: str, node: str, holds: tuple[PodHold, ...]) -> None:
         """Count a pod this process is binding before the informer shows it."""
         with self._lock:
-            for touched in self._holds.put(uid, node, holds):
+            for touched in self._holds.put(uid, node, holds, assumed=True):
                 self._touch(touched)
+
+    def bound(self, uid: str) -> None:
+        """The Binding of an assumed pod is written: from now on the API server lists it."""
+        at = time.monotonic()
+        with self._lock:
+            self._holds.bound(uid, at)
+
+    def _pods_listed(self, started: float) -> None:
+        """Assumed pods a full list started after their Binding did not show are gone."""
+        with self._lock:
+            for node in self._holds.expire(started):
+                self._touch(node)
 
     def forget(self, uid: str) -> None:
         """The Binding failed: the pod holds nothing."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from hcsd.cluster.binding import signed_assignment
 from hcsd.cluster.decisions import Decider
 from hcsd.cluster.demand import demand_of
 from hcsd.cluster.extender import Extender
@@ -17,8 +18,11 @@ from hcsd.cluster.kube import Kube
 from hcsd.cluster.metrics import Metrics
 from hcsd.cluster.objects import node_view
 from hcsd.cluster.quota import Amounts, quota_of
+from hcsd.cluster.state import ClusterState
+from hcsd.model import Grant
 from hcsd.profiles.database import ProfileDatabase
 from tests.unit.fleet import GiB, add_node, assigned, beat, node_object, pod
+from tests.unit.watchserver import WatchServer
 
 DB = ProfileDatabase.load(None)
 
@@ -243,3 +247,35 @@ def test_filters_racing_informer_updates_end_where_a_cold_start_does(seed: int) 
         cold.state.pods.apply(f"ns/{uid}", e.state.pods.items[f"ns/{uid}"])
     for limits in DEMANDS:
         assert decided(e, limits, names, "final") == decided(cold, limits, names, "final")
+
+
+def test_an_assumed_pod_that_a_later_full_list_does_not_show_is_forgotten() -> None:
+    """The assume cache's expiry. A pod bound here and deleted before the pods informer saw it
+    (its watch broke in between, so neither event came) would otherwise hold its grants until
+    the extender restarts; the informer's next full list settles it."""
+    server = WatchServer(path="/api/v1/pods")
+    state = ClusterState(server.kube())
+    try:
+        state.nodes.apply("n", node_view(node_object("n")))
+        for uid, gib in (("gone", 1), ("in-flight", 2), ("listed", 4)):
+            state.assume(uid, "n", assigned(uid, "n", (0, gib), namespace="test").holds)
+        state.bound("gone")  # then deleted, unseen
+        state.bound("listed")  # and still there:
+        grants = {"main": (Grant("n-0", 4 * GiB, 0),)}
+        annotation = signed_assignment("n", "listed", grants, b"k" * 32, int(time.time()))
+        meta = {"uid": "listed", "annotations": {"hcs.io/assignment": annotation}}
+        server.put("listed", meta=meta, spec={"nodeName": "n"}, status={"phase": "Running"})
+        state.pods.start()
+        assert state.pods.synced.wait(10)
+        # "in-flight" has no answer to its Binding yet: the list may predate it, so it stays.
+        assert state.namespace_usage("test").vram == 6 * GiB
+        state.bound("in-flight")  # written now, but the pod is gone before anyone saw it
+        server.change_unseen({}, [])  # the watch breaks: the informer lists again
+        deadline = time.monotonic() + 10
+        while state.namespace_usage("test").vram != 4 * GiB and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state.namespace_usage("test").vram == 4 * GiB
+        assert state.snapshot().nodes["n"].usage["n-0"].vram_bytes == 4 * GiB
+    finally:
+        state.stop()
+        server.close()

@@ -71,9 +71,10 @@ class WatchServer:
                 self.log.append((self.version, line))
             self.cond.notify_all()
 
-    def put(self, name: str, **fields: Any) -> None:
+    def put(self, name: str, *, meta: dict[str, Any] | None = None, **fields: Any) -> None:
         kind = "MODIFIED" if name in self.objects else "ADDED"
-        self._event(kind, {"metadata": {"name": name, "namespace": "test"}, **fields})
+        metadata = {"name": name, "namespace": "test", **(meta or {})}
+        self._event(kind, {"metadata": metadata, **fields})
 
     def delete(self, name: str) -> None:
         self._event("DELETED", self.objects[name])
@@ -92,6 +93,7 @@ class WatchServer:
                     "ADDED", {"metadata": {"name": name, "namespace": "test"}, **fields},
                     logged=False,
                 )  # fmt: skip
+            self.version += 1  # as writes elsewhere move the version on
             self.compacted = self.version
             self.closing += 1
             self.cond.notify_all()
