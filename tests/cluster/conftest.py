@@ -296,3 +296,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for daemon in c.daemons.values():
             daemon.close()
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """etcd and kube-apiserver only, with the shipped CRDs and RBAC: for tests of one cluster
+    part at a time (leader election, the syncer, bind), which bring their own peers."""
+    binaries, etcd = _requirements()
+    work = tmp_path_factory.mktemp("plane")
+    control = ControlPlane(binaries, etcd, work).start()
+    try:
+        control.apply([d for d in manifests(*kustomized()) if d["kind"] != "Secret"])
+        yield control
+    finally:
+        control.stop()
