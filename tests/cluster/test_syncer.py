@@ -1,0 +1,127 @@
+"""hcs-syncer between a real hcsd (the integration harness's, on the simulated mixed node) and
+a real kube-apiserver, as the syncer's service account: what it writes, and when."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hcsd.api.client import Client
+from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.cluster.syncer import Syncer, SyncerSettings
+from tests.cluster.controlplane import ControlPlane
+from tests.integration.test_daemon import Daemon
+
+pytestmark = pytest.mark.slow
+
+NODES = "/apis/hcs.io/v1alpha1/computenodes/"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases/hcs-node-"
+
+
+def until(condition: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def hcsd(tmp_path: Path) -> Iterator[Daemon]:
+    daemon = Daemon(tmp_path)
+    daemon.start()
+    yield daemon
+    daemon.close()
+
+
+class Running:
+    def __init__(self, plane: ControlPlane, hcsd: Daemon, node: str, **settings: Any) -> None:
+        self.node = node
+        self.admin = plane.kube()
+        options = {"lease_seconds": 3, "renew": 0.3, "settle": 0.2, "resync": 300.0, **settings}
+        self.syncer = Syncer(
+            SyncerSettings(node_name=node, socket_path=hcsd.socket, **options),
+            plane.kube("syncer"),
+        )
+        self.thread = threading.Thread(target=self.syncer.run, daemon=True)
+        self.thread.start()
+
+    def status(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.admin.get(NODES + self.node).get("status") or {}
+        return found
+
+    def renewed(self) -> str:
+        return str(self.admin.get(LEASES + self.node)["spec"]["renewTime"])
+
+    def stop(self) -> None:
+        self.syncer.stop()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def start(plane: ControlPlane, hcsd: Daemon) -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def starting(node: str, **settings: Any) -> Running:
+        started.append(Running(plane, hcsd, node, **settings))
+        return started[-1]
+
+    yield starting
+    for r in started:
+        r.stop()
+
+
+def test_status_is_written_on_change_only_and_a_burst_is_one_write(
+    start: Callable[..., Running], hcsd: Daemon
+) -> None:
+    running = start("on-change")
+    syncer = running.syncer
+    assert syncer.synced.wait(15)
+    assert running.status()["deviceCount"] == 6 and running.status()["allocations"] == []
+    assert (syncer.writes["create"], syncer.writes["status"], syncer.writes["spec"]) == (1, 1, 0)
+    leases = syncer.writes["lease"]
+    time.sleep(1.5)  # steady state: only the heartbeat is written
+    assert syncer.writes["status"] == 1 and syncer.writes["lease"] >= leases + 3
+    with Client(hcsd.socket) as client:
+        for i in range(12):
+            client.allocate(pb.AllocateRequest(container_id=f"burst-{i}", vram="1Gi"))
+    until(lambda: len(running.status()["allocations"]) == 12, what="the burst in the status")
+    time.sleep(0.6)  # a trailing pass, if any, has run
+    # hcsd sent 12 events within the settle window: one write, two if the burst straddled it.
+    assert syncer.writes["status"] - 1 in (1, 2), dict(syncer.writes)
+    assert syncer.writes["spec"] == 0 and syncer.writes["create"] == 1
+
+
+def test_a_resync_writes_nothing_unless_someone_else_changed_the_status(
+    start: Callable[..., Running],
+) -> None:
+    running = start("resynced", resync=1.0)
+    syncer = running.syncer
+    assert syncer.synced.wait(15)
+    time.sleep(2.5)  # two resyncs: each reads the object back and finds it current
+    assert syncer.writes["status"] == 1
+    edited = running.admin.get(NODES + running.node)
+    edited["status"]["phase"] = "NotReady"
+    running.admin.replace(NODES + running.node + "/status", edited)
+    until(lambda: running.status()["phase"] == "Ready", timeout=5, what="the status repaired")
+    assert syncer.writes["status"] == 2
+
+
+def test_the_heartbeat_follows_hcsd(start: Callable[..., Running], hcsd: Daemon) -> None:
+    running = start("heartbeat")
+    assert running.syncer.synced.wait(15)
+    first = running.renewed()
+    until(lambda: running.renewed() > first, timeout=3, what="a renewal")
+    assert hcsd.process is not None
+    hcsd.process.kill()
+    hcsd.process.wait()
+    time.sleep(1.0)  # the syncer notices: the status read fails, renewals stop
+    stopped, writes = running.renewed(), running.syncer.writes["lease"]
+    time.sleep(1.5)  # five renewal periods
+    assert running.renewed() == stopped and running.syncer.writes["lease"] == writes
+    hcsd.start()  # the same state directory and socket
+    until(lambda: running.renewed() > stopped, timeout=10, what="renewals after hcsd's return")
