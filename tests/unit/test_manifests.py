@@ -34,7 +34,8 @@ IMAGE = f"hcs/hcsd:{__version__}"
 
 Rules = dict[tuple[str, str], frozenset[str]]  # (apiGroup, resource) -> verbs
 
-# What the code calls, per role (hcsd/cluster/syncer.py, extender.py, informer.py, leader.py).
+# What the code calls, per role (hcsd/cluster/syncer.py, state.py, binding.py,
+# quota_status.py, informer.py, leader.py).
 # A permission added to a manifest without a line here fails the test: least privilege.
 RBAC: dict[tuple[str, str], Rules] = {
     ("ClusterRole", names.SYNCER_ACCOUNT): {
