@@ -30,10 +30,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hcsd.cluster import planner
 from hcsd.cluster.demand import Demand, demand_of
 from hcsd.cluster.heartbeats import stale_reason
 from hcsd.cluster.metrics import Metrics
-from hcsd.cluster.planner import Plan, Unfit, expand_models, plan, quick_fit
+from hcsd.cluster.planner import Plan, Unfit, expand_models, quick_fit
 from hcsd.cluster.quota import Amounts, Quota
 from hcsd.cluster.state import Answer, NodeSnapshot, Snapshot
 from hcsd.profiles.database import ProfileDatabase
@@ -183,15 +184,16 @@ class Decider:
         ):
             changed = self.changed_between(cached.version, snapshot.version)
             if changed is not None:
-                verdict = cached
-                if changed:
+                relevant = [n for n in changed if n in cached.scores or n in cached.failed]
+                if relevant:  # copy, then re-answer the nodes that changed
                     failed, scores = dict(cached.failed), dict(cached.scores)
-                    relevant = [n for n in changed if n in scores or n in failed]
                     valid_until = self._judge(
                         snapshot, demand, demand_id, relevant,
                         into=(failed, scores), valid_until=cached.valid_until,
                     )  # fmt: skip
                     verdict = Verdict(snapshot.version, valid_until, failed, scores)
+                else:  # the same answer, brought up to this snapshot's version
+                    verdict = dataclasses.replace(cached, version=snapshot.version)
                 self._keep(key, verdict)
                 return verdict
         verdict = self._verdict(snapshot, demand, demand_id, names)
@@ -278,7 +280,7 @@ class Decider:
         key = (node.shape_id, demand_id)
         found = self._plans.get(key)
         if found is None:
-            found = plan(demand, node.view.devices, node.usage, self.db)
+            found = planner.plan(demand, node.view.devices, node.usage, self.db)
             self._plans[key] = found
             if len(self._plans) > _PLANS:
                 with contextlib.suppress(KeyError):  # another thread emptied it meanwhile
@@ -298,7 +300,7 @@ class Decider:
         if why is not None:
             return Unfit(why)
         node = snapshot.nodes[name]
-        return plan(demand, node.view.devices, node.usage, self.db)
+        return planner.plan(demand, node.view.devices, node.usage, self.db)
 
     # --- prioritize ----------------------------------------------------------------------
 

@@ -176,10 +176,12 @@ class ClusterState:
         if new is None:
             return  # deleted: the last heartbeat ages out (see Heartbeats)
         with self._lock:
+            before = self._heartbeats.beats.get(new.node)
             if self._heartbeats.record(new, time.monotonic()):
                 self._touch(new.node)
-            self._beats_moved = True
-            self._last = None
+            if self._heartbeats.beats.get(new.node) is not before:  # not a relist's repeat
+                self._beats_moved = True
+                self._last = None
 
     # --- the assume cache, for Binder -----------------------------------------------------
 
