@@ -4,12 +4,21 @@ Never edits anything without `--yes` or an interactive yes; `--dry-run` prints t
 user's config is not rewritten: NRI is switched on through a drop-in (containerd `imports`,
 CRI-O's crio.conf.d). The one edit of a user's file, adding the drop-in directory to
 containerd's `imports`, is backed up first. Works without a running hcsd.
+
+For containerd the drop-in also makes hcsd a required NRI plugin through NRI's built-in default
+validator (`default_validator`, containerd 2.x: NRI v0.12.0 in containerd 2.3.7; absent from
+containerd 1.7's NRI v0.8.0, which ignores the keys): while hcsd is not registered, the runtime
+refuses to create containers instead of starting them without their devices and quota.
+containerd merges an imported file into the config key by key, but a list in a plugin's section
+replaces the config's (checked with containerd 2.3.7's `config dump`): the drop-in repeats the
+config's own required plugins beside hcsd.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import os
 import shutil
 import sys
@@ -22,7 +31,10 @@ from hcsd.contract import paths
 
 __all__ = ["add_parser", "run"]
 
-NRI_SECTION = '[plugins."io.containerd.nri.v1.nri"]'
+NRI_PLUGIN = "io.containerd.nri.v1.nri"
+NRI_SECTION = f'[plugins."{NRI_PLUGIN}"]'
+VALIDATOR_SECTION = f'[plugins."{NRI_PLUGIN}".default_validator]'
+PLUGIN_NAME = "hcsd"  # what the plugin registers as (the validator also accepts "10-hcsd")
 PLUGIN_BINARY = "/usr/bin/hcs-nri-plugin"
 
 
@@ -82,17 +94,40 @@ def containerd_changes(args: argparse.Namespace) -> tuple[list[Change], list[str
     version = config.get("version", 3 if text is None else 1)
     if version not in (2, 3):
         raise SetupError(f"{args.config}: config version {version!r} is not supported (2 or 3)")
-    nri = config.get("plugins", {}).get("io.containerd.nri.v1.nri", {})
+    nri = config.get("plugins", {}).get(NRI_PLUGIN, {})
     changes: list[Change] = []
-    if nri.get("disable") is False or (version == 3 and "disable" not in nri):
+    enabled = nri.get("disable") is False or (version == 3 and "disable" not in nri)
+    validator = nri.get("default_validator", {})
+    already = [str(p) for p in validator.get("required_plugins", [])]
+    required = validator.get("enable") is True and PLUGIN_NAME in already
+    if enabled:
         notes.append(f"NRI is already enabled (config version {version})")
-    else:
+    if required:
+        notes.append(f"{args.config} already requires the {PLUGIN_NAME} NRI plugin")
+    if version == 2:
+        notes.append(
+            "containerd 1.7 (NRI v0.8) has no NRI validator and ignores default_validator: "
+            "there, containers created while hcsd is down start without their devices and "
+            "quota (hcsd reports them at its next Synchronize); containerd 2.x honours it"
+        )
+    if not (enabled and required):
         drop_in_dir = args.drop_in_dir.rstrip("/")
         drop_in = f"{drop_in_dir}/{args.index}-hcsd-nri.toml"
-        body = (
-            "# Written by hcsctl setup containerd: switch on NRI for hcsd.\n"
-            f"version = {version}\n\n{NRI_SECTION}\n  disable = false\n"
-            f'  plugin_path = "{paths.NRI_PLUGIN_DIR}"\n  socket_path = "{paths.NRI_SOCKET}"\n'
+        body = "# Written by hcsctl setup containerd: NRI on, with hcsd required.\n"
+        body += f"version = {version}\n"
+        if not enabled:
+            body += (
+                f"\n{NRI_SECTION}\n  disable = false\n"
+                f'  plugin_path = "{paths.NRI_PLUGIN_DIR}"\n  socket_path = "{paths.NRI_SOCKET}"\n'
+            )
+        body += (
+            f"\n{VALIDATOR_SECTION}\n"
+            "  # Refuse to create a container while hcsd's plugin is not registered (hcsd down or\n"
+            "  # restarting, the first moments after a containerd restart) rather than start it\n"
+            "  # without its devices and quota. Every container is refused then, not only GPU\n"
+            "  # ones; see hcsd's docs/runtime.md for the per-pod alternative.\n"
+            "  enable = true\n"
+            f"  required_plugins = {_toml_strings([*already, PLUGIN_NAME])}\n"
         )
         changes.append(Change(_under(args.root, drop_in), _read(_under(args.root, drop_in)), body))
         imports = config.get("imports", [])
@@ -107,6 +142,11 @@ def containerd_changes(args: argparse.Namespace) -> tuple[list[Change], list[str
         path = _under(args.root, wrapper)
         changes.append(Change(path, _read(path), body, 0o755))
     return [c for c in changes if c.old != c.new], notes
+
+
+def _toml_strings(values: list[str]) -> str:
+    """A TOML array of basic strings (JSON's string escapes are TOML's)."""
+    return "[" + ", ".join(json.dumps(v) for v in dict.fromkeys(values)) + "]"
 
 
 def _add_import(text: str, pattern: str, imports: list[str]) -> str:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from hcsd.cli.main import main
+from tests.runtime.peers import CONTAINERD_17_VERSION, CONTAINERD_VERSION, PEERS
 
 # The shape `containerd config default` prints: 1.7 (version 2, NRI disabled) and 2.x (version 3).
 CONTAINERD_17 = """\
@@ -55,6 +57,7 @@ def test_containerd_17_dry_run_changes_nothing(
     assert main(["setup", "containerd", "--root", str(root), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "+  disable = false" in out
+    assert "no NRI validator and ignores default_validator" in out
     assert '+imports = ["/etc/containerd/conf.d/*.toml"]' in out
     assert not (root / "etc/containerd/conf.d").exists()
     assert (root / "etc/containerd/config.toml").read_text() == CONTAINERD_17
@@ -76,6 +79,10 @@ def test_containerd_17_apply(tmp_path: Path) -> None:
     drop_in = tomllib.loads((root / "etc/containerd/conf.d/10-hcsd-nri.toml").read_text())
     assert drop_in["version"] == 2
     assert drop_in["plugins"]["io.containerd.nri.v1.nri"]["disable"] is False
+    assert drop_in["plugins"]["io.containerd.nri.v1.nri"]["default_validator"] == {
+        "enable": True,
+        "required_plugins": ["hcsd"],
+    }
     backups = list((root / "etc/containerd").glob("config.toml.hcs-backup-*"))
     assert len(backups) == 1 and backups[0].read_text() == CONTAINERD_17
     wrapper = root / "opt/nri/plugins/10-hcsd"
@@ -86,12 +93,103 @@ def test_containerd_17_apply(tmp_path: Path) -> None:
     assert len(list((root / "etc/containerd").glob("config.toml.hcs-backup-*"))) == 1
 
 
-def test_containerd_2_has_nri_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def validator(drop_in: Path) -> dict[str, object]:
+    section: dict[str, object] = tomllib.loads(drop_in.read_text())["plugins"][
+        "io.containerd.nri.v1.nri"
+    ]["default_validator"]
+    return section
+
+
+def test_containerd_2_requires_hcsd_through_the_default_validator(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NRI is on by default in 2.x: the drop-in carries only the validator, so the user's
+    socket and timeouts stay."""
     root = tree(tmp_path, CONTAINERD_2)
     assert main(["setup", "containerd", "--root", str(root), "--yes"]) == 0
     assert "already enabled" in capsys.readouterr().out
-    assert (root / "etc/containerd/config.toml").read_text() == CONTAINERD_2
+    drop_in = root / "etc/containerd/conf.d/10-hcsd-nri.toml"
+    assert validator(drop_in) == {"enable": True, "required_plugins": ["hcsd"]}
+    assert set(tomllib.loads(drop_in.read_text())["plugins"]["io.containerd.nri.v1.nri"]) == {
+        "default_validator"
+    }
+    config = tomllib.loads((root / "etc/containerd/config.toml").read_text())
+    assert config["imports"] == ["/etc/containerd/conf.d/*.toml"]
     assert not (root / "opt/nri").exists()
+    assert main(["setup", "containerd", "--root", str(root), "--yes"]) == 0
+    assert "nothing to change" in capsys.readouterr().out
+
+
+def test_the_validator_keeps_the_users_required_plugins(tmp_path: Path) -> None:
+    """containerd replaces a plugin section's list from an import (it does not append)."""
+    user = CONTAINERD_2 + (
+        "    [plugins.'io.containerd.nri.v1.nri'.default_validator]\n"
+        '      required_plugins = ["policy"]\n'
+    )
+    root = tree(tmp_path, user)
+    assert main(["setup", "containerd", "--root", str(root), "--yes"]) == 0
+    drop_in = root / "etc/containerd/conf.d/10-hcsd-nri.toml"
+    assert validator(drop_in)["required_plugins"] == ["policy", "hcsd"]
+
+
+def test_a_config_that_already_requires_hcsd_is_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    user = CONTAINERD_2 + (
+        "    [plugins.'io.containerd.nri.v1.nri'.default_validator]\n"
+        '      enable = true\n      required_plugins = ["hcsd"]\n'
+    )
+    root = tree(tmp_path, user)
+    assert main(["setup", "containerd", "--root", str(root), "--yes"]) == 0
+    assert "already requires the hcsd NRI plugin" in capsys.readouterr().out
+    assert (root / "etc/containerd/config.toml").read_text() == user
+
+
+def peer(name: str) -> Path:
+    binary = PEERS / name / "containerd"
+    if not (PEERS / name / "BUILT").exists():
+        pytest.skip(f"{name} is not built (python -m tests.runtime.peers)")
+    return binary
+
+
+def dump(binary: Path, root: Path) -> str:
+    """`containerd config dump` of the tree's config, its imports pointed into the tree."""
+    config = root / "etc/containerd/config.toml"
+    config.write_text(config.read_text().replace('"/etc/', f'"{root}/etc/'))
+    result = subprocess.run(
+        [str(binary), "--config", str(config), "config", "dump"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout
+
+
+def test_containerd_2_reads_the_required_plugin_from_the_drop_in(tmp_path: Path) -> None:
+    """The real containerd merges the drop-in as written: validator on, hcsd and the user's
+    plugin required, the user's NRI socket kept."""
+    binary = peer(f"containerd-{CONTAINERD_VERSION}")
+    user = CONTAINERD_2.replace("nri.sock", "custom.sock") + (
+        "    [plugins.'io.containerd.nri.v1.nri'.default_validator]\n"
+        '      required_plugins = ["policy"]\n'
+    )
+    root = tree(tmp_path, user)
+    assert main(["setup", "containerd", "--root", str(root), "--yes"]) == 0
+    nri = tomllib.loads(dump(binary, root))["plugins"]["io.containerd.nri.v1.nri"]
+    assert nri["socket_path"] == "/var/run/nri/custom.sock" and nri["disable"] is False
+    assert nri["default_validator"]["enable"] is True
+    assert nri["default_validator"]["required_plugins"] == ["policy", "hcsd"]
+
+
+def test_containerd_17_ignores_the_validator(tmp_path: Path) -> None:
+    """1.7's NRI (v0.8) has no validator: the keys load without error and do nothing, and
+    setup says so."""
+    binary = peer(f"containerd-{CONTAINERD_17_VERSION}")
+    root = tree(tmp_path, CONTAINERD_17)
+    assert main(["setup", "containerd", "--root", str(root), "--yes"]) == 0
+    nri = tomllib.loads(dump(binary, root))["plugins"]["io.containerd.nri.v1.nri"]
+    assert nri["disable"] is False and "default_validator" not in nri
 
 
 def test_containerd_bad_config(tmp_path: Path) -> None:
