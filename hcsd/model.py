@@ -13,6 +13,7 @@ __all__ = [
     "Allocation",
     "Device",
     "DeviceNode",
+    "FrontEnd",
     "Grant",
     "HealthState",
     "Link",
@@ -153,6 +154,30 @@ class Grant:
     compute_percent: int = 0
 
 
+class FrontEnd(enum.StrEnum):
+    """Which way into hcsd made an allocation: each front end reconciles only its own.
+
+    The NRI plugin learns at Synchronize which containers its runtime still has; it must not
+    release what `hcs-runtime` or `hcs-oci-hook` recorded for containers of another runtime,
+    nor what an operator allocated. UNKNOWN marks records written before the front end was
+    recorded: no front end reconciles them (an operator releases them with hcsctl).
+    """
+
+    NRI = "nri"
+    RUNC_WRAPPER = "hcs-runtime"
+    OCI_HOOK = "hcs-oci-hook"
+    API = "api"  # hcsctl and other API clients calling Allocate
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def parse(cls, text: str) -> FrontEnd:
+        """A recorded or received name; an unknown one (a newer build's) reads as UNKNOWN."""
+        try:
+            return cls(text)
+        except ValueError:
+            return cls.UNKNOWN
+
+
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """Who holds which slices: the unit the ledger records and the API reports.
@@ -167,6 +192,7 @@ class Allocation:
     container_name: str = ""
     created: float = 0.0  # unix seconds
     source: str = "api"  # "api", "local" (container annotation), "assignment" (scheduler)
+    front_end: FrontEnd = FrontEnd.UNKNOWN  # which way in recorded it
 
     @property
     def vram_bytes(self) -> int:
@@ -230,6 +256,7 @@ class Request:
     pod: PodRef = field(default_factory=PodRef)
     container_name: str = ""
     source: str = "api"
+    front_end: FrontEnd = FrontEnd.API
 
     def __post_init__(self) -> None:
         if not self.container_id:

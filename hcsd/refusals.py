@@ -32,6 +32,7 @@ class Code(enum.IntEnum):
     INVALID_ARGUMENT = 3
     ALREADY_EXISTS = 6
     RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
     UNAVAILABLE = 14
 
 
@@ -51,6 +52,7 @@ class Reason(enum.StrEnum):
     CONFLICT = "conflict"  # the container already holds a different allocation
     WRITE_FAILED = "write_failed"  # the ledger could not make the record durable
     PREPARE_FAILED = "prepare_failed"  # the container's files could not be prepared
+    NOT_INJECTED = "not_injected"  # the runtime left hcsd's devices or quota edits out
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,8 @@ RULES: Mapping[Reason, Rule] = MappingProxyType(
         Reason.CONFLICT: Rule(Code.ALREADY_EXISTS, temporary=False),
         Reason.WRITE_FAILED: Rule(Code.UNAVAILABLE, temporary=True),
         Reason.PREPARE_FAILED: _PERMANENT_NO_ROOM,
+        # The node's runtime set-up, not the request, is wrong: retrying cannot help.
+        Reason.NOT_INJECTED: Rule(Code.FAILED_PRECONDITION, temporary=False),
     }
 )
 

@@ -12,6 +12,7 @@ from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.model import (
     Allocation,
     DeviceNode,
+    FrontEnd,
     Grant,
     HealthState,
     PodRef,
@@ -171,6 +172,7 @@ def allocation_to_pb(allocation: Allocation) -> pb.Allocation:
         ],
         created=allocation.created,
         source=allocation.source,
+        front_end=allocation.front_end.value,
     )
 
 
@@ -182,6 +184,7 @@ def pb_to_allocation(message: pb.Allocation) -> Allocation:
         container_name=message.container_name,
         created=message.created,
         source=message.source,
+        front_end=FrontEnd.parse(message.front_end),
     )
 
 

@@ -31,9 +31,11 @@ from hcsd.api.convert import (
 )
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
-from hcsd.model import PodRef
+from hcsd.contract.names import container_id_problem
+from hcsd.model import FrontEnd, PodRef
 from hcsd.refusals import METADATA_KEY, Reason, Refusal
 from hcsd.runtime.injector import ContainerInfo, Injector
+from hcsd.runtime.presence import ContainerView
 from hcsd.service import NodeService, WatchOverflow
 
 __all__ = ["ApiServer", "HcsdServicer", "SocketInUse", "grpc_code"]
@@ -42,6 +44,8 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 4 * 1024 * 1024
 _GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
+# The front ends that call PrepareContainer; anything else is recorded as unknown.
+_CONTAINER_FRONT_ENDS = (FrontEnd.RUNC_WRAPPER, FrontEnd.OCI_HOOK)
 
 
 def grpc_code(refusal: Refusal) -> grpc.StatusCode:
@@ -87,6 +91,7 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
     async def Allocate(
         self, request: pb.AllocateRequest, context: grpc.aio.ServicerContext
     ) -> pb.AllocateResponse:
+        self._check_container_id(request.container_id)
         try:
             parsed = request_from_pb(request)
         except InvalidRequest as e:
@@ -99,8 +104,7 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
     async def Release(
         self, request: pb.ReleaseRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleaseResponse:
-        if not request.container_id:
-            raise self._invalid("", "container_id is required")
+        self._check_container_id(request.container_id, held_ok=True)
         released = self.service.release(request.container_id)
         if released is None:
             return pb.ReleaseResponse(released=False)
@@ -112,18 +116,24 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
         if self.injector is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime integration is disabled")
             raise AssertionError  # unreachable: abort raises
-        if not request.container_id:
+        if not request.container_id:  # the injector checks the id of a container it serves
             raise self._invalid("", "container_id is required")
+        front_end = FrontEnd.parse(request.front_end)
+        if front_end not in _CONTAINER_FRONT_ENDS:
+            front_end = FrontEnd.UNKNOWN
         info = ContainerInfo(
             container_id=request.container_id,
             container_name=request.container_name,
             pod=PodRef(request.pod.namespace, request.pod.name, request.pod.uid),
             container_annotations=dict(request.container_annotations),
             pod_annotations=dict(request.pod_annotations),
+            front_end=front_end,
         )
         edits = self.injector.create(info)
         if edits is None:
             return pb.PrepareContainerResponse(managed=False)
+        if request.HasField("spec"):
+            self.injector.verify_injected(info, edits, _view(request.spec))
         held = self.service.allocation(request.container_id)
         return pb.PrepareContainerResponse(
             managed=True,
@@ -151,6 +161,7 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
         if self.injector is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime integration is disabled")
             raise AssertionError  # unreachable: abort raises
+        self._check_container_id(request.container_id, held_ok=True)
         held = self.service.allocation(request.container_id)
         if request.deleted:
             self.injector.removed(request.container_id)
@@ -172,10 +183,27 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
         finally:
             subscription.close()
 
+    def _check_container_id(self, container_id: str, *, held_ok: bool = False) -> None:
+        """Refuse an id the runtime would not accept either (INVALID_ARGUMENT), before it
+        reaches a log line, the ledger or a directory name. `held_ok`: an id the ledger holds
+        (recorded before this check existed) may still be released."""
+        problem = container_id_problem(container_id)
+        if problem is None or (held_ok and self.service.allocation(container_id) is not None):
+            return
+        raise self._invalid("", f"invalid request: {problem}")
+
     def _invalid(self, container_id: str, message: str) -> Refusal:
         """A malformed request, counted and logged like every other refusal."""
         text = f"{container_id}: {message}" if container_id else message
         return self.service.refuse(Refusal(Reason.INVALID_REQUEST, text))
+
+
+def _view(spec: pb.ContainerSpec) -> ContainerView:
+    return ContainerView.of(
+        device_paths=spec.device_paths,
+        mounts=((m.container_path, m.host_path) for m in spec.mounts),
+        env=spec.env,
+    )
 
 
 async def _abort_refused(context: grpc.aio.ServicerContext, refusal: Refusal) -> None:

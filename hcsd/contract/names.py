@@ -7,6 +7,8 @@ against these values.
 
 from __future__ import annotations
 
+import re
+
 # --- the CRDs ---------------------------------------------------------------------------------
 GROUP = "hcs.io"
 VERSION = "v1alpha1"
@@ -61,3 +63,22 @@ ANNOTATION_DEVICES = "hcs.io/devices"
 # --- CDI ----------------------------------------------------------------------------------------
 CDI_KIND = "hcs.io/device"  # devices as `hcs.io/device=<uuid>` or `hcs.io/device=nvidia-0`
 CDI_SPEC_NAME = "hcs.io-device.yaml"
+
+# --- containers ---------------------------------------------------------------------------------
+# A container id names the container's directory on the host and its ledger record: what the
+# runtimes produce (64 hex digits from containerd and CRI-O, names from runc users), nothing
+# that could climb out of a directory or forge a log line. Matched whole (`fullmatch`): a `$`
+# would let a trailing newline through.
+CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def container_id_problem(container_id: str) -> str | None:
+    """Why `container_id` cannot be used, or None when it can (one check for every caller)."""
+    if CONTAINER_ID.fullmatch(container_id):
+        return None
+    if not container_id:
+        return "container id must not be empty"
+    return (
+        f"container id {container_id[:140]!r} is not 1-128 characters of letters, digits, "
+        "'_', '.' and '-' starting with a letter or digit"
+    )

@@ -128,6 +128,12 @@ def render_metrics(
         [(_labels([("reason", r)]), n) for r, n in sorted(reasons.items())],
     )
     family(
+        "hcs_uninjected_containers_total",
+        "counter",
+        "Containers that asked for devices found running without hcsd's devices and quota.",
+        [("", service.uninjected_count)],
+    )
+    family(
         "hcs_ledger_seq",
         "counter",
         "Operations recorded in the ledger.",

@@ -13,7 +13,14 @@ from typing import Any
 
 from hcsd.api.v1 import hcsd_pb2 as pb
 
-__all__ = ["apply_edits", "is_sandbox", "load_config", "prepare_request", "save_config"]
+__all__ = [
+    "apply_edits",
+    "container_spec",
+    "is_sandbox",
+    "load_config",
+    "prepare_request",
+    "save_config",
+]
 
 _NAME_KEYS = ("io.kubernetes.cri.container-name", "io.kubernetes.container.name")
 _POD_KEYS = {
@@ -53,7 +60,9 @@ def is_sandbox(config: dict[str, Any]) -> bool:
     )
 
 
-def prepare_request(container_id: str, config: dict[str, Any]) -> pb.PrepareContainerRequest:
+def prepare_request(
+    container_id: str, config: dict[str, Any], front_end: str
+) -> pb.PrepareContainerRequest:
     annotations = {str(k): str(v) for k, v in (config.get("annotations") or {}).items()}
     pod = pb.PodRef(**{field: _first(annotations, keys) for field, keys in _POD_KEYS.items()})
     return pb.PrepareContainerRequest(
@@ -62,6 +71,26 @@ def prepare_request(container_id: str, config: dict[str, Any]) -> pb.PrepareCont
         pod=pod,
         container_annotations=annotations,
         pod_annotations=annotations,
+        front_end=front_end,
+    )
+
+
+def container_spec(config: dict[str, Any]) -> pb.ContainerSpec:
+    """What the config already holds (devices, mounts, env), for hcsd to check its edits
+    against; anything malformed in it counts as absent."""
+    linux = config.get("linux") if isinstance(config.get("linux"), dict) else {}
+    process = config.get("process") if isinstance(config.get("process"), dict) else {}
+    devices = [d for d in (linux or {}).get("devices") or [] if isinstance(d, dict)]
+    mounts = [m for m in config.get("mounts") or [] if isinstance(m, dict)]
+    return pb.ContainerSpec(
+        device_paths=[str(d.get("path", "")) for d in devices],
+        mounts=[
+            pb.Mount(
+                container_path=str(m.get("destination", "")), host_path=str(m.get("source", ""))
+            )
+            for m in mounts
+        ],
+        env=[str(e) for e in (process or {}).get("env") or []],
     )
 
 

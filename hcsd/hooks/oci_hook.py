@@ -1,11 +1,13 @@
 """`hcs-oci-hook`: an OCI hook for CRI-O and podman (hooks.d/hcs.json).
 
 At createRuntime it records the container with hcsd (allocating from its assignment or
-`hcs.io/*` annotations) and checks that every device node hcsd assigned is in the container's
-config — injected by hcsd's NRI plugin or by CDI. A container that holds an allocation without
-its devices, or that hcsd refuses, fails to start with the reason on stderr (for a refusal,
-hcsd's own text: the container, the figures, the reason and whether a retry may succeed). At
-poststop it tells hcsd the container is gone. The state JSON arrives on stdin.
+`hcs.io/*` annotations) and sends what the container's final config holds (devices, mounts,
+env): hcsd refuses the container, and releases what it recorded, when any device it assigned or
+any quota edit (libhcs, the /etc/ld.so.preload mount, the quota file and HCS_CONFIG) is missing
+— a runtime that injects devices by CDI or a device plugin but has no hcsd NRI plugin would
+otherwise run it with the whole device. A refused container fails to start with hcsd's text on
+stderr: the container, what is missing or the figures, the reason and whether a retry may
+succeed. At poststop it tells hcsd the container is gone. The state JSON arrives on stdin.
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.contract import paths
-from hcsd.hooks.bundle import is_sandbox, load_config, prepare_request
+from hcsd.hooks.bundle import container_spec, is_sandbox, load_config, prepare_request
+from hcsd.model import FrontEnd
 
 __all__ = ["main"]
 
@@ -47,30 +49,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(bundle)
             if is_sandbox(config):
                 return 0
-            edits = client.prepare_container(prepare_request(container_id, config))
+            request = prepare_request(container_id, config, FrontEnd.OCI_HOOK.value)
+            request.spec.CopyFrom(container_spec(config))
+            client.prepare_container(request)
     except ApiError as e:
         # A refusal's text starts with the container already; other errors need naming it.
         print(f"hcs-oci-hook: {e if e.refusal else f'{container_id}: {e}'}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as e:
         print(f"hcs-oci-hook: {container_id}: {e}", file=sys.stderr)
-        return 1
-    return _check_injected(container_id, config, edits)
-
-
-def _check_injected(
-    container_id: str, config: dict[str, Any], edits: pb.PrepareContainerResponse
-) -> int:
-    if not edits.managed:
-        return 0
-    present = {d.get("path") for d in (config.get("linux") or {}).get("devices", [])}
-    missing = sorted(d.path for d in edits.devices if d.path not in present)
-    if missing:
-        print(
-            f"hcs-oci-hook: {container_id}: devices assigned by hcsd were not injected: "
-            f"{', '.join(missing)} (enable NRI or CDI in the runtime)",
-            file=sys.stderr,
-        )
         return 1
     return 0
 

@@ -17,6 +17,7 @@ from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.contract import paths
 from hcsd.hooks.bundle import apply_edits, is_sandbox, load_config, prepare_request, save_config
+from hcsd.model import FrontEnd
 
 __all__ = ["main", "parse_runc_args"]
 
@@ -84,7 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(bundle)
             if not is_sandbox(config):
                 with Client(socket, timeout=5) as client:
-                    edits = client.prepare_container(prepare_request(container_id, config))
+                    edits = client.prepare_container(
+                        prepare_request(container_id, config, FrontEnd.RUNC_WRAPPER.value)
+                    )
                 if edits.managed:
                     save_config(bundle, apply_edits(config, edits))
         elif command == "delete" and container_id:

@@ -1,7 +1,9 @@
 """Allocations to and from the msgpack maps stored in journal and snapshot records.
 
 Short keys keep records small (one fsync'd write per operation); decoding checks every field so
-that a record written by a buggy or newer build fails loudly instead of half-loading.
+that a record written by a buggy or newer build fails loudly instead of half-loading. Fields
+added later are optional on reading, so journals and snapshots written before them still load:
+`f` (the front end that made the allocation) reads as "unknown" when absent.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Any
 
 import msgpack
 
-from hcsd.model import Allocation, Grant, PodRef
+from hcsd.model import Allocation, FrontEnd, Grant, PodRef
 
 __all__ = ["decode", "decode_allocation", "encode", "encode_allocation"]
 
@@ -36,6 +38,7 @@ def encode_allocation(allocation: Allocation) -> dict[str, Any]:
         "n": allocation.container_name,
         "t": allocation.created,
         "o": allocation.source,
+        "f": allocation.front_end.value,
     }
 
 
@@ -54,4 +57,5 @@ def decode_allocation(raw: dict[str, Any]) -> Allocation:
         container_name=str(raw["n"]),
         created=float(raw["t"]),
         source=str(raw["o"]),
+        front_end=FrontEnd(str(raw.get("f", FrontEnd.UNKNOWN.value))),
     )

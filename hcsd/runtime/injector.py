@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from hcsd.contract.assignment import ANNOTATION, AssignmentError, verify
-from hcsd.model import Allocation, Device, PodRef
+from hcsd.contract.names import container_id_problem
+from hcsd.model import Allocation, Device, FrontEnd, PodRef
 from hcsd.refusals import Reason, Refusal
 from hcsd.runtime.annotations import RequestError, local_request
 from hcsd.runtime.edits import ContainerEdits, merge
+from hcsd.runtime.presence import ContainerView, RunningContainer, asks_for_devices, missing_edits
 from hcsd.runtime.quota import QuotaFiles
 from hcsd.runtime.vendors import vendor_edits
 from hcsd.service import NodeService
@@ -38,6 +40,7 @@ class ContainerInfo:
     pod: PodRef
     container_annotations: Mapping[str, str] = field(default_factory=dict)
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    front_end: FrontEnd = FrontEnd.UNKNOWN  # who asks: recorded with the allocation
 
     @property
     def label(self) -> str:
@@ -113,20 +116,52 @@ class Injector:
         self.service.release(container_id)
         self.quota.remove(container_id)
 
-    def reconcile(self, running: Iterable[str]) -> list[str]:
-        """Release what containers that no longer run hold (after a runtime or hcsd restart).
+    def verify_injected(
+        self, info: ContainerInfo, edits: ContainerEdits, view: ContainerView
+    ) -> None:
+        """Refuse (and release) a container whose spec lacks hcsd's devices or quota edits.
 
-        Only allocations made for containers (local or assignment) are touched; those made
-        through the API by an operator are theirs to release.
+        For `hcs-oci-hook`, which sees the final OCI config: a runtime that injected the
+        devices some other way (CDI) but not libhcs would run the container without its quota.
         """
-        alive = set(running)
+        missing = missing_edits(edits, view)
+        if not missing:
+            return
+        self.removed(info.container_id)
+        raise self.service.refuse(
+            Refusal(
+                Reason.NOT_INJECTED,
+                f"{info.label}: hcsd's edits were not injected: {', '.join(missing)} "
+                "(the runtime must run hcsd's NRI plugin: CDI or a device plugin alone gives "
+                "no quota)",
+            )
+        )
+
+    def reconcile(
+        self, running: Sequence[RunningContainer], front_end: FrontEnd = FrontEnd.NRI
+    ) -> list[str]:
+        """Match the ledger to the containers the runtime has (after a runtime or hcsd restart).
+
+        Releases what this front end recorded for containers that are gone; allocations of
+        other front ends (another runtime's wrapper or hook, an operator's API call) are theirs
+        to release. Then finds the containers that asked for devices and run without hcsd's
+        edits (created past the runtime's request timeout, or while hcsd was not registered):
+        releases what hcsd holds for them, counts and logs them. Returns the released ids.
+        """
+        alive = {c.info.container_id for c in running}
         released = []
+        untracked = []
         for allocation in self.service.allocations():
-            if allocation.source in ("local", "assignment") and (
-                allocation.container_id not in alive
+            if allocation.container_id in alive or allocation.source not in (
+                "local",
+                "assignment",
             ):
+                continue
+            if allocation.front_end is front_end:
                 self.removed(allocation.container_id)
                 released.append(allocation.container_id)
+            elif allocation.front_end is FrontEnd.UNKNOWN:
+                untracked.append(allocation.container_id)
         for leftover in self.quota.present():
             if leftover not in alive and self.service.allocation(leftover) is None:
                 self.quota.remove(leftover)
@@ -136,6 +171,45 @@ class Injector:
                 "are gone: %s",
                 len(released),
                 ", ".join(released),
+            )
+        if untracked:
+            log.info(
+                "reconciled with the runtime: left %d allocation(s) recorded before hcsd kept "
+                "their front end, whose containers this runtime does not list: %s (release "
+                "each with `hcsctl release ID` once its container is gone)",
+                len(untracked),
+                ", ".join(untracked),
+            )
+        return released + self._uninjected(running, front_end)
+
+    def _uninjected(self, running: Sequence[RunningContainer], front_end: FrontEnd) -> list[str]:
+        """Release and report the running containers that asked for devices and lack hcsd's
+        edits; those another front end serves are left to it."""
+        released = []
+        for container in running:
+            info = container.info
+            held = self.service.allocation(info.container_id)
+            if held is not None and held.front_end is not front_end:
+                continue
+            if container.view.has_preload(self.quota.preload_file):
+                continue
+            if held is None and not asks_for_devices(info):
+                continue
+            self.service.count_uninjected()
+            if held is not None:
+                self.removed(info.container_id)
+                released.append(info.container_id)
+                why = (
+                    "the runtime created it without the edits hcsd answered with (a "
+                    "request past its timeout); released what hcsd held for it"
+                )
+            else:
+                why = "it was created while hcsd was not registered with the runtime"
+            log.warning(
+                "%s: asked for devices but runs without hcsd's devices and quota: %s; "
+                "recreate it (delete the pod or container) to start it with them",
+                info.label,
+                why,
             )
         return released
 
@@ -160,8 +234,15 @@ class Injector:
             grants = assignment.containers.get(info.container_name)
             if not grants:
                 return None  # the scheduler gave this container nothing (e.g. a sidecar)
+            self._check_id(info)
             allocation = Allocation(
-                info.container_id, grants, info.pod, info.container_name, self.clock(), "assignment"
+                info.container_id,
+                grants,
+                info.pod,
+                info.container_name,
+                self.clock(),
+                "assignment",
+                info.front_end,
             )
             held, _ = self.service.hold(allocation)
             return held
@@ -177,8 +258,16 @@ class Injector:
             raise self.service.refuse(Refusal(Reason.INVALID_REQUEST, f"{info.label}: {e}")) from e
         if request is None:
             return None
-        held, _, _ = self.service.allocate(request)
+        self._check_id(info)
+        held, _, _ = self.service.allocate(replace(request, front_end=info.front_end))
         return held
+
+    def _check_id(self, info: ContainerInfo) -> None:
+        """The id names the container's directory and ledger record: refuse one the contract
+        does not allow before anything is recorded (its text only escaped, never as a label)."""
+        problem = container_id_problem(info.container_id)
+        if problem is not None:
+            raise self.service.refuse(Refusal(Reason.INVALID_REQUEST, problem))
 
     def _devices(self, info: ContainerInfo, allocation: Allocation) -> list[Device]:
         devices = []

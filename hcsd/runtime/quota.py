@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 from collections.abc import Sequence
 
 from hcsd.contract import paths
+from hcsd.contract.names import CONTAINER_ID
 from hcsd.contract.quota_file import render_quota
 from hcsd.ledger.fs import OsFileSystem, write_atomic
 from hcsd.model import Device, Grant
@@ -25,7 +25,6 @@ __all__ = ["CONTAINER_DIR", "LIBHCS_IN_CONTAINER", "QuotaFiles"]
 
 CONTAINER_DIR = paths.CONTAINER_DIR
 LIBHCS_IN_CONTAINER = paths.LIBHCS_IN_CONTAINER
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 class QuotaFiles:
@@ -35,7 +34,7 @@ class QuotaFiles:
         self.preload_file = os.path.join(run_dir, "ld.so.preload")
 
     def directory(self, container_id: str) -> str:
-        if not _SAFE_ID.match(container_id):
+        if not CONTAINER_ID.fullmatch(container_id):
             raise ValueError(f"container id {container_id!r} is not a safe directory name")
         return os.path.join(self.root, container_id)
 
@@ -57,15 +56,23 @@ class QuotaFiles:
             os.path.join(directory, "quota.conf"),
             render_quota(container_id, grants, devices).encode(),
         )
-        if not os.path.exists(self.preload_file):
-            write_atomic(fs, self.preload_file, f"{LIBHCS_IN_CONTAINER}\n".encode())
+        preload = self.preload_edits()
         return ContainerEdits(
             env=(("HCS_CONFIG", paths.CONTAINER_QUOTA_FILE),),
+            mounts=(MountEdit(directory, CONTAINER_DIR, read_only=False), *preload.mounts),
+        )
+
+    def preload_edits(self) -> ContainerEdits:
+        """libhcs and the preload file that loads it, read-only (writes the file if missing):
+        the part of the quota edits that is the same for every container (the CDI spec's too)."""
+        if not os.path.exists(self.preload_file):
+            os.makedirs(os.path.dirname(self.preload_file), mode=0o755, exist_ok=True)
+            write_atomic(OsFileSystem(), self.preload_file, f"{LIBHCS_IN_CONTAINER}\n".encode())
+        return ContainerEdits(
             mounts=(
-                MountEdit(directory, CONTAINER_DIR, read_only=False),
                 MountEdit(self.libhcs_path, LIBHCS_IN_CONTAINER),
                 MountEdit(self.preload_file, paths.PRELOAD_FILE),
-            ),
+            )
         )
 
     def remove(self, container_id: str) -> None:

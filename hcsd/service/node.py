@@ -53,6 +53,7 @@ class NodeService:
         self.clock = clock
         self.started_at = clock()
         self._refusals: collections.Counter[Reason] = collections.Counter()
+        self._uninjected = 0
         self._health_source = "off"
         self._devices: dict[str, Device] = {d.uuid: d for d in inventory.devices}
         self._subscriptions: set[Subscription] = set()
@@ -134,6 +135,12 @@ class NodeService:
         return dict(self._refusals)
 
     @property
+    def uninjected_count(self) -> int:
+        """Containers found running without the edits they asked for
+        (`hcs_uninjected_containers_total`)."""
+        return self._uninjected
+
+    @property
     def watcher_count(self) -> int:
         return len(self._subscriptions)
 
@@ -178,6 +185,7 @@ class NodeService:
             container_name=request.container_name,
             created=self.clock(),
             source=request.source,
+            front_end=request.front_end,
         )
         held, created = self._record(allocation, who)
         return held, created, placement.model
@@ -241,6 +249,11 @@ class NodeService:
         self._refusals[refusal.reason] += 1
         log.warning("%s", refusal.describe())
         return refusal
+
+    def count_uninjected(self) -> None:
+        """A front end found a container that asked for devices running without hcsd's edits
+        (it logs the container; this only counts it)."""
+        self._uninjected += 1
 
     def report_violation(self, violation: VramViolation) -> None:
         """Tell the watchers that the VRAM watchdog found a container over its grant (the

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +15,8 @@ import pytest
 
 from hcsd.contract.assignment import sign
 from hcsd.discovery import Inventory
-from hcsd.ledger import Ledger
-from hcsd.model import Allocation, Grant, PodRef
+from hcsd.ledger import FileSystem, Ledger
+from hcsd.model import Allocation, FrontEnd, Grant, PodRef
 from hcsd.runtime.injector import Injector, InjectorSettings
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.nri.ttrpc import Code, TtrpcError
@@ -37,12 +38,30 @@ class Setup:
     session: asyncio.Task[None]
 
 
-@pytest.fixture
-async def nri(tmp_path: Path, mixed_inventory: Inventory) -> AsyncIterator[Setup]:
-    ledger = Ledger(str(tmp_path / "state"))
+async def connect(plugin: NriPlugin) -> tuple[RuntimePeer, asyncio.Task[None]]:
+    """A runtime session with the plugin over a socketpair, registered."""
+    ours, theirs = socket.socketpair()
+    plugin_streams = await asyncio.open_unix_connection(sock=ours)
+    peer = RuntimePeer(*await asyncio.open_unix_connection(sock=theirs))
+    session = asyncio.create_task(plugin.session(*plugin_streams))
+    await asyncio.wait_for(peer.registered.wait(), 2)
+    return peer, session
+
+
+@contextlib.asynccontextmanager
+async def plugin_setup(
+    tmp_path: Path,
+    inventory: Inventory,
+    *,
+    fs: FileSystem | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> AsyncIterator[Setup]:
+    ledger = Ledger(str(tmp_path / "state"), fs=fs)
     ledger.open()
-    service = NodeService(mixed_inventory, ledger)
-    ledger.allocate(Allocation("gone-container", (Grant(A100_0, GiB),), source="local"))
+    service = NodeService(inventory, ledger)
+    ledger.allocate(
+        Allocation("gone-container", (Grant(A100_0, GiB),), source="local", front_end=FrontEnd.NRI)
+    )
     libhcs = tmp_path / "libhcs.so"
     libhcs.write_bytes(b"\x7fELF")
     injector = Injector(
@@ -54,12 +73,8 @@ async def nri(tmp_path: Path, mixed_inventory: Inventory) -> AsyncIterator[Setup
             assignment_key=KEY,
         ),
     )
-    plugin = NriPlugin(injector)
-    ours, theirs = socket.socketpair()
-    plugin_streams = await asyncio.open_unix_connection(sock=ours)
-    peer = RuntimePeer(*await asyncio.open_unix_connection(sock=theirs))
-    session = asyncio.create_task(plugin.session(*plugin_streams))
-    await asyncio.wait_for(peer.registered.wait(), 2)
+    plugin = NriPlugin(injector, clock=clock)
+    peer, session = await connect(plugin)
     yield Setup(peer, plugin, service, tmp_path / "run", session)
     peer.close()
     await asyncio.wait_for(session, 2)

@@ -17,9 +17,10 @@ import pytest
 from hcsd.contract.assignment import sign
 from hcsd.discovery import Inventory
 from hcsd.ledger import FileSystem, Ledger
-from hcsd.model import Allocation, Grant, HealthState, PodRef, Request
+from hcsd.model import Allocation, FrontEnd, Grant, HealthState, PodRef, Request
 from hcsd.refusals import Reason, Refusal
 from hcsd.runtime.injector import ContainerInfo, Injector, InjectorSettings
+from hcsd.runtime.presence import ContainerView, RunningContainer
 from hcsd.service import NodeService
 from tests.conftest import GiB
 
@@ -226,11 +227,24 @@ def test_missing_libhcs_refuses_and_releases(tmp_path: Path, mixed_inventory: In
     ledger.close()
 
 
-def test_an_unsafe_container_id_is_invalid_and_releases(setup: Setup) -> None:
-    with pytest.raises(Refusal, match="not a safe directory name") as refused:
-        setup.injector.create(info("../escape", {"hcs.io/vram": "1Gi"}))
+@pytest.mark.parametrize(
+    "cid",
+    [
+        pytest.param("../escape", id="path"),
+        pytest.param("c1\n", id="trailing-newline"),
+        pytest.param("c1\nforged log line", id="newline"),
+        pytest.param("a" * 129, id="too-long"),
+    ],
+)
+def test_an_unsafe_container_id_is_refused_before_anything_is_recorded(
+    setup: Setup, cid: str
+) -> None:
+    with pytest.raises(Refusal, match="is not 1-128 characters of letters") as refused:
+        setup.injector.create(info(cid, {"hcs.io/vram": "1Gi"}))
     assert refused.value.reason is Reason.INVALID_REQUEST
-    assert setup.service.allocations() == [] and not (setup.run_dir / "escape").exists()
+    assert "\n" not in str(refused.value)  # the id is shown escaped
+    assert setup.service.allocations() == [] and setup.service.seq == 0
+    assert not setup.run_dir.exists()
 
 
 def test_stop_releases_and_remove_also_deletes_the_quota_directory(setup: Setup) -> None:
@@ -243,13 +257,21 @@ def test_stop_releases_and_remove_also_deletes_the_quota_directory(setup: Setup)
     assert not directory.exists()
 
 
+def seen(cid: str, setup: Setup) -> RunningContainer:
+    """A running container as NRI lists it, with hcsd's edits in place."""
+    preload = str(setup.run_dir / "ld.so.preload")
+    view = ContainerView.of(mounts=[("/etc/ld.so.preload", preload)])
+    return RunningContainer(replace(info(cid), front_end=FrontEnd.NRI), view)
+
+
 def test_reconcile_releases_only_containers_that_are_gone(setup: Setup) -> None:
     for cid in ("alive", "gone"):
-        setup.injector.create(info(cid, {"hcs.io/vram": "1Gi"}))
+        nri = replace(info(cid, {"hcs.io/vram": "1Gi"}), front_end=FrontEnd.NRI)
+        setup.injector.create(nri)
     setup.service.allocate(Request("operator", vram_bytes=GiB))  # made through the API
     stray = setup.run_dir / "containers" / "stray"
     stray.mkdir()
-    released = setup.injector.reconcile(["alive"])
+    released = setup.injector.reconcile([seen("alive", setup)], FrontEnd.NRI)
     assert released == ["gone"]
     assert sorted(a.container_id for a in setup.service.allocations()) == ["alive", "operator"]
     assert sorted(p.name for p in (setup.run_dir / "containers").iterdir()) == ["alive"]
@@ -260,7 +282,7 @@ def test_reconcile_keeps_the_directory_of_a_held_container(setup: Setup) -> None
     operator's API allocation) is not ours to delete."""
     setup.service.hold(Allocation("held", (Grant(A100_0, GiB),), source="api"))
     (setup.run_dir / "containers" / "held").mkdir(parents=True)
-    setup.injector.reconcile([])
+    setup.injector.reconcile([], FrontEnd.NRI)
     assert (setup.run_dir / "containers" / "held").is_dir()
 
 

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import replace
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from hcsd.ledger import (
@@ -15,8 +17,9 @@ from hcsd.ledger import (
     LedgerWriteError,
     OverCapacity,
 )
+from hcsd.ledger.framing import JOURNAL_HEADER, frame, snapshot_bytes
 from hcsd.ledger.ledger import Capacity
-from hcsd.model import Allocation, Grant, PodRef
+from hcsd.model import Allocation, FrontEnd, Grant, PodRef
 from tests.conftest import GiB
 
 CAPACITY = {"g0": Capacity(80 * GiB), "g1": Capacity(80 * GiB)}
@@ -287,3 +290,54 @@ def test_orphans_are_kept_and_reported(tmp_path: Path) -> None:
     ledger.set_capacities({"g0": CAPACITY["g0"]})  # g1 is gone
     assert [a.container_id for a in ledger.orphans()] == ["a"]
     ledger.check_invariants()
+
+
+# A record as builds before the front end was kept wrote it: no "f" key.
+OLD_RECORD = {
+    "c": "old",
+    "g": [["g0", 2 * GiB, 0]],
+    "p": ["ns", "pod-old", "uid-old"],
+    "n": "main",
+    "t": 1700000000.5,
+    "o": "local",
+}
+
+
+def test_an_old_journal_record_reads_as_an_unknown_front_end(tmp_path: Path) -> None:
+    record = {"s": 1, "op": "a", "a": OLD_RECORD}
+    (tmp_path / "journal").write_bytes(JOURNAL_HEADER + frame(msgpack.packb(record)))
+    ledger = open_ledger(tmp_path)
+    held = ledger.get("old")
+    assert held is not None and held.front_end is FrontEnd.UNKNOWN
+    assert held.grants == (Grant("g0", 2 * GiB),) and held.source == "local"
+
+
+def test_an_old_snapshot_reads_as_an_unknown_front_end(tmp_path: Path) -> None:
+    state = {"s": 7, "allocations": [OLD_RECORD]}
+    (tmp_path / "snapshot").write_bytes(snapshot_bytes(msgpack.packb(state)))
+    ledger = open_ledger(tmp_path)
+    held = ledger.get("old")
+    assert held is not None and held.front_end is FrontEnd.UNKNOWN and ledger.seq == 7
+
+
+def test_the_front_end_survives_replay_and_compaction(tmp_path: Path) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.allocate(replace(alloc("h", ("g0", 1)), front_end=FrontEnd.OCI_HOOK))
+    ledger.allocate(replace(alloc("w", ("g1", 1)), front_end=FrontEnd.RUNC_WRAPPER))
+    ledger.close()
+    again = open_ledger(tmp_path)
+    assert {a.container_id: a.front_end for a in again.allocations()} == {
+        "h": FrontEnd.OCI_HOOK,
+        "w": FrontEnd.RUNC_WRAPPER,
+    }
+    again.compact()
+    again.close()
+    third = open_ledger(tmp_path)
+    assert state(third)["w"].front_end is FrontEnd.RUNC_WRAPPER
+
+
+def test_a_front_end_this_build_does_not_know_is_corruption(tmp_path: Path) -> None:
+    record = {"s": 1, "op": "a", "a": {**OLD_RECORD, "f": "from-the-future"}}
+    (tmp_path / "journal").write_bytes(JOURNAL_HEADER + frame(msgpack.packb(record)))
+    with pytest.raises(LedgerCorrupt, match="record #0 cannot be decoded"):
+        open_ledger(tmp_path)

@@ -21,7 +21,7 @@ HEALTH_STATE_UNHEALTHY: HealthState
 HEALTH_STATE_LOST: HealthState
 
 class PrepareContainerRequest(_message.Message):
-    __slots__ = ("container_id", "container_name", "pod", "container_annotations", "pod_annotations")
+    __slots__ = ("container_id", "container_name", "pod", "container_annotations", "pod_annotations", "front_end", "spec")
     class ContainerAnnotationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -41,12 +41,26 @@ class PrepareContainerRequest(_message.Message):
     POD_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     POD_ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    FRONT_END_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
     container_id: str
     container_name: str
     pod: PodRef
     container_annotations: _containers.ScalarMap[str, str]
     pod_annotations: _containers.ScalarMap[str, str]
-    def __init__(self, container_id: _Optional[str] = ..., container_name: _Optional[str] = ..., pod: _Optional[_Union[PodRef, _Mapping]] = ..., container_annotations: _Optional[_Mapping[str, str]] = ..., pod_annotations: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    front_end: str
+    spec: ContainerSpec
+    def __init__(self, container_id: _Optional[str] = ..., container_name: _Optional[str] = ..., pod: _Optional[_Union[PodRef, _Mapping]] = ..., container_annotations: _Optional[_Mapping[str, str]] = ..., pod_annotations: _Optional[_Mapping[str, str]] = ..., front_end: _Optional[str] = ..., spec: _Optional[_Union[ContainerSpec, _Mapping]] = ...) -> None: ...
+
+class ContainerSpec(_message.Message):
+    __slots__ = ("device_paths", "mounts", "env")
+    DEVICE_PATHS_FIELD_NUMBER: _ClassVar[int]
+    MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    device_paths: _containers.RepeatedScalarFieldContainer[str]
+    mounts: _containers.RepeatedCompositeFieldContainer[Mount]
+    env: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, device_paths: _Optional[_Iterable[str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., env: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Mount(_message.Message):
     __slots__ = ("host_path", "container_path", "options")
@@ -219,20 +233,22 @@ class Grant(_message.Message):
     def __init__(self, device_uuid: _Optional[str] = ..., vram_bytes: _Optional[int] = ..., compute_percent: _Optional[int] = ...) -> None: ...
 
 class Allocation(_message.Message):
-    __slots__ = ("container_id", "pod", "container_name", "grants", "created", "source")
+    __slots__ = ("container_id", "pod", "container_name", "grants", "created", "source", "front_end")
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
     POD_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_NAME_FIELD_NUMBER: _ClassVar[int]
     GRANTS_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    FRONT_END_FIELD_NUMBER: _ClassVar[int]
     container_id: str
     pod: PodRef
     container_name: str
     grants: _containers.RepeatedCompositeFieldContainer[Grant]
     created: float
     source: str
-    def __init__(self, container_id: _Optional[str] = ..., pod: _Optional[_Union[PodRef, _Mapping]] = ..., container_name: _Optional[str] = ..., grants: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ..., created: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
+    front_end: str
+    def __init__(self, container_id: _Optional[str] = ..., pod: _Optional[_Union[PodRef, _Mapping]] = ..., container_name: _Optional[str] = ..., grants: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ..., created: _Optional[float] = ..., source: _Optional[str] = ..., front_end: _Optional[str] = ...) -> None: ...
 
 class ListAllocationsRequest(_message.Message):
     __slots__ = ()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from hcsd.model import PodRef
+from hcsd.model import FrontEnd, PodRef
 from hcsd.runtime.edits import ContainerEdits
 from hcsd.runtime.injector import ContainerInfo
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+from hcsd.runtime.presence import ContainerView, RunningContainer
 
-__all__ = ["adjustment", "container_info"]
+__all__ = ["adjustment", "container_info", "running_container"]
 
 DEVICE_MODE = 0o666
 
@@ -47,4 +48,15 @@ def container_info(pod: api.PodSandbox, container: api.Container) -> ContainerIn
         pod=PodRef(namespace=pod.namespace, name=pod.name, uid=pod.uid),
         container_annotations=dict(container.annotations),
         pod_annotations=dict(pod.annotations),
+        front_end=FrontEnd.NRI,
+    )
+
+
+def running_container(pod: api.PodSandbox, container: api.Container) -> RunningContainer:
+    """A container from Synchronize, with the mounts and env of its spec as the runtime has it."""
+    return RunningContainer(
+        container_info(pod, container),
+        ContainerView.of(
+            mounts=((m.destination, m.source) for m in container.mounts), env=container.env
+        ),
     )

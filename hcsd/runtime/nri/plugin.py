@@ -4,7 +4,14 @@ One session per runtime connection: the mux carries our ttrpc server (conn 1, th
 service) and our client of the runtime (conn 2). RegisterPlugin is sent at once; Configure may
 arrive before its reply, which is why the server runs from the start. The subscribed events
 follow the handlers defined below; Synchronize reconciles the ledger with the containers that
-really exist. When the runtime goes away (EOF), the plugin reconnects with backoff.
+really exist (each session collects its own `more` chunks). When the runtime goes away (EOF),
+the plugin reconnects with backoff.
+
+The runtime waits `plugin_request_timeout` (2 s by default) for each answer, then drops the
+plugin and creates the container without it. CreateContainer does one fsync'd ledger append
+and one atomic quota file write (plus, every `ledger.compact_after` records, a snapshot), so it
+takes milliseconds; one that took over SLOW_REQUEST seconds is logged as a warning with the
+container, because the next one may miss the runtime's deadline.
 
 A refusal from any handler becomes the ttrpc status of hcsd/refusals.py's table, with the
 reason (and whether a retry may succeed) in the text, which is all the runtime passes on.
@@ -18,11 +25,13 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from hcsd.contract import paths
+from hcsd.model import FrontEnd
 from hcsd.refusals import Refusal
 from hcsd.runtime.injector import Injector
-from hcsd.runtime.nri.adjust import adjustment, container_info
+from hcsd.runtime.nri.adjust import adjustment, container_info, running_container
 from hcsd.runtime.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux, MuxError
 from hcsd.runtime.nri.ttrpc import Client, Code, Server, TtrpcError
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
@@ -36,6 +45,17 @@ RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 # Runtimes with NRI up to v0.9 drop a plugin that subscribes to an event they do not know.
 OLD_RUNTIME_EVENTS = 0x7FF
 REGISTER_TIMEOUT = 5.0
+# Half the runtimes' default request timeout (2 s): slower than this is one stall from failing.
+SLOW_REQUEST = 1.0
+
+
+@dataclass
+class _Session:
+    """What one runtime connection accumulates: its Synchronize chunks, its settings."""
+
+    sync_pods: list[api.PodSandbox] = field(default_factory=list)
+    sync_containers: list[api.Container] = field(default_factory=list)
+    request_timeout_ms: int = 0
 
 
 class NriPlugin:
@@ -47,6 +67,7 @@ class NriPlugin:
         name: str = "hcsd",
         index: str = "10",
         backoff: tuple[float, float] = (0.5, 10.0),
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if len(index) != 2 or not index.isdigit():
             raise ValueError(f"NRI plugin index must be two digits, got {index!r}")
@@ -55,10 +76,10 @@ class NriPlugin:
         self.name = name
         self.index = index
         self.backoff = backoff
+        self.clock = clock
         self.runtime = ""
         self.connected = asyncio.Event()
         self.create_seconds: list[float] = []  # in-plugin CreateContainer handling times
-        self._sync_containers: list[api.Container] = []
         # Event → handler: the subscription mask is derived from this table.
         self.events: dict[int, str] = {
             api.CREATE_CONTAINER: "CreateContainer",
@@ -129,7 +150,9 @@ class NriPlugin:
         mux = Mux(reader, writer)
         plugin_side = mux.open(PLUGIN_SERVICE_CONN)
         runtime_side = mux.open(RUNTIME_SERVICE_CONN)
-        server = Server(self._handlers(), lambda data: mux.send(PLUGIN_SERVICE_CONN, data))
+        server = Server(
+            self._handlers(_Session()), lambda data: mux.send(PLUGIN_SERVICE_CONN, data)
+        )
         client = Client(lambda data: mux.send(RUNTIME_SERVICE_CONN, data))
         reading = asyncio.create_task(mux.run(), name="nri-mux")
         serving = asyncio.create_task(server.serve(plugin_side), name="nri-server")
@@ -157,12 +180,23 @@ class NriPlugin:
 
     # -- handlers ---------------------------------------------------------------------------
 
-    def _handlers(self) -> dict[tuple[str, str], Callable[[bytes], Awaitable[bytes]]]:
+    def _handlers(
+        self, session: _Session
+    ) -> dict[tuple[str, str], Callable[[bytes], Awaitable[bytes]]]:
+        async def configure(payload: bytes) -> bytes:
+            return await self._configure(session, payload)
+
+        async def synchronize(payload: bytes) -> bytes:
+            return await self._synchronize(session, payload)
+
+        async def create_container(payload: bytes) -> bytes:
+            return await self._create_container(session, payload)
+
         table: dict[str, Callable[[bytes], Awaitable[bytes]]] = {
-            "Configure": self._configure,
-            "Synchronize": self._synchronize,
+            "Configure": configure,
+            "Synchronize": synchronize,
             "Shutdown": self._shutdown,
-            "CreateContainer": self._create_container,
+            "CreateContainer": create_container,
             "StopContainer": self._stop_container,
             "RemoveContainer": self._remove_container,
             "StateChange": self._state_change,
@@ -181,8 +215,9 @@ class NriPlugin:
             mask &= OLD_RUNTIME_EVENTS
         return mask
 
-    async def _configure(self, payload: bytes) -> bytes:
+    async def _configure(self, session: _Session, payload: bytes) -> bytes:
         request = api.ConfigureRequest.FromString(payload)
+        session.request_timeout_ms = request.request_timeout
         self.runtime = f"{request.runtime_name} {request.runtime_version}".strip()
         mask = self.event_mask(request.NRI_version)
         log.info(
@@ -194,14 +229,21 @@ class NriPlugin:
         )
         return api.ConfigureResponse(events=mask).SerializeToString()
 
-    async def _synchronize(self, payload: bytes) -> bytes:
+    async def _synchronize(self, session: _Session, payload: bytes) -> bytes:
         request = api.SynchronizeRequest.FromString(payload)
-        self._sync_containers.extend(request.containers)
+        session.sync_pods.extend(request.pods)
+        session.sync_containers.extend(request.containers)
         if request.more:
             return api.SynchronizeResponse(more=True).SerializeToString()
-        containers, self._sync_containers = self._sync_containers, []
-        running = [c.id for c in containers if c.state != api.CONTAINER_STOPPED]
-        self.injector.reconcile(running)
+        pods = {p.id: p for p in session.sync_pods}
+        containers = session.sync_containers
+        session.sync_pods, session.sync_containers = [], []
+        running = [
+            running_container(pods.get(c.pod_sandbox_id, api.PodSandbox()), c)
+            for c in containers
+            if c.state != api.CONTAINER_STOPPED
+        ]
+        self.injector.reconcile(running, FrontEnd.NRI)
         log.info("nri: synchronized with %d container(s)", len(containers))
         return api.SynchronizeResponse().SerializeToString()
 
@@ -209,16 +251,27 @@ class NriPlugin:
         log.info("nri: the runtime is shutting the plugin down")
         return api.Empty().SerializeToString()
 
-    async def _create_container(self, payload: bytes) -> bytes:
-        started = time.perf_counter()
+    async def _create_container(self, session: _Session, payload: bytes) -> bytes:
+        started = self.clock()
         request = api.ContainerRequest.FromString(payload)
-        edits = self.injector.create(container_info(request.pod, request.container))
+        info = container_info(request.pod, request.container)
+        edits = self.injector.create(info)
         response = api.CreateContainerResponse()
         if edits is not None:
             response.adjust.CopyFrom(adjustment(edits))
-        self.create_seconds.append(time.perf_counter() - started)
+        elapsed = self.clock() - started
+        self.create_seconds.append(elapsed)
         if len(self.create_seconds) > 10_000:
             del self.create_seconds[:5_000]
+        if elapsed > SLOW_REQUEST:
+            log.warning(
+                "%s: CreateContainer took %.2f s in hcsd (the runtime waits %s); a slower "
+                "one would start the container without its devices and quota: check the "
+                "ledger's disk (fsync) and hcsd's CPU",
+                info.label,
+                elapsed,
+                f"{session.request_timeout_ms} ms" if session.request_timeout_ms else "2 s",
+            )
         return response.SerializeToString()
 
     async def _stop_container(self, payload: bytes) -> bytes:
