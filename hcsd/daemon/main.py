@@ -35,6 +35,7 @@ from hcsd.health.parsing import DEFAULT_RULES, compile_rules
 from hcsd.health.watching import HealthWatcher, WatcherSettings
 from hcsd.ledger import Ledger, LedgerError
 from hcsd.runtime.cdi import keep_spec_current, write_spec
+from hcsd.runtime.edits import ContainerEdits
 from hcsd.runtime.injector import Injector, InjectorSettings
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.service import NodeService
@@ -74,6 +75,7 @@ class Daemon:
         self.stopping = asyncio.Event()
         self.service: NodeService | None = None
         self.backends: list[DiscoveryBackend] = []
+        self._cdi_preload: ContainerEdits | None = None  # libhcs in every CDI spec entry
 
     def _open_state(self) -> tuple[Inventory, Ledger]:
         """Discovery and ledger replay: what must work before anything is served."""
@@ -149,7 +151,12 @@ class Daemon:
             if watcher is not None:
                 tasks.append(supervise(watcher.run(), "health"))
             if config.cdi_dir:
-                tasks.append(supervise(keep_spec_current(config.cdi_dir, service), "cdi"))
+                tasks.append(
+                    supervise(
+                        keep_spec_current(config.cdi_dir, service, self._cdi_preload),
+                        "cdi",
+                    )
+                )
             tasks += self._hotplug_tasks(service)
             tasks += [supervise(vram.run(), "vram-watchdog")] if vram is not None else []
             if config.nri:
@@ -205,7 +212,10 @@ class Daemon:
         )
         if config.cdi_dir:
             try:
-                write_spec(config.cdi_dir, [s.device for s in service.devices()])
+                self._cdi_preload = injector.quota.preload_edits()
+                write_spec(
+                    config.cdi_dir, [s.device for s in service.devices()], None, self._cdi_preload
+                )
                 log.info("CDI spec in %s is current", config.cdi_dir)
             except OSError as e:
                 log.warning("cannot write the CDI spec in %s: %s", config.cdi_dir, e)

@@ -1,9 +1,16 @@
 """The CDI spec of this node's devices: `/var/run/cdi/hcs.io-device.yaml`, kind `hcs.io/device`.
 
-For runtimes and tools that inject by CDI name (`hcs.io/device=GPU-…` or `hcs.io/device=nvidia-0`)
-instead of through hcsd's NRI plugin. Each device entry carries its own nodes, the vendor's
-shared nodes, driver mounts and selection env, from the same edits the NRI plugin uses. Written
-as JSON, which is YAML too (CDI readers accept both), atomically.
+An operator interface, not a tenant one: a device named here (`hcs.io/device=GPU-…` or
+`hcs.io/device=nvidia-0`) is a whole device injected by the runtime itself, with no ledger
+entry and no quota file, so the allocator may hand the same device to a tenant at the same
+time. The spec is therefore root-only (0600): root runtimes (containerd, CRI-O, root podman)
+read it, rootless ones cannot. Tenants get devices through hcsd (NRI, hcs-runtime,
+hcs-oci-hook), which records them first; hcs-oci-hook refuses a container whose devices came
+by CDI without hcsd's quota edits. Each device entry carries its own nodes, the vendor's shared
+nodes, driver mounts and selection env, from the same edits the NRI plugin uses, and libhcs
+with the preload file, so that processes in such a container run under libhcs too (with no
+quota file it enforces nothing: the device is whole). Written as JSON, which is YAML too (CDI
+readers accept both), atomically.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Any
 from hcsd.contract import names
 from hcsd.ledger.fs import OsFileSystem, write_atomic
 from hcsd.model import Device
-from hcsd.runtime.edits import ContainerEdits
+from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.vendors import vendor_edits
 from hcsd.service import EventKind, NodeService, WatchOverflow
 
@@ -28,6 +35,7 @@ log = logging.getLogger(__name__)
 CDI_KIND = names.CDI_KIND
 CDI_VERSION = "0.6.0"
 SPEC_NAME = names.CDI_SPEC_NAME
+SPEC_MODE = 0o600  # operator-only: see the module's text
 
 
 def _container_edits(edits: ContainerEdits) -> dict[str, Any]:
@@ -54,11 +62,16 @@ def _container_edits(edits: ContainerEdits) -> dict[str, Any]:
 
 
 def render_spec(
-    devices: Sequence[Device], driver_paths: Mapping[str, Sequence[str]] | None = None
+    devices: Sequence[Device],
+    driver_paths: Mapping[str, Sequence[str]] | None = None,
+    preload: ContainerEdits | None = None,
 ) -> dict[str, Any]:
+    """The spec; `preload` (libhcs and the preload file's mounts) goes into every entry."""
     entries = []
     for device in devices:
-        edits = _container_edits(vendor_edits([device], driver_paths))
+        edits = _container_edits(
+            merge([vendor_edits([device], driver_paths), preload or ContainerEdits()])
+        )
         for name in (device.uuid, f"{device.vendor.value}-{device.index}"):
             entries.append({"name": name, "containerEdits": edits})
     return {"cdiVersion": CDI_VERSION, "kind": CDI_KIND, "devices": entries}
@@ -68,19 +81,29 @@ def write_spec(
     directory: str,
     devices: Sequence[Device],
     driver_paths: Mapping[str, Sequence[str]] | None = None,
+    preload: ContainerEdits | None = None,
 ) -> bool:
-    """Write the spec if its content changed; returns whether it wrote."""
+    """Write the spec if its content changed; returns whether it wrote. Either way the file
+    ends up root-only (a spec left world-readable by an older hcsd is tightened)."""
     os.makedirs(directory, mode=0o755, exist_ok=True)
     path = os.path.join(directory, SPEC_NAME)
-    text = json.dumps(render_spec(devices, driver_paths), indent=2, sort_keys=True) + "\n"
+    text = json.dumps(render_spec(devices, driver_paths, preload), indent=2, sort_keys=True)
+    text += "\n"
     try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == text:
-                return False
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         pass
+    else:
+        with os.fdopen(fd, encoding="utf-8") as f:
+            if f.read() == text:
+                os.fchmod(f.fileno(), SPEC_MODE)
+                return False
     write_atomic(OsFileSystem(), path, text.encode())
-    os.chmod(path, 0o644)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, SPEC_MODE)
+    finally:
+        os.close(fd)
     return True
 
 
@@ -92,7 +115,9 @@ def _signature(service: NodeService) -> tuple[object, ...]:
     )
 
 
-async def keep_spec_current(directory: str, service: NodeService) -> None:
+async def keep_spec_current(
+    directory: str, service: NodeService, preload: ContainerEdits | None = None
+) -> None:
     """Rewrite the spec when the devices change (hot-plug), not on every allocation."""
     last = _signature(service)
     while True:
@@ -106,7 +131,7 @@ async def keep_spec_current(directory: str, service: NodeService) -> None:
                     continue
                 last = current
                 try:
-                    write_spec(directory, [s.device for s in service.devices()])
+                    write_spec(directory, [s.device for s in service.devices()], None, preload)
                     log.info("CDI spec in %s updated for a device change", directory)
                 except OSError as e:
                     log.warning("cannot update the CDI spec in %s: %s", directory, e)

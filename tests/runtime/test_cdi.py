@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import stat
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
 from hcsd.model import DeviceNode, Request, Vendor
 from hcsd.runtime.cdi import CDI_KIND, SPEC_NAME, keep_spec_current, render_spec, write_spec
+from hcsd.runtime.quota import QuotaFiles
 from hcsd.service import WATCH_QUEUE, NodeService
 from tests.conftest import GiB, gpu
 
@@ -42,18 +44,44 @@ def test_each_device_is_named_by_uuid_and_by_vendor_index() -> None:
     assert "NVIDIA_VISIBLE_DEVICES=dev-3" in edits["env"]
 
 
-def test_the_spec_is_written_once_readable_and_whole(tmp_path: Path) -> None:
+def test_the_spec_is_written_once_root_only_and_whole(tmp_path: Path) -> None:
+    """CDI names are an operator interface (whole devices outside the ledger): only root, and
+    so only root runtimes, may read the spec."""
     directory = tmp_path / "cdi"
     devices = [gpu(0), gpu(1, vendor=Vendor.HYGON, model="Z100")]
     assert write_spec(str(directory), devices)
     path = directory / SPEC_NAME
-    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # runtimes read it without privileges
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.stat().st_uid == os.geteuid()
     assert json.loads(path.read_text()) == render_spec(devices)
     inode = path.stat().st_ino
     assert not write_spec(str(directory), devices)  # same content: not rewritten
     assert path.stat().st_ino == inode
     assert write_spec(str(directory), devices[:1])
     assert [p.name for p in directory.iterdir()] == [SPEC_NAME]  # no temp file left
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_world_readable_spec_from_before_is_made_root_only(tmp_path: Path) -> None:
+    directory = tmp_path / "cdi"
+    devices = [gpu(0)]
+    write_spec(str(directory), devices)
+    path = directory / SPEC_NAME
+    path.chmod(0o644)  # as an older hcsd left it
+    assert not write_spec(str(directory), devices)  # same content
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_every_device_carries_libhcs_and_the_preload(tmp_path: Path) -> None:
+    quota = QuotaFiles(str(tmp_path / "run"), "/usr/lib/hcs/libhcs.so")
+    spec = render_spec([gpu(0), gpu(1)], {"nvidia": []}, quota.preload_edits())
+    preload = tmp_path / "run" / "ld.so.preload"
+    assert preload.read_text() == "/usr/lib/hcs/libhcs.so\n"
+    for entry in spec["devices"]:
+        mounts = {m["containerPath"]: m for m in entry["containerEdits"]["mounts"]}
+        assert mounts["/etc/ld.so.preload"]["hostPath"] == str(preload)
+        assert mounts["/usr/lib/hcs/libhcs.so"]["hostPath"] == "/usr/lib/hcs/libhcs.so"
+        assert all("ro" in m["options"] for m in mounts.values())
 
 
 @pytest.fixture
