@@ -18,7 +18,7 @@ from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
 from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
-from hcsd.model import PodRef, VramViolation
+from hcsd.model import Allocation, Grant, PodRef, VramViolation
 from hcsd.service import NodeService
 
 NOBODY = 65534
@@ -256,3 +256,38 @@ async def test_stale_socket_is_replaced(tmp_path: Path, mixed_inventory: Invento
     await server.stop(0)
     ledger.close()
     assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize(
+    "container_id",
+    [
+        pytest.param("job-1\n", id="trailing-newline"),
+        pytest.param("job-1\nhcsd: forged line", id="newline"),
+        pytest.param("../../etc", id="path"),
+        pytest.param("a" * 129, id="too-long"),
+        pytest.param("x" * 256, id="at-the-old-limit"),
+        pytest.param("-job", id="leading-dash"),
+    ],
+)
+async def test_every_method_bounds_the_container_id(api: Api, container_id: str) -> None:
+    """The id the runtime would refuse is refused by the API too, before it reaches the
+    ledger or a log line, with INVALID_ARGUMENT and the id escaped."""
+    calls = [
+        api.stub.Allocate(pb.AllocateRequest(container_id=container_id, vram="1Gi")),
+        api.stub.Release(pb.ReleaseRequest(container_id=container_id)),
+    ]
+    for call in calls:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        details = info.value.details() or ""
+        assert details.startswith("invalid request: container id ")
+        assert "is not 1-128 characters of letters, digits" in details
+        assert "\n" not in details
+    assert api.service.seq == 0 and api.service.allocations() == []
+
+
+async def test_an_id_held_from_before_the_check_can_still_be_released(api: Api) -> None:
+    api.service.hold(Allocation("legacy id", (Grant(api.service.devices()[0].device.uuid, 1),)))
+    released = await api.stub.Release(pb.ReleaseRequest(container_id="legacy id"))
+    assert released.released and api.service.allocations() == []

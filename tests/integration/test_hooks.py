@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -140,8 +141,57 @@ def test_oci_hook_refuses_a_container_whose_devices_were_not_injected(
         check=False,
     )
     assert result.returncode != 0
-    assert "devices assigned by hcsd were not injected: /dev/nvidia-uvm" in result.stderr
-    assert "/dev/nvidia0, /dev/nvidiactl (enable NRI or CDI in the runtime)" in result.stderr
+    assert "hcsd's edits were not injected: /dev/nvidia-uvm, /dev/nvidia-uvm-tools, " in (
+        result.stderr
+    )
+    assert "/dev/nvidia0, /dev/nvidiactl, mount /etc/ld.so.preload, mount /run/hcs" in (
+        result.stderr
+    )
+    assert "(refused: not_injected)" in result.stderr
+    assert json.loads(hcsd.hcsctl("--json", "allocations").stdout) == []  # released
+
+
+def cdi_like(bundle: Path) -> None:
+    """What a runtime with CDI (or a device plugin) but no hcsd NRI plugin gives the container:
+    the device nodes and the vendor's env, no libhcs, no preload, no quota file."""
+    config = json.loads((bundle / "config.json").read_text())
+    config["linux"]["devices"] = [
+        {"path": path, "type": "c", "major": 195, "minor": minor, "fileMode": 0o666}
+        for path, minor in (
+            ("/dev/nvidia0", 0),
+            ("/dev/nvidiactl", 255),
+            ("/dev/nvidia-uvm", 0),
+            ("/dev/nvidia-uvm-tools", 1),
+        )
+    ]
+    config["process"]["env"].append(f"NVIDIA_VISIBLE_DEVICES={A100_0}")
+    (bundle / "config.json").write_text(json.dumps(config))
+
+
+def test_oci_hook_refuses_devices_without_the_quota_edits(hcsd: Daemon, tmp_path: Path) -> None:
+    """CRI-O or podman with CDI: the devices are there, libhcs is not; the container would
+    have the whole device. The hook refuses it with hcsd's reason, and nothing stays held."""
+    bundle = make_bundle(tmp_path, {"hcs.io/vram": "2Gi", "hcs.io/vendors": "nvidia"}, "true")
+    cdi_like(bundle)
+    with_hook(bundle, hcsd)
+    result = subprocess.run(
+        ["runc", "--root", str(tmp_path / "state"), "run", "--bundle", str(bundle), "cdi-only"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0, result.stdout
+    assert (
+        "hcs-oci-hook: cdi-only: hcsd's edits were not injected: mount /etc/ld.so.preload, "
+        "mount /run/hcs, mount /usr/lib/hcs/libhcs.so, env HCS_CONFIG"
+    ) in result.stderr
+    assert "/dev/nvidia0" not in result.stderr.split("(")[0]  # the devices were there
+    assert "(refused: not_injected)" in result.stderr
+    assert json.loads(hcsd.hcsctl("--json", "allocations").stdout) == []
+    assert not (hcsd.dir / "containers" / "cdi-only").exists()
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{hcsd.port}/metrics", timeout=10)
+    assert 'hcs_refusals_total{reason="not_injected"} 1' in metrics.read().decode()
 
 
 def test_oci_hook_accepts_an_injected_container(hcsd: Daemon, tmp_path: Path) -> None:
