@@ -42,6 +42,7 @@ STOP_TIMEOUT = 15.0
 CONFIG_V3 = """\
 # containerd {version}: every path in the scratch directory {d}
 version = 3
+imports = {imports}
 root = "{d}/root"
 state = "{d}/state"
 
@@ -99,6 +100,7 @@ state = "{d}/state"
 CONFIG_V2 = """\
 # containerd {version}: every path in the scratch directory {d}
 version = 2
+imports = {imports}
 root = "{d}/root"
 state = "{d}/state"
 
@@ -203,6 +205,7 @@ class Containerd:
         nri_disable_connections: bool = False,
         annotation_passthrough: Sequence[str] = ("hcs.io/*",),
         log_level: str = "info",
+        imports: Sequence[Path] = (),
     ) -> None:
         self.bin = binaries
         self.dir = directory.resolve()
@@ -216,6 +219,9 @@ class Containerd:
         )
         self.annotation_passthrough = tuple(annotation_passthrough)
         self.log_level = log_level
+        # Config files merged over the generated one (what `hcsctl setup containerd` writes, a
+        # [metrics] address, CDI spec directories).
+        self.imports = tuple(Path(p).resolve() for p in imports)
         self.config = self.dir / "config.toml"
         self.grpc_socket = self.dir / "containerd.sock"
         self.ttrpc_socket = self.dir / "containerd-ttrpc.sock"
@@ -270,6 +276,7 @@ class Containerd:
             pause=PAUSE_IMAGE,
             runc=self.bin.runc,
             passthrough=_toml_list(self.annotation_passthrough),
+            imports=_toml_list(str(p) for p in self.imports),
             nri_disable_connections=str(self.nri.disable_connections).lower(),
             nri_socket=self.nri.socket_path,
             nri_plugin_path=self.nri.plugin_path,
