@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -204,3 +206,51 @@ def test_crio(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "nothing to change" not in capsys.readouterr().out
     assert main(["setup", "crio", "--root", str(tmp_path), "--yes"]) == 0
     assert "nothing to change" in capsys.readouterr().out
+
+
+POSTRM = Path(__file__).resolve().parents[2] / "packaging/deb/postrm"
+# Run the package's postrm with /etc and /opt as overlays (writes land in the test's
+# directory), in a mount namespace of its own: the host's files are not touched.
+OVERLAID_POSTRM = """
+set -e
+for d in etc opt; do
+  mkdir -p "$1/$d-upper" "$1/$d-work"
+  mount -t overlay overlay -o "lowerdir=/$d,upperdir=$1/$d-upper,workdir=$1/$d-work" "/$d"
+done
+mkdir -p /etc/containerd/conf.d
+cp "$1/drop-in.toml" /etc/containerd/conf.d/10-hcsd-nri.toml
+sh "$2" remove
+if [ -e /etc/containerd/conf.d/10-hcsd-nri.toml ]; then echo KEPT; else echo GONE; fi
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
+@pytest.mark.parametrize(
+    ("written_by_setup", "outcome"), [(True, "GONE"), (False, "KEPT")], ids=["ours", "theirs"]
+)
+def test_removing_the_package_drops_the_hcsd_requirement(
+    tmp_path: Path, written_by_setup: bool, outcome: str
+) -> None:
+    """Left behind, the drop-in would make containerd refuse every container once hcsd is
+    gone; a file of the same name that setup did not write is not ours to delete."""
+    if os.geteuid() != 0:
+        pytest.skip("mount namespaces and overlays need root")
+    root = tree(tmp_path / "setup", CONTAINERD_2)
+    assert main(["setup", "containerd", "--root", str(root), "--yes"]) == 0
+    text = (root / "etc/containerd/conf.d/10-hcsd-nri.toml").read_text()
+    if not written_by_setup:
+        text = "# the operator's own file\n" + text
+    (tmp_path / "drop-in.toml").write_text(text)
+    result = subprocess.run(
+        [
+            *("unshare", "-m", "--propagation", "private"),
+            *("sh", "-c", OVERLAID_POSTRM, "sh", str(tmp_path), str(POSTRM)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == outcome, result.stdout
+    assert ("restart containerd" in result.stdout) is written_by_setup
