@@ -123,6 +123,28 @@ def test_with_hcsd_required_containers_wait_for_hcsd(
     assert ctr in allocations(hcsd)
 
 
+def test_the_pod_annotation_requires_hcsd_for_that_pod_only(
+    runtime_binaries: Binaries,
+    busybox_image: Path,
+    tmp_path: Path,
+    closing: list[Containerd | Daemon],
+) -> None:
+    """The alternative to a node-wide requirement: the validator on, no required_plugins,
+    and `required-plugins.noderesource.dev` on the pods that need hcsd."""
+    validator = tmp_path / "validator.toml"
+    validator.write_text(
+        "version = 3\n[plugins.'io.containerd.nri.v1.nri'.default_validator]\n  enable = true\n"
+    )
+    containerd = launched(runtime_binaries, tmp_path, closing, imports=[validator])
+    marked = containerd.run_pod(
+        "gpu", "team-a", "uid-8", annotations={"required-plugins.noderesource.dev": '["hcsd"]'}
+    )
+    plain = containerd.run_pod("web", "team-a", "uid-9")
+    with pytest.raises(CrictlError, match='required plugin "hcsd" not present'):
+        containerd.create_container(marked, "main", annotations={"hcs.io/vram": "8Gi"})
+    containerd.create_container(plain, "main")  # not marked: created while hcsd is down
+
+
 def test_a_container_created_past_the_timeout_is_found_and_released(
     runtime_binaries: Binaries,
     busybox_image: Path,
