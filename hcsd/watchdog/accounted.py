@@ -15,11 +15,11 @@ deleted its region does not look as though it used nothing.
 from __future__ import annotations
 
 import os
-import re
 import stat
 import struct
 from pathlib import Path
 
+from hcsd.contract.names import container_id_problem
 from hcsd.model import Allocation
 
 __all__ = ["AccountedUsage"]
@@ -27,7 +27,6 @@ __all__ = ["AccountedUsage"]
 MAGIC = 0x4843535245474E31
 USED_OFFSET = 32
 MAX_SLOTS = 64
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # as hcsd.runtime.quota names dirs
 
 
 class AccountedUsage:
@@ -38,7 +37,7 @@ class AccountedUsage:
 
     def __call__(self, allocation: Allocation) -> dict[str, int] | None:
         """Bytes libhcs accounted per device uuid; None when there is no usable region."""
-        if not _SAFE_ID.match(allocation.container_id):
+        if container_id_problem(allocation.container_id) is not None:  # as the runtime names dirs
             return None
         directory = str(self.root / allocation.container_id)
         data = _read_head(directory, "usage.shm", USED_OFFSET + 8 * MAX_SLOTS)
