@@ -11,17 +11,25 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from hcsd.contract import names
 from hcsd.ledger.fs import OsFileSystem, write_atomic
 from hcsd.model import Device
 from hcsd.runtime.edits import ContainerEdits
+from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendors import vendor_edits
 from hcsd.service import EventKind, NodeService, WatchOverflow
 
-__all__ = ["CDI_KIND", "SPEC_NAME", "keep_spec_current", "render_spec", "write_spec"]
+__all__ = [
+    "CDI_KIND",
+    "SPEC_NAME",
+    "keep_spec_current",
+    "publish_spec",
+    "render_spec",
+    "write_spec",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +61,7 @@ def _container_edits(edits: ContainerEdits) -> dict[str, Any]:
     return result
 
 
-def render_spec(
-    devices: Sequence[Device], driver_paths: Mapping[str, Sequence[str]] | None = None
-) -> dict[str, Any]:
+def render_spec(devices: Sequence[Device], driver_paths: DriverPaths) -> dict[str, Any]:
     entries = []
     for device in devices:
         edits = _container_edits(vendor_edits([device], driver_paths))
@@ -67,7 +73,7 @@ def render_spec(
 def write_spec(
     directory: str,
     devices: Sequence[Device],
-    driver_paths: Mapping[str, Sequence[str]] | None = None,
+    driver_paths: DriverPaths,
 ) -> bool:
     """Write the spec if its content changed; returns whether it wrote."""
     os.makedirs(directory, mode=0o755, exist_ok=True)
@@ -92,7 +98,19 @@ def _signature(service: NodeService) -> tuple[object, ...]:
     )
 
 
-async def keep_spec_current(directory: str, service: NodeService) -> None:
+def publish_spec(directory: str, service: NodeService, driver_paths: DriverPaths) -> None:
+    """Write the spec at start-up; a directory hcsd cannot write is a warning, not a failure
+    (the NRI plugin and the hooks do not need the spec)."""
+    try:
+        write_spec(directory, [s.device for s in service.devices()], driver_paths)
+        log.info("CDI spec in %s is current", directory)
+    except OSError as e:
+        log.warning("cannot write the CDI spec in %s: %s", directory, e)
+
+
+async def keep_spec_current(
+    directory: str, service: NodeService, driver_paths: DriverPaths
+) -> None:
     """Rewrite the spec when the devices change (hot-plug), not on every allocation."""
     last = _signature(service)
     while True:
@@ -106,7 +124,7 @@ async def keep_spec_current(directory: str, service: NodeService) -> None:
                     continue
                 last = current
                 try:
-                    write_spec(directory, [s.device for s in service.devices()])
+                    write_spec(directory, [s.device for s in service.devices()], driver_paths)
                     log.info("CDI spec in %s updated for a device change", directory)
                 except OSError as e:
                     log.warning("cannot update the CDI spec in %s: %s", directory, e)

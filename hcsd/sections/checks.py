@@ -22,6 +22,7 @@ __all__ = [
     "path",
     "path_list",
     "path_or_empty",
+    "percent",
     "positive_int",
     "score",
     "seconds",
@@ -74,8 +75,11 @@ def _positive_int(value: Any) -> int:
     return value
 
 
-def _number(value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
+def _number(value: Any, low: float, high: float, *, with_low: bool = False) -> float:
+    """A number in (low, high], or in [low, high] `with_low`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError
+    if value > high or value < low or (value == low and not with_low):
         raise ValueError
     return float(value)
 
@@ -158,6 +162,7 @@ string_list = Check("a list of non-empty strings", _list_of(_non_empty))
 positive_int = Check("a positive integer", _positive_int)
 seconds = Check("a positive number of seconds", lambda v: _number(v, 0.0, float("inf")))
 score = Check("a score in (0, 100]", lambda v: _number(v, 0.0, 100.0))
+percent = Check("a percentage in [0, 100]", lambda v: _number(v, 0.0, 100.0, with_low=True))
 boolean = Check("true or false", _boolean)
 listen = Check("HOST:PORT (or an empty string to disable)", _listen)
 two_digits = Check('two digits such as "10"', _two_digits)

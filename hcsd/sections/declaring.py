@@ -49,6 +49,7 @@ class Setting:
     doc: str
     check: Check[Any]
     reload: bool
+    as_written: Any  # the default as the file and the docs show it
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +57,19 @@ class _Meta(Generic[T]):
     doc: str
     check: Check[T]
     reload: bool
+    as_written: Any
 
 
-def setting(default: T, doc: str, check: Check[T], *, reload: bool = False) -> T:
-    """A key of a section: `reload` says whether SIGHUP applies a change (else: a restart)."""
-    check(default)  # a default its own check refuses is a bug to find at import, not in a file
-    return field(default=default, metadata={_SETTING: _Meta(doc, check, reload)})
+def setting(
+    default: T, doc: str, check: Check[T], *, reload: bool = False, as_written: Any = None
+) -> T:
+    """A key of a section: `reload` says whether SIGHUP applies a change (else: a restart);
+    `as_written` is the default as a person writes it, where that differs from the value
+    (`"1Gi"` for 1073741824)."""
+    written = default if as_written is None else as_written
+    if check(written) != default:  # a bug to find at import, not in a file
+        raise ValueError(f"the default {written!r} does not pass its own check as {default!r}")
+    return field(default=default, metadata={_SETTING: _Meta(doc, check, reload, written)})
 
 
 def section(cls: type[S], doc: str) -> S:
@@ -88,7 +96,7 @@ def _settings(cls: type[Section]) -> Iterator[Setting]:
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         meta = f.metadata.get(_SETTING)
         if meta is not None:
-            yield Setting(f.name, f.default, meta.doc, meta.check, meta.reload)
+            yield Setting(f.name, f.default, meta.doc, meta.check, meta.reload, meta.as_written)
 
 
 def _subsections(cls: type[Section]) -> Iterator[tuple[str, type[Section], str]]:

@@ -15,8 +15,11 @@ from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
 from hcsd.model import DeviceNode, Request, Vendor
 from hcsd.runtime.cdi import CDI_KIND, SPEC_NAME, keep_spec_current, render_spec, write_spec
+from hcsd.runtime.settings import DriverPaths
 from hcsd.service import WATCH_QUEUE, NodeService
 from tests.conftest import GiB, gpu
+
+PATHS = DriverPaths()
 
 
 def test_each_device_is_named_by_uuid_and_by_vendor_index() -> None:
@@ -25,7 +28,7 @@ def test_each_device_is_named_by_uuid_and_by_vendor_index() -> None:
         device_nodes=(DeviceNode("/dev/nvidia3", 195, 3),),
         shared_nodes=(DeviceNode("/dev/nvidiactl", 195, 255),),
     )
-    spec = render_spec([device], driver_paths={"nvidia": []})
+    spec = render_spec([device], DriverPaths(nvidia=()))
     assert spec["kind"] == CDI_KIND and spec["cdiVersion"]
     entries = {e["name"]: e["containerEdits"] for e in spec["devices"]}
     assert list(entries) == ["dev-3", "nvidia-3"]
@@ -45,14 +48,14 @@ def test_each_device_is_named_by_uuid_and_by_vendor_index() -> None:
 def test_the_spec_is_written_once_readable_and_whole(tmp_path: Path) -> None:
     directory = tmp_path / "cdi"
     devices = [gpu(0), gpu(1, vendor=Vendor.HYGON, model="Z100")]
-    assert write_spec(str(directory), devices)
+    assert write_spec(str(directory), devices, PATHS)
     path = directory / SPEC_NAME
     assert stat.S_IMODE(path.stat().st_mode) == 0o644  # runtimes read it without privileges
-    assert json.loads(path.read_text()) == render_spec(devices)
+    assert json.loads(path.read_text()) == render_spec(devices, PATHS)
     inode = path.stat().st_ino
-    assert not write_spec(str(directory), devices)  # same content: not rewritten
+    assert not write_spec(str(directory), devices, PATHS)  # same content: not rewritten
     assert path.stat().st_ino == inode
-    assert write_spec(str(directory), devices[:1])
+    assert write_spec(str(directory), devices[:1], PATHS)
     assert [p.name for p in directory.iterdir()] == [SPEC_NAME]  # no temp file left
 
 
@@ -81,8 +84,8 @@ async def test_a_watcher_that_fell_behind_catches_up_and_keeps_following(
     off; the change inside the burst still lands, and so does one after it (resubscribed)."""
     directory = tmp_path / "cdi"
     path = directory / SPEC_NAME
-    write_spec(str(directory), [s.device for s in service.devices()])
-    task = asyncio.create_task(keep_spec_current(str(directory), service))
+    write_spec(str(directory), [s.device for s in service.devices()], PATHS)
+    task = asyncio.create_task(keep_spec_current(str(directory), service, PATHS))
     await asyncio.sleep(0)
     device = service.devices()[0].device
     for i in range(WATCH_QUEUE // 2):  # 4 events each, no await: the queue overflows
@@ -101,7 +104,7 @@ async def test_a_spec_that_cannot_be_written_is_reported_and_watching_goes_on(
 ) -> None:
     directory = tmp_path / "cdi"
     (directory / SPEC_NAME).mkdir(parents=True)  # a directory where the file belongs
-    task = asyncio.create_task(keep_spec_current(str(directory), service))
+    task = asyncio.create_task(keep_spec_current(str(directory), service, PATHS))
     await asyncio.sleep(0)
     device = service.devices()[0].device
     with caplog.at_level(logging.WARNING):
