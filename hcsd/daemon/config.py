@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,15 @@ from hcsd.runtime.settings import RuntimeSection
 from hcsd.sections import Section, checks, read_section, section, setting, tables, values
 from hcsd.watchdog.settings import WatchdogSection
 
-__all__ = ["DEFAULT_PATH", "Config", "ConfigError", "DaemonSection", "NodeSection", "load_config"]
+__all__ = [
+    "DEFAULT_PATH",
+    "Config",
+    "ConfigError",
+    "DaemonSection",
+    "NodeSection",
+    "load_config",
+    "reloadable_keys",
+]
 
 DEFAULT_PATH = paths.CONFIG_FILE
 
@@ -141,10 +149,4 @@ def load_config(path: str | None, *, required: bool = False) -> Config:
     config, problems = read_section(Config, raw)
     if config is None:
         raise ConfigError([f"{source}: {p.key}: {p.message}" for p in problems])
-    return _with_source(config, source)
-
-
-def _with_source(config: Config, source: str) -> Config:
-    from dataclasses import replace
-
     return replace(config, source=source)
