@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CACHE ?= $(HOME)/.cache/hcs
 
-.PHONY: run test test-quick deps lint proto proto-check bench clean package
+.PHONY: run test test-quick deps lint proto proto-check config-docs config-docs-check bench clean \
+	package
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +20,7 @@ run: $(STAMP)
 	@scripts/run-simulated
 
 ## make test: lint, types, layer contracts, generated-code check, all test suites
-test: deps $(STAMP) lint proto-check
+test: deps $(STAMP) lint proto-check config-docs-check
 	$(MAKE) -C libhcs                 # the packages and the runtime tests ship the real library
 	-$(MAKE) -s -C bpf                # optional: the eBPF tests say why they skip without it
 	$(PY) -m pytest -q -rs tests
@@ -55,6 +56,13 @@ proto-check: $(STAMP)
 	for f in $(GENERATED); do \
 		cmp -s $$tmp/$$f $$f || { echo "$$f is stale: run make proto"; rm -rf $$tmp; exit 1; }; \
 	done; rm -rf $$tmp; echo "generated code matches the .proto files"
+
+## make config-docs: regenerate docs/configuration.md from the config sections in hcsd/
+config-docs: $(STAMP)
+	$(PY) -m hcsd.daemon.reference markdown > docs/configuration.md
+
+config-docs-check: $(STAMP)
+	@$(PY) -m hcsd.daemon.reference check docs/configuration.md
 
 ## make bench: the benchmarks under bench/ (figures printed, JSON in bench/out/)
 bench: $(STAMP)

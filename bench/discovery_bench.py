@@ -27,6 +27,7 @@ from hcsd.discovery.backends.ascend import AscendBackend
 from hcsd.discovery.backends.cambricon import CambriconBackend
 from hcsd.discovery.backends.hygon import HygonBackend
 from hcsd.discovery.backends.nvidia import NvidiaBackend
+from hcsd.discovery.settings import DiscoverySection
 from tests.fakes import build_fakes
 from tests.fakes.nodes import ascend_node, cambricon_node, hygon_node, nvidia_node
 
@@ -43,14 +44,24 @@ def _vendors(root: Path, libs: Path) -> dict[str, Callable[[], DiscoveryBackend]
         os.environ.update(node.env)
     return {
         "nvidia": lambda: NvidiaBackend(
-            library=str(libs / "libnvidia-ml.so.1"), sysfs=nv.sysfs, dev_root=nv.dev
+            DiscoverySection(
+                nvml_library=str(libs / "libnvidia-ml.so.1"),
+                sysfs=str(nv.sysfs),
+                dev_root=str(nv.dev),
+            )
         ),
         "ascend": lambda: AscendBackend(
-            library=str(libs / "libdcmi.so"), sysfs=asc.sysfs, dev_root=asc.dev
+            DiscoverySection(
+                dcmi_library=str(libs / "libdcmi.so"), sysfs=str(asc.sysfs), dev_root=str(asc.dev)
+            )
         ),
-        "hygon": lambda: HygonBackend(hy_smi="/nonexistent", sysfs=hy.sysfs, dev_root=hy.dev),
+        "hygon": lambda: HygonBackend(
+            DiscoverySection(hy_smi="/nonexistent", sysfs=str(hy.sysfs), dev_root=str(hy.dev))
+        ),
         "cambricon": lambda: CambriconBackend(
-            library=str(libs / "libcndev.so"), sysfs=cn.sysfs, dev_root=cn.dev
+            DiscoverySection(
+                cndev_library=str(libs / "libcndev.so"), sysfs=str(cn.sysfs), dev_root=str(cn.dev)
+            )
         ),
     }
 

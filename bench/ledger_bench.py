@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import write_result
 from hcsd.ledger import FileSystem, Ledger
-from hcsd.ledger.ledger import Capacity
+from hcsd.ledger.ledger import Capacity, LedgerSection
 from hcsd.model import Allocation, Grant, PodRef
 
 CAPACITY = {f"dev-{i}": Capacity(1 << 50) for i in range(8)}
@@ -51,7 +51,7 @@ def churn(ledger: Ledger, ops: int) -> None:
 def main() -> dict[str, object]:
     base = Path(tempfile.mkdtemp(prefix="hcs-ledger-bench-", dir=str(Path.cwd())))
     try:
-        ledger = Ledger(str(base / "tput"), compact_after=10_000)
+        ledger = Ledger(str(base / "tput"), LedgerSection(compact_after=10_000))
         ledger.open()
         ledger.set_capacities(CAPACITY)
         t0 = time.perf_counter()
@@ -60,7 +60,7 @@ def main() -> dict[str, object]:
         ledger.close()
         ops_per_s = THROUGHPUT_OPS / elapsed
 
-        build = Ledger(str(base / "replay"), fs=NoSyncFs(), compact_after=10**9)
+        build = Ledger(str(base / "replay"), LedgerSection(compact_after=10**9), fs=NoSyncFs())
         build.open()
         build.set_capacities(CAPACITY)
         # Half allocations, half releases, and 1,000 allocations left held at the end.
@@ -71,7 +71,7 @@ def main() -> dict[str, object]:
         journal_bytes = (base / "replay" / "journal").stat().st_size
         times = []
         for _ in range(5):
-            reader = Ledger(str(base / "replay"), compact_after=10**9)
+            reader = Ledger(str(base / "replay"), LedgerSection(compact_after=10**9))
             t0 = time.perf_counter()
             report = reader.open()
             times.append(time.perf_counter() - t0)

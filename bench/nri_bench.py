@@ -29,6 +29,7 @@ from hcsd.runtime.nri.mux import Mux
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.nri.ttrpc import Client, Server
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+from hcsd.runtime.settings import RuntimeSection
 from hcsd.service import NodeService
 
 CYCLES = 10_000
@@ -62,7 +63,12 @@ async def run() -> dict[str, object]:
     service = NodeService(inventory, ledger)
     (directory / "libhcs.so").write_bytes(b"x")
     injector = Injector(
-        service, InjectorSettings("bench", str(directory / "run"), str(directory / "libhcs.so"))
+        service,
+        InjectorSettings(
+            "bench",
+            str(directory / "run"),
+            RuntimeSection(libhcs_path=str(directory / "libhcs.so")),
+        ),
     )
     plugin = NriPlugin(injector)
     ours, theirs = socket.socketpair()

@@ -38,10 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import summary_us, write_result
 from hcsd.model import Allocation, Grant, PodRef, VramViolation
-from hcsd.watchdog import Policy, Watchdog, WatchdogSettings
+from hcsd.watchdog import Policy, Watchdog
 from hcsd.watchdog.accounted import MAGIC, AccountedUsage
 from hcsd.watchdog.cgroups import CgroupMapper
 from hcsd.watchdog.readers.nvml import NvmlReader
+from hcsd.watchdog.settings import WatchdogSection
 from tests.fakes import build_fakes, write_config
 from tests.watchdog.cgroup import Container, Containers, cgroup_roots
 from tests.watchdog.conftest import UUIDS, gpu_devices
@@ -50,7 +51,7 @@ GiB = 2**30
 CONTAINERS, DEVICES, PER_CONTAINER = 64, 8, 2
 POLLS = int(os.environ.get("HCS_WATCHDOG_POLLS", "300"))
 TRIALS = int(os.environ.get("HCS_WATCHDOG_TRIALS", "12"))
-DEFAULT_INTERVAL = 5.0
+DEFAULT_INTERVAL = WatchdogSection().interval  # hcsd's default
 TRIAL_INTERVAL = float(os.environ.get("HCS_WATCHDOG_TRIAL_INTERVAL", DEFAULT_INTERVAL))
 TARGET_PERCENT = 1.0
 
@@ -223,11 +224,13 @@ def main() -> dict[str, Any]:
                 [reader],
                 lambda: held,
                 events.append,
-                WatchdogSettings(interval=DEFAULT_INTERVAL, policy=Policy.WARN),
+                WatchdogSection(interval=DEFAULT_INTERVAL, policy=Policy.WARN).watchdog_settings(),
                 accounted=AccountedUsage(root / "run"),
             )
             cost = _cost(watchdog, reader, allocations, root / "run")
-            watchdog.settings = WatchdogSettings(interval=TRIAL_INTERVAL, policy=Policy.KILL)
+            watchdog.settings = WatchdogSection(
+                interval=TRIAL_INTERVAL, policy=Policy.KILL
+            ).watchdog_settings()
             delay = asyncio.run(_delays(watchdog, held, events, containers, libs))
             logging.disable(logging.NOTSET)
         finally:

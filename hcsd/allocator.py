@@ -23,10 +23,23 @@ from hcsd.model import Device, Grant, Request, SpreadPolicy, TopologyPreference
 from hcsd.profiles.exchange import devices_for, share_percent
 from hcsd.quantity import format_bytes
 from hcsd.refusals import Reason, Refusal
+from hcsd.sections import Section, checks, setting
 
-__all__ = ["NoFit", "Placement", "Usage", "choose"]
+__all__ = ["AllocatorSection", "NoFit", "Placement", "Usage", "choose"]
 
 _MAX_COMBINATIONS = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorSection(Section):
+    """`[allocator]`: the policy for requests that name none of their own."""
+
+    policy: SpreadPolicy = setting(
+        SpreadPolicy.BINPACK,
+        "binpack fills partly used devices first; spread picks the least used.",
+        checks.enum(SpreadPolicy),
+        reload=True,
+    )
 
 
 class NoFit(Refusal):

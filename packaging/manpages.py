@@ -1,4 +1,5 @@
-"""Render the man pages of hcsd, hcsctl and the cluster tools from their own --help (no drift)."""
+"""Render the man pages of hcsd, hcsctl and the cluster tools from their own --help, and hcsd's
+CONFIGURATION section from its config sections (no drift)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ PAGES = {
     ("hcs-syncer", "8"): [["hcsd.cluster.syncer_cli"]],
     ("hcs-scheduler-extender", "8"): [["hcsd.cluster.extender_cli"]],
 }
+# Sections rendered as roff by a module of their own, after the usage.
+EXTRA = {("hcsd", "8"): [["hcsd.daemon.reference", "man"]]}
 
 
 def roff(text: str) -> str:
@@ -34,7 +37,12 @@ def main() -> int:
                 continue
             title = " ".join([name, *command[1:]])
             parts += [f".SH {title.upper()}", ".nf", roff(result.stdout), ".fi"]
-        parts += [".SH SEE ALSO", "/usr/share/doc/hcsd/README.md, packaging.md"]
+        for command in EXTRA.get((name, section), []):
+            result = subprocess.run(
+                [sys.executable, "-m", *command], capture_output=True, text=True, check=True
+            )
+            parts.append(result.stdout.rstrip("\n"))
+        parts += [".SH SEE ALSO", "/usr/share/doc/hcsd/README.md, packaging.md, configuration.md"]
         (out / f"man{section}" / f"{name}.{section}").write_text("\n".join(parts) + "\n")
     return 0
 

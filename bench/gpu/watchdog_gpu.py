@@ -31,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.gpu.run import PRELOAD, build
 from hcsd.contract.quota_file import render_quota
 from hcsd.model import Allocation, Device, Grant, PodRef, Vendor
-from hcsd.watchdog import Policy, Watchdog, WatchdogSettings
+from hcsd.watchdog import Policy, Watchdog
 from hcsd.watchdog.accounted import AccountedUsage
 from hcsd.watchdog.readers.nvml import NvmlReader
+from hcsd.watchdog.settings import WatchdogSection
 from tests.watchdog.cgroup import Containers, cgroup_roots
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +123,7 @@ def main() -> int:
             honest = start([str(program), "quota", "3"], libhcs, True)
             context_only = start([str(program), "quota", "0"], base, False)
             escaped = start([str(program), "quota", "6"], base, True)
-            reader = NvmlReader([gpu])
+            reader = NvmlReader([gpu], library="")  # the loader's search path, as hcsd by default
             sample = reader.read()
             result["nvml_abi"] = reader.abi
             result["nvml_per_process_mib"] = {
@@ -134,7 +135,7 @@ def main() -> int:
                 [reader],
                 lambda: [held],
                 lambda v: None,
-                WatchdogSettings(policy=Policy.WARN),
+                WatchdogSection(policy=Policy.WARN).watchdog_settings(),
                 accounted=AccountedUsage(work / "run"),
             )
             result["cost_whole_poll_one_gpu"] = timed(warn.poll)
@@ -160,7 +161,7 @@ def main() -> int:
                 [reader],
                 lambda: [held],
                 events.append,
-                WatchdogSettings(policy=Policy.KILL),
+                WatchdogSection(policy=Policy.KILL).watchdog_settings(),
                 accounted=AccountedUsage(work / "run"),
             )
             kill.poll()

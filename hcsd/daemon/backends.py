@@ -1,8 +1,9 @@
-"""The real discovery backends as the daemon builds them from its configuration.
+"""The discovery backends as the daemon builds them from `[discovery]`.
 
 `discovery.backends = ["auto"]` runs the backend of every vendor whose accelerators are on the
-PCI bus, so one config file fits every node of a mixed cluster. Every path a backend reads
-(sysfs, /dev, libraries, tools) comes from a `discovery.*` key.
+PCI bus, so one config file fits every node of a mixed cluster. Every backend takes the
+discovery section whole (paths of sysfs, /dev, its library and tools). Vendor modules are
+imported only when their backend runs.
 """
 
 from __future__ import annotations
@@ -11,56 +12,51 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hcsd.daemon.config import Config
 from hcsd.daemon.hotplug import HotplugWatcher
 from hcsd.discovery import DiscoveryBackend, discover_all, pci
+from hcsd.discovery.settings import VENDOR_BACKENDS, DiscoverySection
 from hcsd.discovery.uevents import PciMonitor
 from hcsd.model import Device
 from hcsd.service import NodeService
 
-__all__ = ["VENDOR_BACKENDS", "expand_auto", "hotplug_watcher"]
+__all__ = ["BACKENDS", "build_backends", "expand_auto", "hotplug_watcher"]
 
 log = logging.getLogger(__name__)
 
 
-def _roots(config: Config) -> dict[str, Path]:
-    return {
-        "sysfs": Path(config.values["discovery.sysfs"]),
-        "dev_root": Path(config.values["discovery.dev_root"]),
-    }
+def _simulated(settings: DiscoverySection) -> DiscoveryBackend:
+    from hcsd.discovery.backends.simulated import SimulatedBackend
+
+    return SimulatedBackend(Path(settings.simulated_node))
 
 
-def _nvidia(config: Config) -> DiscoveryBackend:
+def _nvidia(settings: DiscoverySection) -> DiscoveryBackend:
     from hcsd.discovery.backends.nvidia import NvidiaBackend
 
-    return NvidiaBackend(library=config.values["discovery.nvml_library"], **_roots(config))
+    return NvidiaBackend(settings)
 
 
-def _ascend(config: Config) -> DiscoveryBackend:
+def _ascend(settings: DiscoverySection) -> DiscoveryBackend:
     from hcsd.discovery.backends.ascend import AscendBackend
 
-    v = config.values
-    return AscendBackend(
-        library=v["discovery.dcmi_library"], npu_smi=v["discovery.npu_smi"], **_roots(config)
-    )
+    return AscendBackend(settings)
 
 
-def _hygon(config: Config) -> DiscoveryBackend:
+def _hygon(settings: DiscoverySection) -> DiscoveryBackend:
     from hcsd.discovery.backends.hygon import HygonBackend
 
-    return HygonBackend(hy_smi=config.values["discovery.hy_smi"], **_roots(config))
+    return HygonBackend(settings)
 
 
-def _cambricon(config: Config) -> DiscoveryBackend:
+def _cambricon(settings: DiscoverySection) -> DiscoveryBackend:
     from hcsd.discovery.backends.cambricon import CambriconBackend
 
-    v = config.values
-    return CambriconBackend(
-        library=v["discovery.cndev_library"], cnmon=v["discovery.cnmon"], **_roots(config)
-    )
+    return CambriconBackend(settings)
 
 
-VENDOR_BACKENDS: dict[str, Callable[[Config], DiscoveryBackend]] = {
+#: One factory per name that `discovery.backends` accepts (BACKEND_NAMES, checked by a test).
+BACKENDS: dict[str, Callable[[DiscoverySection], DiscoveryBackend]] = {
+    "simulated": _simulated,
     "nvidia": _nvidia,
     "ascend": _ascend,
     "hygon": _hygon,
@@ -68,30 +64,31 @@ VENDOR_BACKENDS: dict[str, Callable[[Config], DiscoveryBackend]] = {
 }
 
 
-def expand_auto(names: Sequence[str], config: Config) -> list[str]:
+def expand_auto(settings: DiscoverySection) -> list[str]:
     """`auto` becomes the vendors present on the PCI bus, in a fixed order, once each."""
     result: list[str] = []
-    for name in names:
+    for name in settings.backends:
         if name != "auto":
             result.append(name)
             continue
-        present = {
-            f.vendor.value for f in pci.scan(Path(config.values["discovery.sysfs"])) if f.vendor
-        }
+        present = {f.vendor.value for f in pci.scan(Path(settings.sysfs)) if f.vendor}
         found = [vendor for vendor in VENDOR_BACKENDS if vendor in present]
         log.info("discovery: auto found %s on the PCI bus", ", ".join(found) or "no accelerator")
         result.extend(found)
     return list(dict.fromkeys(result))
 
 
+def build_backends(settings: DiscoverySection) -> list[DiscoveryBackend]:
+    """The backends to run (the section has already refused unknown names)."""
+    return [BACKENDS[name](settings) for name in expand_auto(settings)]
+
+
 def hotplug_watcher(
-    config: Config, service: NodeService, backends: Sequence[DiscoveryBackend]
+    settings: DiscoverySection, service: NodeService, backends: Sequence[DiscoveryBackend]
 ) -> HotplugWatcher | None:
     """A watcher of PCI removals, when enabled and a real backend runs (simulated devices sit
     at made-up addresses that the kernel never reports)."""
-    if not config.values["discovery.hotplug"] or not any(
-        b.name in VENDOR_BACKENDS for b in backends
-    ):
+    if not settings.hotplug or not any(b.name in VENDOR_BACKENDS for b in backends):
         return None
     try:
         monitor = PciMonitor()

@@ -17,55 +17,36 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from hcsd import __version__
 from hcsd.api.server import ApiServer, SocketInUse
 from hcsd.contract.keys import AssignmentKeyError, KeyFile
 from hcsd.daemon import notify
-from hcsd.daemon.backends import VENDOR_BACKENDS, expand_auto, hotplug_watcher
-from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config, render_default_config
+from hcsd.daemon.backends import build_backends, hotplug_watcher
+from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config
 from hcsd.daemon.logs import configure_logging, set_level
 from hcsd.daemon.metrics import MetricsServer
+from hcsd.daemon.reference import render_default_config
 from hcsd.daemon.vram import vram_watchdog
 from hcsd.discovery import DiscoveryBackend, DiscoveryError, Inventory, discover_all
-from hcsd.discovery.backends.simulated import SimulatedBackend
-from hcsd.health.analyzer import AnalyzerSettings
-from hcsd.health.parsing import DEFAULT_RULES, compile_rules
-from hcsd.health.watching import HealthWatcher, WatcherSettings
+from hcsd.health.watching import HealthWatcher
 from hcsd.ledger import Ledger, LedgerError
-from hcsd.runtime.cdi import keep_spec_current, write_spec
+from hcsd.runtime.cdi import keep_spec_current, publish_spec
 from hcsd.runtime.edits import ContainerEdits
 from hcsd.runtime.injector import Injector, InjectorSettings
 from hcsd.runtime.nri.plugin import NriPlugin
+from hcsd.sections import merge_reloadable
 from hcsd.service import NodeService
 from hcsd.tasks import run_tasks, supervise
 from hcsd.watchdog import Watchdog
 
-__all__ = ["main"]
+__all__ = ["RELOAD_STEPS", "main"]
 
 log = logging.getLogger("hcsd")
-
-BACKENDS: dict[str, Callable[[Config], DiscoveryBackend]] = {
-    "simulated": lambda config: SimulatedBackend(Path(config.simulated_node)),
-    **VENDOR_BACKENDS,
-}
 
 
 class StartupError(Exception):
     """hcsd cannot start; the message is the one line the operator needs."""
-
-
-def build_backends(config: Config) -> list[DiscoveryBackend]:
-    backends = []
-    for name in expand_auto(config.backends, config):
-        factory = BACKENDS.get(name)
-        if factory is None:
-            raise StartupError(
-                f"unknown discovery backend {name!r} (available: {', '.join(sorted(BACKENDS))})"
-            )
-        backends.append(factory(config))
-    return backends
 
 
 class Daemon:
@@ -80,19 +61,19 @@ class Daemon:
     def _open_state(self) -> tuple[Inventory, Ledger]:
         """Discovery and ledger replay: what must work before anything is served."""
         config = self.config
-        self.backends = build_backends(config)
+        self.backends = build_backends(config.discovery)
         try:
-            inventory = discover_all(config.node_name, self.backends)
+            inventory = discover_all(config.node.resolved_name(), self.backends)
         except DiscoveryError as e:
             raise StartupError(f"failed to discover devices: {e}") from e
-        ledger = Ledger(config.state_dir, compact_after=config.compact_after)
+        ledger = Ledger(config.daemon.state_dir, config.ledger)
         try:
             report = ledger.open()
         except (LedgerError, OSError) as e:
             raise StartupError(f"failed to open the ledger: {e}") from e
         log.info(
             "ledger %s: %d allocation(s), %d record(s) replayed after snapshot %d%s",
-            config.state_dir,
+            config.daemon.state_dir,
             report.allocations,
             report.records,
             report.snapshot_seq,
@@ -103,7 +84,7 @@ class Daemon:
     async def run(self) -> None:
         config = self.config
         inventory, ledger = self._open_state()
-        service = NodeService(inventory, ledger, policy=config.policy, version=__version__)
+        service = NodeService(inventory, ledger, allocator=config.allocator, version=__version__)
         self.service = service
         for orphan in ledger.orphans():
             log.warning(
@@ -111,26 +92,30 @@ class Daemon:
                 orphan.container_id,
                 ", ".join(orphan.device_uuids),
             )
-        watcher = self._health_watcher(service)
+        watcher = (
+            None
+            if config.health.source == "off"
+            else HealthWatcher(
+                service, config.health, backends=self.backends, sysfs=config.discovery.sysfs
+            )
+        )
         injector = self._injector(service)
-        vram = vram_watchdog(config, service)
-        api = ApiServer(service, config.socket, injector)
+        vram = vram_watchdog(config.watchdog, config.discovery, service, config.daemon.run_dir)
+        api = ApiServer(service, config.daemon.socket, injector)
         metrics = (
-            MetricsServer(service, config.metrics_listen, watcher, vram)
-            if config.metrics_listen
-            else None
+            MetricsServer(service, config.metrics, watcher, vram) if config.metrics.listen else None
         )
         try:
             try:
                 await api.start()
             except (SocketInUse, RuntimeError, OSError) as e:
-                raise StartupError(f"failed to serve the API on {config.socket}: {e}") from e
+                raise StartupError(f"failed to serve the API on {config.daemon.socket}: {e}") from e
             if metrics is not None:
                 try:
                     await metrics.start()
                 except OSError as e:
                     raise StartupError(
-                        f"failed to serve metrics on {config.metrics_listen}: {e}"
+                        f"failed to serve metrics on {config.metrics.listen}: {e}"
                     ) from e
             self._install_signals()
             if watcher is not None:
@@ -147,35 +132,11 @@ class Daemon:
             # rescan it and show up as millisecond stalls in the API's tail latency.
             gc.freeze()
             notify.ready(self._status())
-            tasks = [supervise(self.stopping.wait(), "signals")]
-            if watcher is not None:
-                tasks.append(supervise(watcher.run(), "health"))
-            if config.cdi_dir:
-                tasks.append(
-                    supervise(
-                        keep_spec_current(config.cdi_dir, service, self._cdi_preload),
-                        "cdi",
-                    )
-                )
-            tasks += self._hotplug_tasks(service)
-            tasks += [supervise(vram.run(), "vram-watchdog")] if vram is not None else []
-            if config.nri:
-                plugin = NriPlugin(
-                    injector, socket_path=config.nri_socket, index=config.plugin_index
-                )
-                tasks.append(supervise(plugin.run(), "nri"))
-                tasks.append(
-                    supervise(
-                        plugin.serve_prelaunched(config.nri_prelaunch_socket), "nri-prelaunch"
-                    )
-                )
-            if (interval := notify.watchdog_interval()) is not None:
-                tasks.append(supervise(self._watchdog(interval), "watchdog"))
-            await run_tasks(tasks, grace=1.0)
-            log.info("stopping: draining API calls (up to %.1fs)", config.shutdown_grace)
+            await run_tasks(self._tasks(service, watcher, injector, vram), grace=1.0)
+            log.info("stopping: draining API calls (up to %.1fs)", config.daemon.shutdown_grace)
             notify.stopping()
         finally:
-            await api.stop(config.shutdown_grace)
+            await api.stop(config.daemon.shutdown_grace)
             if metrics is not None:
                 await metrics.stop()
             ledger.close()
@@ -189,63 +150,64 @@ class Daemon:
         for backend in self.backends:
             backend.close()
 
-    def _hotplug_tasks(self, service: NodeService) -> list[asyncio.Task[None]]:
-        """The hot-plug watcher, when enabled and a real backend runs."""
-        watcher = hotplug_watcher(self.config, service, self.backends)
-        return [] if watcher is None else [supervise(watcher.run(), "hotplug")]
+    def _tasks(
+        self,
+        service: NodeService,
+        watcher: HealthWatcher | None,
+        injector: Injector,
+        vram: Watchdog | None,
+    ) -> list[asyncio.Task[None]]:
+        """The background tasks; the first ends on SIGTERM/SIGINT, which stops the rest."""
+        config, runtime = self.config, self.config.runtime
+        tasks = [supervise(self.stopping.wait(), "signals")]
+        if watcher is not None:
+            tasks.append(supervise(watcher.run(), "health"))
+        if runtime.cdi_dir:
+            cdi = keep_spec_current(
+                runtime.cdi_dir, service, runtime.driver_paths, self._cdi_preload
+            )
+            tasks.append(supervise(cdi, "cdi"))
+        hotplug = hotplug_watcher(config.discovery, service, self.backends)
+        if hotplug is not None:
+            tasks.append(supervise(hotplug.run(), "hotplug"))
+        if vram is not None:
+            tasks.append(supervise(vram.run(), "vram-watchdog"))
+        if runtime.nri:
+            plugin = NriPlugin(injector, runtime)
+            tasks.append(supervise(plugin.run(), "nri"))
+            tasks.append(supervise(plugin.serve_prelaunched(), "nri-prelaunch"))
+        if (interval := notify.watchdog_interval()) is not None:
+            tasks.append(supervise(self._watchdog(interval), "watchdog"))
+        return tasks
 
     def _injector(self, service: NodeService) -> Injector:
         """Container injection, shared by the NRI plugin and the hooks' API calls."""
         config = self.config
-        key = KeyFile(config.assignment_key_file, log_to=log)
+        key = KeyFile(config.runtime.assignment_key_file, log_to=log)
         with contextlib.suppress(AssignmentKeyError):
             key()  # read (and say what is wrong with) it now, not at the first pod
         injector = Injector(
             service,
             InjectorSettings(
-                node_name=config.node_name,
-                run_dir=config.run_dir,
-                libhcs_path=config.libhcs_path,
+                node_name=config.node.resolved_name(),
+                run_dir=config.daemon.run_dir,
+                runtime=config.runtime,
                 key_loader=key,
-                assignment_max_age=config.assignment_max_age,
             ),
         )
-        if config.cdi_dir:
-            try:
-                self._cdi_preload = injector.quota.preload_edits()
-                write_spec(
-                    config.cdi_dir, [s.device for s in service.devices()], None, self._cdi_preload
-                )
-                log.info("CDI spec in %s is current", config.cdi_dir)
-            except OSError as e:
-                log.warning("cannot write the CDI spec in %s: %s", config.cdi_dir, e)
+        if config.runtime.cdi_dir:
+            self._cdi_preload = injector.quota.preload_edits()
+            publish_spec(
+                config.runtime.cdi_dir, service, config.runtime.driver_paths, self._cdi_preload
+            )
         return injector
-
-    def _health_watcher(self, service: NodeService) -> HealthWatcher | None:
-        config = self.config
-        if config.health_source == "off":
-            return None
-        settings = WatcherSettings(
-            source=config.health_source,
-            bpf_dir=config.bpf_dir,
-            aer_interval=config.aer_poll_interval,
-            tick_interval=config.tick_interval,
-            analyzer=AnalyzerSettings(
-                quiet_period=config.quiet_period,
-                degraded_below=config.degraded_below,
-                recovered_above=min(100.0, config.degraded_below + 10.0),
-                unhealthy_below=config.unhealthy_below,
-            ),
-            rules=(*DEFAULT_RULES, *compile_rules(config.health_rules)),
-        )
-        return HealthWatcher(service, settings, backends=self.backends)
 
     def _status(self) -> str:
         assert self.service is not None
         return (
             f"{len(self.service.devices())} devices, "
             f"{len(self.service.allocations())} allocations, health from "
-            f"{self.service.health_source}, API on {self.config.socket}"
+            f"{self.service.health_source}, API on {self.config.daemon.socket}"
         )
 
     async def _watchdog(self, interval: float) -> None:
@@ -268,25 +230,28 @@ class Daemon:
         try:
             new = load_config(self.config_path, required=self.config_path is not None)
         except ConfigError as e:
-            log.error("reload failed, keeping the running configuration: %s", e)
+            log.error("reload failed, keeping the running configuration: %s", "; ".join(e.lines))
             notify.ready(self._status())
             return
         for key in self.config.restart_needed(new):
             log.warning("reload: %s changed; it takes effect after a restart", key)
-        set_level(new.log_level)
-        assert self.service is not None
-        self.service.set_policy(new.policy)
-        self.config = _merge_reloadable(self.config, new)
+        self.config = merge_reloadable(self.config, new)
+        for apply in RELOAD_STEPS.values():
+            apply(self, self.config)
         log.info("configuration reloaded from %s", new.source)
         notify.ready(self._status())
 
 
-def _merge_reloadable(old: Config, new: Config) -> Config:
-    from dataclasses import replace
+def _apply_policy(daemon: Daemon, config: Config) -> None:
+    assert daemon.service is not None
+    daemon.service.set_policy(config.allocator.policy)
 
-    values = dict(old.values)
-    values.update({"daemon.log_level": new.log_level, "allocator.policy": new.policy.value})
-    return replace(old, log_level=new.log_level, policy=new.policy, values=values)
+
+#: How SIGHUP applies each key marked `reload`; a test checks there is a step for every one.
+RELOAD_STEPS: dict[str, Callable[[Daemon, Config], None]] = {
+    "daemon.log_level": lambda daemon, config: set_level(config.daemon.log_level),
+    "allocator.policy": _apply_policy,
+}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -299,7 +264,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--config", metavar="PATH", help=f"configuration file (default: {DEFAULT_PATH})"
     )
     parser.add_argument(
-        "--check-config", action="store_true", help="validate the configuration and exit"
+        "--check-config",
+        action="store_true",
+        help="check the configuration file, print every problem as FILE: KEY: WHAT, and exit "
+        "(2 if there is any)",
     )
     parser.add_argument(
         "--print-default-config",
@@ -318,12 +286,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(args.config or DEFAULT_PATH, required=args.config is not None)
     except ConfigError as e:
-        print(f"hcsd: {e}", file=sys.stderr)
+        for line in e.lines:
+            print(f"hcsd: {line}", file=sys.stderr)
         return 2
     if args.check_config:
         print(f"hcsd: configuration {config.source} is valid")
         return 0
-    configure_logging(config.log_level)
+    configure_logging(config.daemon.log_level)
     try:
         asyncio.run(Daemon(config, args.config or _existing(DEFAULT_PATH)).run())
     except StartupError as e:

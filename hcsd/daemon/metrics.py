@@ -11,15 +11,17 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from hcsd import __version__
 from hcsd.health.watching import HealthWatcher
 from hcsd.refusals import Reason
+from hcsd.sections import Section, checks, setting
 from hcsd.service import NodeService
 from hcsd.watchdog import Watchdog
 from hcsd.watchdog.metrics import families
 
-__all__ = ["MetricsServer", "render_metrics"]
+__all__ = ["MetricsSection", "MetricsServer", "render_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -187,18 +189,29 @@ def render_metrics(
     return "\n".join(out) + "\n"
 
 
+@dataclass(frozen=True, slots=True)
+class MetricsSection(Section):
+    """`[metrics]`: where the Prometheus endpoint listens."""
+
+    listen: str = setting(
+        "127.0.0.1:9400",
+        "Prometheus text endpoint (GET /metrics) as HOST:PORT; empty disables it.",
+        checks.listen,
+    )
+
+
 class MetricsServer:
     def __init__(
         self,
         service: NodeService,
-        listen: str,
+        settings: MetricsSection,
         watcher: HealthWatcher | None = None,
         vram: Watchdog | None = None,
     ) -> None:
         self.service = service
         self.watcher = watcher
         self.vram = vram
-        host, _, port = listen.rpartition(":")
+        host, _, port = settings.listen.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
         self._server: asyncio.Server | None = None

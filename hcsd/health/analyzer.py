@@ -26,10 +26,13 @@ __all__ = ["AnalyzerSettings", "DeviceHealth", "HealthAnalyzer"]
 
 @dataclass(frozen=True, slots=True)
 class AnalyzerSettings:
-    quiet_period: float = 600.0
-    degraded_below: float = 80.0
-    recovered_above: float = 90.0
-    unhealthy_below: float = 30.0
+    """The thresholds come from the config (`HealthSection.analyzer_settings`); the penalties
+    are the model's own tuning."""
+
+    quiet_period: float
+    degraded_below: float
+    recovered_above: float
+    unhealthy_below: float
     degrading_penalty: float = 35.0
     correctable_penalty: float = 2.0
     trend_window: float = 600.0

@@ -15,7 +15,7 @@ Other vendors' patterns come from a table that the config can extend.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hcsd.health.events import HealthEvent, Severity
@@ -185,7 +185,7 @@ def parse_kmsg_record(
     return parse_kernel_line(text, now, source="kmsg", rules=rules)
 
 
-def compile_rules(entries: Iterable[dict[str, str]]) -> tuple[LineRule, ...]:
+def compile_rules(entries: Iterable[Mapping[str, str]]) -> tuple[LineRule, ...]:
     """Rules from config entries {vendor, code, severity, pattern}; the pattern needs `bus`."""
     rules = []
     for position, entry in enumerate(entries):

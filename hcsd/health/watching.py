@@ -13,13 +13,12 @@ import collections
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from hcsd.contract import paths
 from hcsd.discovery import DiscoveryBackend
-from hcsd.health.analyzer import AnalyzerSettings, HealthAnalyzer
+from hcsd.health.analyzer import HealthAnalyzer
 from hcsd.health.events import HealthEvent
-from hcsd.health.parsing import DEFAULT_RULES, LineRule
+from hcsd.health.settings import HealthSection
 from hcsd.health.sources.aer import AerPoller
 from hcsd.health.sources.base import HealthSource, SourceUnavailable
 from hcsd.health.sources.bcc import BccSource
@@ -29,43 +28,35 @@ from hcsd.health.sources.kmsg import KmsgSource
 from hcsd.model import HealthState
 from hcsd.service import NodeService
 
-__all__ = ["SOURCE_ORDER", "HealthWatcher", "WatcherSettings"]
+__all__ = ["SOURCE_ORDER", "HealthWatcher"]
 
 log = logging.getLogger(__name__)
 
 SOURCE_ORDER = ("ebpf", "bcc", "kmsg")
 
 
-@dataclass(frozen=True, slots=True)
-class WatcherSettings:
-    source: str = "auto"  # auto, ebpf, bcc, kmsg, off
-    bpf_dir: str = paths.BPF_DIR
-    kmsg_path: str = "/dev/kmsg"
-    sysfs: str = "/sys"
-    aer_interval: float = 5.0
-    tick_interval: float = 1.0
-    analyzer: AnalyzerSettings = field(default_factory=AnalyzerSettings)
-    rules: Sequence[LineRule] = DEFAULT_RULES
-
-
 class HealthWatcher:
     def __init__(
         self,
         service: NodeService,
-        settings: WatcherSettings,
+        settings: HealthSection,
         *,
         clock: Callable[[], float] = time.monotonic,
         backends: Sequence[DiscoveryBackend] = (),
+        sysfs: str,
+        kmsg_path: str = "/dev/kmsg",
     ) -> None:
         self.service = service
         self.settings = settings
+        self.rules = settings.line_rules()
+        self.sysfs, self.kmsg_path = sysfs, kmsg_path
         uuids = [status.device.uuid for status in service.devices()]
-        self.analyzer = HealthAnalyzer(settings.analyzer, clock, uuids)
+        self.analyzer = HealthAnalyzer(settings.analyzer_settings(), clock, uuids)
         self.source: HealthSource | None = None
         self.source_name = "off"
         self.aer: AerPoller | None = None
         self.counters = (
-            CounterPoller(backends, self._bus_of_uuid, interval=settings.aer_interval)
+            CounterPoller(backends, self._bus_of_uuid, interval=settings.aer_poll_interval)
             if backends
             else None
         )
@@ -76,9 +67,9 @@ class HealthWatcher:
     def _candidates(self) -> list[HealthSource]:
         s = self.settings
         make: dict[str, Callable[[], HealthSource]] = {
-            "ebpf": lambda: EbpfSource(s.bpf_dir, s.rules),
-            "bcc": lambda: BccSource(s.rules),
-            "kmsg": lambda: KmsgSource(s.kmsg_path, s.rules),
+            "ebpf": lambda: EbpfSource(s.bpf_dir, self.rules),
+            "bcc": lambda: BccSource(self.rules),
+            "kmsg": lambda: KmsgSource(self.kmsg_path, self.rules),
         }
         names = SOURCE_ORDER if s.source == "auto" else (s.source,)
         return [make[name]() for name in names if name in make]
@@ -97,9 +88,7 @@ class HealthWatcher:
         has_aer_tracepoint = isinstance(self.source, EbpfSource) and self.source.has_aer
         if self.settings.source != "off" and not has_aer_tracepoint:
             buses = [s.device.pci_bus_id for s in self.service.devices()]
-            self.aer = AerPoller(
-                buses, sysfs=self.settings.sysfs, interval=self.settings.aer_interval
-            )
+            self.aer = AerPoller(buses, sysfs=self.sysfs, interval=self.settings.aer_poll_interval)
         if self.source is None:
             self.source_name = "polling" if (self.aer or self.counters) else "off"
         extras = [
@@ -131,7 +120,7 @@ class HealthWatcher:
                     for poller in (self.aer, self.counters):
                         if poller is not None:
                             poller.poll(self.on_event)
-                    next_poll = loop.time() + self.settings.aer_interval
+                    next_poll = loop.time() + self.settings.aer_poll_interval
                 for uuid in self.analyzer.tick():
                     self._apply(uuid, None)
                 await asyncio.sleep(self.settings.tick_interval)

@@ -39,13 +39,26 @@ from hcsd.ledger.framing import (
 from hcsd.ledger.fs import FileSystem, OsFileSystem, write_atomic
 from hcsd.model import Allocation
 from hcsd.quantity import format_bytes
+from hcsd.sections import Section, checks, setting
 
-__all__ = ["Capacity", "Ledger", "ReplayReport"]
+__all__ = ["Capacity", "Ledger", "LedgerSection", "ReplayReport"]
 
 log = logging.getLogger(__name__)
 
 _ALLOCATE = "a"
 _RELEASE = "r"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSection(Section):
+    """`[ledger]`: when the journal is folded into a snapshot (the directory is
+    `daemon.state_dir`)."""
+
+    compact_after: int = setting(
+        10_000,
+        "Journal records after which the ledger writes a snapshot and starts afresh.",
+        checks.positive_int,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +89,13 @@ class Ledger:
     def __init__(
         self,
         state_dir: str,
+        settings: LedgerSection | None = None,
         *,
         fs: FileSystem | None = None,
-        compact_after: int = 10_000,
     ) -> None:
         self.state_dir = state_dir
         self.fs = fs or OsFileSystem()
-        self.compact_after = compact_after
+        self.compact_after = (settings or LedgerSection()).compact_after
         self._journal_path = os.path.join(state_dir, "journal")
         self._snapshot_path = os.path.join(state_dir, "snapshot")
         self._allocations: dict[str, Allocation] = {}

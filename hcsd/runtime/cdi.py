@@ -18,17 +18,25 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from hcsd.contract import names
 from hcsd.ledger.fs import OsFileSystem, write_atomic
 from hcsd.model import Device
 from hcsd.runtime.edits import ContainerEdits, merge
+from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendors import vendor_edits
 from hcsd.service import EventKind, NodeService, WatchOverflow
 
-__all__ = ["CDI_KIND", "SPEC_NAME", "keep_spec_current", "render_spec", "write_spec"]
+__all__ = [
+    "CDI_KIND",
+    "SPEC_NAME",
+    "keep_spec_current",
+    "publish_spec",
+    "render_spec",
+    "write_spec",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +70,7 @@ def _container_edits(edits: ContainerEdits) -> dict[str, Any]:
 
 
 def render_spec(
-    devices: Sequence[Device],
-    driver_paths: Mapping[str, Sequence[str]] | None = None,
-    preload: ContainerEdits | None = None,
+    devices: Sequence[Device], driver_paths: DriverPaths, preload: ContainerEdits | None = None
 ) -> dict[str, Any]:
     """The spec; `preload` (libhcs and the preload file's mounts) goes into every entry."""
     entries = []
@@ -80,7 +86,7 @@ def render_spec(
 def write_spec(
     directory: str,
     devices: Sequence[Device],
-    driver_paths: Mapping[str, Sequence[str]] | None = None,
+    driver_paths: DriverPaths,
     preload: ContainerEdits | None = None,
 ) -> bool:
     """Write the spec if its content changed; returns whether it wrote. Either way the file
@@ -115,8 +121,26 @@ def _signature(service: NodeService) -> tuple[object, ...]:
     )
 
 
+def publish_spec(
+    directory: str,
+    service: NodeService,
+    driver_paths: DriverPaths,
+    preload: ContainerEdits | None = None,
+) -> None:
+    """Write the spec at start-up; a directory hcsd cannot write is a warning, not a failure
+    (the NRI plugin and the hooks do not need the spec)."""
+    try:
+        write_spec(directory, [s.device for s in service.devices()], driver_paths, preload)
+        log.info("CDI spec in %s is current", directory)
+    except OSError as e:
+        log.warning("cannot write the CDI spec in %s: %s", directory, e)
+
+
 async def keep_spec_current(
-    directory: str, service: NodeService, preload: ContainerEdits | None = None
+    directory: str,
+    service: NodeService,
+    driver_paths: DriverPaths,
+    preload: ContainerEdits | None = None,
 ) -> None:
     """Rewrite the spec when the devices change (hot-plug), not on every allocation."""
     last = _signature(service)
@@ -131,7 +155,9 @@ async def keep_spec_current(
                     continue
                 last = current
                 try:
-                    write_spec(directory, [s.device for s in service.devices()], None, preload)
+                    write_spec(
+                        directory, [s.device for s in service.devices()], driver_paths, preload
+                    )
                     log.info("CDI spec in %s updated for a device change", directory)
                 except OSError as e:
                     log.warning("cannot update the CDI spec in %s: %s", directory, e)

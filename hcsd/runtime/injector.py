@@ -25,6 +25,7 @@ from hcsd.runtime.annotations import RequestError, local_request
 from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.presence import ContainerView, RunningContainer, asks_for_devices, missing_edits
 from hcsd.runtime.quota import QuotaFiles
+from hcsd.runtime.settings import RuntimeSection
 from hcsd.runtime.vendors import vendor_edits
 from hcsd.service import NodeService
 
@@ -54,13 +55,12 @@ class ContainerInfo:
 class InjectorSettings:
     node_name: str
     run_dir: str
-    libhcs_path: str
+    # libhcs, the assignments' maximum age, the driver paths
+    runtime: RuntimeSection = field(default_factory=RuntimeSection)
     assignment_key: bytes = b""
     # Called per assignment when set: the daemon's key file, re-read when hcs-syncer installs
     # or rotates it (wins over `assignment_key`).
     key_loader: Callable[[], bytes] | None = None
-    assignment_max_age: float = 7 * 24 * 3600.0
-    driver_paths: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 class Injector:
@@ -74,7 +74,7 @@ class Injector:
         self.service = service
         self.settings = settings
         self.clock = clock
-        self.quota = QuotaFiles(settings.run_dir, settings.libhcs_path)
+        self.quota = QuotaFiles(settings.run_dir, settings.runtime.libhcs_path)
 
     def create(self, info: ContainerInfo) -> ContainerEdits | None:
         """Allocate (durably) and return the container's edits; None if it asks for nothing.
@@ -89,7 +89,7 @@ class Injector:
         try:
             edits = merge(
                 [
-                    vendor_edits(devices, self.settings.driver_paths),
+                    vendor_edits(devices, self.settings.runtime.driver_paths),
                     self.quota.prepare(info.container_id, held.grants, devices),
                 ]
             )
@@ -225,7 +225,7 @@ class Injector:
                     node=self.settings.node_name,
                     pod_uid=info.pod.uid,
                     now=self.clock(),
-                    max_age=self.settings.assignment_max_age,
+                    max_age=self.settings.runtime.assignment_max_age,
                 )
             except AssignmentError as e:
                 raise self.service.refuse(

@@ -1,8 +1,8 @@
 """What each vendor's containers need besides their device nodes: selection env, driver
 mounts, library path, and the communication settings when the devices lack peer-to-peer.
 
-Driver paths are the usual install locations (see the vendors' container runtimes); only those
-that exist on this host are mounted, and the config can replace the list per vendor.
+Driver paths come from `[runtime.driver_paths]` (defaults: the usual install locations of the
+vendors' container runtimes); only those that exist on this host are mounted.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from hcsd.model import Device, Vendor
 from hcsd.runtime.edits import ContainerEdits, MountEdit
+from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendor_cdi import vendor_spec_edits
 
 __all__ = ["VENDOR_RUNTIME", "VendorRuntime", "vendor_edits"]
@@ -23,7 +24,6 @@ class VendorRuntime:
     host_selection_env: tuple[str, ...]  # set to host ids/uuids (vendor runtimes read these)
     app_selection_env: tuple[str, ...]  # set to 0..n-1: the ordinals the app sees
     select_by_uuid: bool
-    driver_paths: tuple[str, ...]
     library_dirs: tuple[str, ...]
     no_p2p_env: tuple[tuple[str, str], ...]
 
@@ -33,7 +33,6 @@ VENDOR_RUNTIME: Mapping[Vendor, VendorRuntime] = {
         ("NVIDIA_VISIBLE_DEVICES",),
         ("CUDA_VISIBLE_DEVICES",),
         True,
-        ("/usr/local/nvidia",),
         ("/usr/local/nvidia/lib64",),
         (("NCCL_P2P_DISABLE", "1"),),
     ),
@@ -41,14 +40,6 @@ VENDOR_RUNTIME: Mapping[Vendor, VendorRuntime] = {
         ("ASCEND_VISIBLE_DEVICES",),
         ("ASCEND_RT_VISIBLE_DEVICES",),
         False,
-        (
-            "/usr/local/Ascend/driver/lib64",
-            "/usr/local/Ascend/driver/include",
-            "/usr/local/Ascend/driver/tools",
-            "/usr/local/dcmi",
-            "/usr/local/bin/npu-smi",
-            "/etc/ascend_install.info",
-        ),
         (
             "/usr/local/Ascend/driver/lib64",
             "/usr/local/Ascend/driver/lib64/common",
@@ -60,7 +51,6 @@ VENDOR_RUNTIME: Mapping[Vendor, VendorRuntime] = {
         (),
         ("HIP_VISIBLE_DEVICES",),
         False,
-        ("/opt/hygondriver", "/opt/hyhal"),
         ("/opt/hyhal/lib",),
         (("NCCL_P2P_DISABLE", "1"),),
     ),
@@ -68,16 +58,18 @@ VENDOR_RUNTIME: Mapping[Vendor, VendorRuntime] = {
         ("CAMBRICON_VISIBLE_DEVICES",),
         ("MLU_VISIBLE_DEVICES",),
         False,
-        ("/usr/local/neuware",),
         ("/usr/local/neuware/lib64",),
         (("CNCL_MLULINK_DISABLE", "1"),),
     ),
 }
 
 
+_DEFAULT_PATHS = DriverPaths()
+
+
 def vendor_edits(
     devices: Sequence[Device],
-    driver_paths: Mapping[str, Sequence[str]] | None = None,
+    driver_paths: DriverPaths = _DEFAULT_PATHS,
     vendor_specs: Sequence[str] | None = None,
 ) -> ContainerEdits:
     """Edits for a container holding `devices` (all of one vendor)."""
@@ -99,8 +91,7 @@ def vendor_edits(
         mounts = list(from_vendor.mounts)
         env = [*from_vendor.env, *env]  # our device selection comes last and wins
     else:
-        paths = (driver_paths or {}).get(vendor.value, spec.driver_paths)
-        mounts = [MountEdit(p, p) for p in paths if os.path.exists(p)]
+        mounts = [MountEdit(p, p) for p in driver_paths.of(vendor) if os.path.exists(p)]
         libraries = [d for d in spec.library_dirs if os.path.isdir(d)]
         if libraries:
             env.append(("LD_LIBRARY_PATH", ":".join(libraries)))

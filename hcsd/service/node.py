@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from hcsd.allocator import Usage, choose
+from hcsd.allocator import AllocatorSection, Usage, choose
 from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
 from hcsd.ledger.ledger import Capacity
@@ -42,13 +42,13 @@ class NodeService:
         inventory: Inventory,
         ledger: Ledger,
         *,
-        policy: SpreadPolicy = SpreadPolicy.BINPACK,
+        allocator: AllocatorSection | None = None,
         version: str = "",
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._inventory = inventory
         self._ledger = ledger
-        self._policy = policy
+        self._policy: SpreadPolicy = (allocator or AllocatorSection()).policy
         self.version = version
         self.clock = clock
         self.started_at = clock()

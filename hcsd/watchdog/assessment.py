@@ -34,13 +34,13 @@ __all__ = [
     "assess",
 ]
 
-MiB = 2**20
-
 
 @dataclass(frozen=True, slots=True)
 class Tolerance:
-    percent: float = 5.0
-    per_process_bytes: int = 1024 * MiB
+    """How far past its grant a container may go (`[watchdog]` sets both)."""
+
+    percent: float
+    per_process_bytes: int
 
     def allowed(self, granted: int, processes: int) -> int:
         return granted + int(granted * self.percent / 100) + self.per_process_bytes * processes

@@ -21,7 +21,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hcsd.model import Allocation, VramViolation
 from hcsd.quantity import format_bytes
@@ -42,9 +42,11 @@ class Policy(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class WatchdogSettings:
-    interval: float = 5.0
-    tolerance: Tolerance = field(default_factory=Tolerance)
-    policy: Policy = Policy.WARN
+    """What a poll needs; the daemon derives it from `[watchdog]` (WatchdogSection)."""
+
+    interval: float
+    tolerance: Tolerance
+    policy: Policy
 
 
 @dataclass(slots=True)
@@ -62,7 +64,7 @@ class Watchdog:
         readers: Sequence[UsageReader],
         allocations: Callable[[], Sequence[Allocation]],
         publish: Callable[[VramViolation], None],
-        settings: WatchdogSettings | None = None,
+        settings: WatchdogSettings,
         *,
         mapper: CgroupMapper | None = None,
         killer: Killer | None = None,
@@ -72,7 +74,7 @@ class Watchdog:
         self.readers = list(readers)
         self.allocations = allocations
         self.publish = publish
-        self.settings = settings or WatchdogSettings()
+        self.settings = settings
         self.mapper = mapper or CgroupMapper()
         self.killer = killer or Killer(self.mapper)
         self.accounted = accounted

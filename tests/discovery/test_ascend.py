@@ -8,6 +8,7 @@ import pytest
 
 from hcsd.discovery import DiscoveryError
 from hcsd.discovery.backends.ascend import AscendBackend, parse_npu_smi
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.model import DeviceNode, HealthState, LinkKind
 from tests.fakes import make_devfs, write_config
 from tests.fakes.nodes import ascend_node, tool
@@ -21,7 +22,13 @@ def backend_for(
 ) -> AscendBackend:
     node = ascend_node(tmp_path, **kw)  # type: ignore[arg-type]
     monkeypatch.setenv("FAKE_DCMI_CONFIG", str(node.config))
-    return AscendBackend(library=str(fake_libs / "libdcmi.so"), sysfs=node.sysfs, dev_root=node.dev)
+    return AscendBackend(
+        DiscoverySection(
+            dcmi_library=str(fake_libs / "libdcmi.so"),
+            sysfs=str(node.sysfs),
+            dev_root=str(node.dev),
+        )
+    )
 
 
 def test_eight_910b_chips_over_hccs(
@@ -83,7 +90,11 @@ def test_310p_reports_ddr_and_pcie_links(
     records.append(("topo", {"card1": 0, "device1": 0, "card2": 0, "device2": 1, "type": 5}))
     monkeypatch.setenv("FAKE_DCMI_CONFIG", str(write_config(tmp_path / "c", records)))
     make_devfs(devfs, {"davinci0": (236, 0), "davinci1": (236, 1)})
-    backend = AscendBackend(library=str(fake_libs / "libdcmi.so"), sysfs=tmp_path, dev_root=devfs)
+    backend = AscendBackend(
+        DiscoverySection(
+            dcmi_library=str(fake_libs / "libdcmi.so"), sysfs=str(tmp_path), dev_root=str(devfs)
+        )
+    )
     first, second = backend.discover()
     assert first.model == "Ascend310P3"
     assert first.vram_bytes == 21527 * 2**20
@@ -113,7 +124,12 @@ def test_npu_smi_fallback_when_dcmi_is_missing(tmp_path: Path, devfs: Path) -> N
     make_devfs(devfs, {f"davinci{i}": (236, i) for i in range(4)})
     smi = tool(tmp_path, "npu-smi", DATA / "npu-smi-910b.txt")
     backend = AscendBackend(
-        library=str(tmp_path / "missing.so"), npu_smi=str(smi), sysfs=tmp_path, dev_root=devfs
+        DiscoverySection(
+            dcmi_library=str(tmp_path / "missing.so"),
+            npu_smi=str(smi),
+            sysfs=str(tmp_path),
+            dev_root=str(devfs),
+        )
     )
     devices = backend.discover()
     assert [d.pci_bus_id for d in devices] == [
@@ -139,12 +155,16 @@ def test_npu_smi_nonsense_is_a_clear_error(tmp_path: Path, output: str) -> None:
     recorded = tmp_path / "out.txt"
     recorded.write_text(output)
     smi = tool(tmp_path, "npu-smi", recorded)
-    backend = AscendBackend(library=str(tmp_path / "missing.so"), npu_smi=str(smi))
+    backend = AscendBackend(
+        DiscoverySection(dcmi_library=str(tmp_path / "missing.so"), npu_smi=str(smi))
+    )
     with pytest.raises(DiscoveryError, match="npu-smi info listed no NPU"):
         backend.discover()
 
 
 def test_npu_smi_missing_is_a_clear_error(tmp_path: Path) -> None:
-    backend = AscendBackend(library=str(tmp_path / "x.so"), npu_smi=str(tmp_path / "npu-smi"))
+    backend = AscendBackend(
+        DiscoverySection(dcmi_library=str(tmp_path / "x.so"), npu_smi=str(tmp_path / "npu-smi"))
+    )
     with pytest.raises(DiscoveryError, match=r"failed to run npu-smi: .* not found"):
         backend.discover()

@@ -8,6 +8,7 @@ import pytest
 
 from hcsd.discovery import DiscoveryError
 from hcsd.discovery.backends.cambricon import CambriconBackend, parse_cnmon
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.model import DeviceNode, HealthState, LinkKind
 from tests.fakes import make_devfs
 from tests.fakes.nodes import cambricon_node, tool
@@ -22,7 +23,11 @@ def test_eight_mlus_in_a_ring(
     node = cambricon_node(tmp_path)
     monkeypatch.setenv("FAKE_CNDEV_CONFIG", str(node.config))
     backend = CambriconBackend(
-        library=str(fake_libs / "libcndev.so"), sysfs=node.sysfs, dev_root=node.dev
+        DiscoverySection(
+            cndev_library=str(fake_libs / "libcndev.so"),
+            sysfs=str(node.sysfs),
+            dev_root=str(node.dev),
+        )
     )
     try:
         devices = backend.discover()
@@ -54,7 +59,11 @@ def test_unhealthy_card(
     node.config.write_text(node.config.read_text().replace("health=1", "health=0"))
     monkeypatch.setenv("FAKE_CNDEV_CONFIG", str(node.config))
     backend = CambriconBackend(
-        library=str(fake_libs / "libcndev.so"), sysfs=node.sysfs, dev_root=node.dev
+        DiscoverySection(
+            cndev_library=str(fake_libs / "libcndev.so"),
+            sysfs=str(node.sysfs),
+            dev_root=str(node.dev),
+        )
     )
     try:
         [device] = backend.discover()
@@ -85,7 +94,12 @@ def test_cnmon_fallback_when_cndev_is_missing(tmp_path: Path, devfs: Path) -> No
     make_devfs(devfs, {"cambricon_dev0": (240, 0), "cambricon_dev1": (240, 1)})
     cnmon = tool(tmp_path, "cnmon", DATA / "cnmon-info-x8.txt")
     backend = CambriconBackend(
-        library=str(tmp_path / "missing.so"), cnmon=str(cnmon), sysfs=tmp_path, dev_root=devfs
+        DiscoverySection(
+            cndev_library=str(tmp_path / "missing.so"),
+            cnmon=str(cnmon),
+            sysfs=str(tmp_path),
+            dev_root=str(devfs),
+        )
     )
     devices = backend.discover()
     assert [d.uuid for d in devices] == [
@@ -107,6 +121,8 @@ def test_cnmon_nonsense_is_a_clear_error(tmp_path: Path, output: str) -> None:
     recorded = tmp_path / "out.txt"
     recorded.write_text(output)
     cnmon = tool(tmp_path, "cnmon", recorded)
-    backend = CambriconBackend(library=str(tmp_path / "missing.so"), cnmon=str(cnmon))
+    backend = CambriconBackend(
+        DiscoverySection(cndev_library=str(tmp_path / "missing.so"), cnmon=str(cnmon))
+    )
     with pytest.raises(DiscoveryError, match="cnmon info listed no MLU"):
         backend.discover()

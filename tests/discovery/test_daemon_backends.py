@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hcsd.daemon.backends import expand_auto
-from hcsd.daemon.config import load_config
-from hcsd.daemon.main import StartupError, build_backends
+from hcsd.daemon.backends import build_backends, expand_auto
+from hcsd.daemon.config import ConfigError, load_config
 from hcsd.discovery import discover_all
 from tests.fakes import Function, make_sysfs
 from tests.fakes.nodes import nvidia_node
@@ -36,19 +35,23 @@ def test_auto_runs_the_vendors_on_the_bus(tmp_path: Path) -> None:
         ],
     )
     config = load_config(str(_config(tmp_path, backends=["auto"], sysfs=str(sysfs))))
-    assert expand_auto(config.backends, config) == ["nvidia", "hygon"]
-    assert [b.name for b in build_backends(config)] == ["nvidia", "hygon"]
+    assert expand_auto(config.discovery) == ["nvidia", "hygon"]
+    assert [b.name for b in build_backends(config.discovery)] == ["nvidia", "hygon"]
 
 
 def test_auto_on_a_node_without_accelerators_runs_nothing(tmp_path: Path) -> None:
     config = load_config(str(_config(tmp_path, backends=["auto"], sysfs=str(tmp_path))))
-    assert build_backends(config) == []
+    assert build_backends(config.discovery) == []
 
 
 def test_unknown_backend_names_the_available_ones(tmp_path: Path) -> None:
-    config = load_config(str(_config(tmp_path, backends=["nvidai"])))
-    with pytest.raises(StartupError, match="available: ascend, cambricon, hygon, nvidia"):
-        build_backends(config)
+    """Refused when the file is read (`hcsd --check-config` too), not when discovery starts."""
+    with pytest.raises(
+        ConfigError,
+        match=r"discovery.backends: expected a list of: simulated, nvidia, ascend, hygon, "
+        r"cambricon, auto, got \['nvidai'\]",
+    ):
+        load_config(str(_config(tmp_path, backends=["nvidai"])))
 
 
 def test_real_backends_over_fakes_from_the_config_file(
@@ -64,7 +67,7 @@ def test_real_backends_over_fakes_from_the_config_file(
         dev_root=str(node.dev),
         nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
     )
-    backends = build_backends(load_config(str(path)))
+    backends = build_backends(load_config(str(path)).discovery)
     try:
         inventory = discover_all("node", backends)
     finally:

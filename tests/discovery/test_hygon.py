@@ -8,6 +8,7 @@ import pytest
 
 from hcsd.discovery import DiscoveryError
 from hcsd.discovery.backends.hygon import HygonBackend, parse_hy_smi, parse_properties
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.model import DeviceNode, LinkKind
 from tests.fakes.nodes import hygon_node, tool
 
@@ -18,7 +19,9 @@ GiB = 2**30
 def test_dcus_from_kfd_with_models_from_hy_smi(tmp_path: Path, devfs: Path) -> None:
     node = hygon_node(tmp_path, count=2)
     smi = tool(tmp_path, "hy-smi", DATA / "hy-smi-k100ai.txt")
-    devices = HygonBackend(hy_smi=str(smi), sysfs=node.sysfs, dev_root=node.dev).discover()
+    devices = HygonBackend(
+        DiscoverySection(hy_smi=str(smi), sysfs=str(node.sysfs), dev_root=str(node.dev))
+    ).discover()
     first, second = devices
     assert first.model == "K100-AI"
     assert first.tflops_fp16 == 196.0
@@ -40,7 +43,9 @@ def test_without_hy_smi_the_model_is_unknown_not_zero_silently(
 ) -> None:
     node = hygon_node(tmp_path, count=8, xgmi_pairs=False)
     devices = HygonBackend(
-        hy_smi=str(tmp_path / "absent"), sysfs=node.sysfs, dev_root=node.dev
+        DiscoverySection(
+            hy_smi=str(tmp_path / "absent"), sysfs=str(node.sysfs), dev_root=str(node.dev)
+        )
     ).discover()
     assert len(devices) == 8
     assert devices[0].model == "gfx928"
@@ -53,7 +58,9 @@ def test_without_hy_smi_the_model_is_unknown_not_zero_silently(
 
 def test_ecc_counters_from_amdgpu_ras(tmp_path: Path, devfs: Path) -> None:
     node = hygon_node(tmp_path, count=1)
-    backend = HygonBackend(hy_smi="/nonexistent", sysfs=node.sysfs, dev_root=node.dev)
+    backend = HygonBackend(
+        DiscoverySection(hy_smi="/nonexistent", sysfs=str(node.sysfs), dev_root=str(node.dev))
+    )
     [device] = backend.discover()
     ras = node.sysfs / "bus/pci/devices/0000:3d:00.0/ras/umc_err_count"
     ras.write_text("ue: 3\nce: 7\n")
@@ -62,7 +69,7 @@ def test_ecc_counters_from_amdgpu_ras(tmp_path: Path, devfs: Path) -> None:
 
 def test_no_kfd_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(DiscoveryError, match="no KFD topology"):
-        HygonBackend(sysfs=tmp_path).discover()
+        HygonBackend(DiscoverySection(sysfs=str(tmp_path))).discover()
 
 
 def test_hy_smi_parsing_pairs_names_with_buses() -> None:

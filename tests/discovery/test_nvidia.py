@@ -10,6 +10,7 @@ import pytest
 
 from hcsd.discovery import DiscoveryError, discover_all
 from hcsd.discovery.backends.nvidia import NvidiaBackend
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.model import DeviceNode, LinkKind
 from tests.fakes import write_config
 from tests.fakes.nodes import FakeNode, nvidia_node
@@ -29,7 +30,11 @@ def backend(
     for key, value in node.env.items():
         monkeypatch.setenv(key, value)
     backend = NvidiaBackend(
-        library=str(fake_libs / "libnvidia-ml.so.1"), sysfs=node.sysfs, dev_root=node.dev
+        DiscoverySection(
+            nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
+            sysfs=str(node.sysfs),
+            dev_root=str(node.dev),
+        )
     )
     yield backend
     backend.close()
@@ -88,7 +93,11 @@ def test_links_without_nvswitch(
     node = nvidia_node(tmp_path, topology=topology)
     monkeypatch.setenv("FAKE_NVML_CONFIG", str(node.config))
     backend = NvidiaBackend(
-        library=str(fake_libs / "libnvidia-ml.so.1"), sysfs=node.sysfs, dev_root=node.dev
+        DiscoverySection(
+            nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
+            sysfs=str(node.sysfs),
+            dev_root=str(node.dev),
+        )
     )
     try:
         devices = backend.discover()
@@ -105,7 +114,11 @@ def test_mig_enabled_is_reported_not_fatal(
     node = nvidia_node(tmp_path, count=2, overrides={1: {"mig": 1}})
     monkeypatch.setenv("FAKE_NVML_CONFIG", str(node.config))
     backend = NvidiaBackend(
-        library=str(fake_libs / "libnvidia-ml.so.1"), sysfs=node.sysfs, dev_root=node.dev
+        DiscoverySection(
+            nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
+            sysfs=str(node.sysfs),
+            dev_root=str(node.dev),
+        )
     )
     try:
         devices = backend.discover()
@@ -125,7 +138,11 @@ def test_unknown_model_keeps_raw_figures_and_warns(
     node = nvidia_node(tmp_path, count=1, name="NVIDIA Future GPU 9000")
     monkeypatch.setenv("FAKE_NVML_CONFIG", str(node.config))
     backend = NvidiaBackend(
-        library=str(fake_libs / "libnvidia-ml.so.1"), sysfs=node.sysfs, dev_root=node.dev
+        DiscoverySection(
+            nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
+            sysfs=str(node.sysfs),
+            dev_root=str(node.dev),
+        )
     )
     try:
         [device] = backend.discover()
@@ -160,7 +177,9 @@ def test_health_counters_follow_the_driver(backend: NvidiaBackend, node: FakeNod
 
 
 def test_a_missing_library_is_a_clear_error(tmp_path: Path, node: FakeNode) -> None:
-    backend = NvidiaBackend(library=str(tmp_path / "nope.so"), sysfs=node.sysfs)
+    backend = NvidiaBackend(
+        DiscoverySection(nvml_library=str(tmp_path / "nope.so"), sysfs=str(node.sysfs))
+    )
     with pytest.raises(DiscoveryError, match=r"failed to load NVML from .*nope\.so"):
         backend.discover()
 
@@ -171,7 +190,11 @@ def test_a_missing_device_node_is_a_clear_error(
     node = nvidia_node(tmp_path, count=1, mknod=False)
     monkeypatch.setenv("FAKE_NVML_CONFIG", str(node.config))
     backend = NvidiaBackend(
-        library=str(fake_libs / "libnvidia-ml.so.1"), sysfs=node.sysfs, dev_root=node.dev
+        DiscoverySection(
+            nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
+            sysfs=str(node.sysfs),
+            dev_root=str(node.dev),
+        )
     )
     try:
         with pytest.raises(DiscoveryError, match="nvidia0"):

@@ -6,8 +6,9 @@ import itertools
 
 import pytest
 
-from hcsd.health.analyzer import AnalyzerSettings, HealthAnalyzer
+from hcsd.health.analyzer import HealthAnalyzer
 from hcsd.health.events import HealthEvent, Severity
+from hcsd.health.settings import HealthSection
 from hcsd.model import HealthState
 
 QUIET = 600.0
@@ -31,7 +32,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def analyzer(clock: Clock) -> HealthAnalyzer:
-    return HealthAnalyzer(AnalyzerSettings(quiet_period=QUIET), clock, ["gpu"])
+    return HealthAnalyzer(HealthSection(quiet_period=QUIET).analyzer_settings(), clock, ["gpu"])
 
 
 def event(severity: Severity, code: str = "x") -> HealthEvent:

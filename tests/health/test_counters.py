@@ -9,8 +9,9 @@ import pytest
 from hcsd.discovery import DiscoveryBackend, discover_all
 from hcsd.discovery.backends.simulated import SimulatedBackend
 from hcsd.health.events import HealthEvent, Severity
+from hcsd.health.settings import HealthSection
 from hcsd.health.sources.counters import CounterPoller
-from hcsd.health.watching import HealthWatcher, WatcherSettings
+from hcsd.health.watching import HealthWatcher
 from hcsd.ledger import Ledger
 from hcsd.model import HealthState
 from hcsd.service import NodeService
@@ -34,7 +35,7 @@ def write(path: Path, cor: int, unc: int) -> None:
 def test_increases_become_events_classified_by_name(tmp_path: Path) -> None:
     node = tmp_path / "node.toml"
     write(node, 0, 0)
-    poller = CounterPoller([SimulatedBackend(node)], {"gpu-a": "0000:17:00.0"}.get)
+    poller = CounterPoller([SimulatedBackend(node)], {"gpu-a": "0000:17:00.0"}.get, interval=5.0)
     got: list[HealthEvent] = []
     poller.poll(got.append)
     assert got == []  # first poll: baseline only
@@ -59,7 +60,7 @@ def test_a_failing_backend_is_reported_not_fatal(caplog: pytest.LogCaptureFixtur
         def health_counters(self) -> dict[str, dict[str, int]]:
             raise OSError("library went away")
 
-    poller = CounterPoller([Broken()], lambda uuid: None)
+    poller = CounterPoller([Broken()], lambda uuid: None, interval=5.0)
     poller.poll(lambda event: None)
     assert "health: broken counters unavailable: library went away" in caplog.text
 
@@ -71,7 +72,9 @@ def test_watcher_marks_the_device_unhealthy_from_counters(tmp_path: Path) -> Non
     ledger = Ledger(str(tmp_path / "state"))
     ledger.open()
     service = NodeService(discover_all("n", [backend]), ledger)
-    watcher = HealthWatcher(service, WatcherSettings(source="off"), backends=[backend])
+    watcher = HealthWatcher(
+        service, HealthSection(source="off"), backends=[backend], sysfs=str(tmp_path)
+    )
     assert watcher.counters is not None
     watcher.counters.poll(watcher.on_event)
     write(node, 0, 2)

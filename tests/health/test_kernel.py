@@ -23,11 +23,12 @@ import pytest
 
 from hcsd.discovery import Inventory
 from hcsd.health.events import HealthEvent
+from hcsd.health.settings import HealthSection
 from hcsd.health.sources.base import HealthSource, SourceUnavailable
 from hcsd.health.sources.bcc import BccSource
 from hcsd.health.sources.ebpf import EbpfSource
 from hcsd.health.sources.kmsg import KmsgSource
-from hcsd.health.watching import HealthWatcher, WatcherSettings
+from hcsd.health.watching import HealthWatcher
 from hcsd.ledger import Ledger
 from hcsd.model import HealthState, Request, Vendor
 from hcsd.service import NodeService
@@ -150,13 +151,12 @@ async def test_watcher_marks_the_device_unhealthy(
         Request("victim", vram_bytes=2**30, vendors=frozenset({Vendor.NVIDIA}))
     )
     target = next(s.device for s in service.devices() if s.device.pci_bus_id == "0000:17:00.0")
-    settings = WatcherSettings(
-        source=source,
-        bpf_dir=str(bpf_objects),
+    watcher = HealthWatcher(
+        service,
+        HealthSection(source=source, bpf_dir=str(bpf_objects)),
         sysfs=str(tmp_path),
         kmsg_path=str(tmp_path / "kmsg"),
     )
-    watcher = HealthWatcher(service, settings)
     assert watcher.start(asyncio.get_running_loop()) == source
     try:
         written = time.monotonic()

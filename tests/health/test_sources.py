@@ -63,7 +63,7 @@ def write_aer(root: Path, bus: str, correctable: int, fatal: int) -> None:
 
 def test_aer_counters_in_sysfs(tmp_path: Path) -> None:
     write_aer(tmp_path, "0000:81:00.0", correctable=3, fatal=0)
-    poller = AerPoller(["0000:81:00.0", "0000:99:00.0"], sysfs=str(tmp_path))
+    poller = AerPoller(["0000:81:00.0", "0000:99:00.0"], sysfs=str(tmp_path), interval=5.0)
     got: list[HealthEvent] = []
     poller.poll(got.append)
     assert got == []  # the first poll only learns the baseline

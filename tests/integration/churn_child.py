@@ -15,7 +15,7 @@ import random
 import sys
 
 from hcsd.ledger import Ledger, OverCapacity
-from hcsd.ledger.ledger import Capacity
+from hcsd.ledger.ledger import Capacity, LedgerSection
 from hcsd.model import Allocation, Grant
 
 DEVICES = {"d0": Capacity(100), "d1": Capacity(100)}
@@ -28,7 +28,7 @@ def say(line: str) -> None:
 def main() -> None:
     state_dir, seed = sys.argv[1], int(sys.argv[2])
     rng = random.Random(seed)
-    ledger = Ledger(state_dir, compact_after=37)
+    ledger = Ledger(state_dir, LedgerSection(compact_after=37))
     ledger.open()
     ledger.set_capacities(DEVICES)
     say(f"READY {ledger.seq}")

@@ -226,6 +226,74 @@ def test_sighup_reloads_and_keeps_running_on_a_bad_file(daemon: Daemon) -> None:
     assert daemon.hcsctl("status").returncode == 0
 
 
+def test_sighup_applies_reloadable_keys_and_names_the_others(daemon: Daemon) -> None:
+    daemon.start()
+    assert daemon.process is not None
+    assert "<7>" not in daemon.logs()  # info: no debug lines yet
+    text = daemon.config.read_text().replace(
+        "shutdown_grace = 1\n", 'shutdown_grace = 2\nlog_level = "debug"\n'
+    )
+    daemon.config.write_text(text + '[runtime.driver_paths]\nnvidia = ["/opt/elsewhere"]\n')
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_notify("READY=1")
+    logs = daemon.logs()
+    for key in ("daemon.shutdown_grace", "runtime.driver_paths.nvidia"):
+        assert f"reload: {key} changed; it takes effect after a restart" in logs
+    assert "daemon.log_level changed" not in logs
+
+    bad = text.replace(f'socket = "{daemon.socket}"', 'socket = "x"')
+    daemon.config.write_text(bad + "[ledger]\ncompact_after = 0\n")
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_notify("READY=1")
+    assert (
+        "reload failed, keeping the running configuration: "
+        f"{daemon.config}: daemon.socket: expected an absolute path, got 'x'; "
+        f"{daemon.config}: ledger.compact_after: expected a positive integer, got 0"
+    ) in daemon.logs()
+
+    assert daemon.stop() == 0
+    logs = daemon.logs()
+    assert "stopping: draining API calls (up to 1.0s)" in logs  # not applied: needs a restart
+    assert "<7>task " in logs  # applied: debug lines from the shutdown
+
+
+def test_driver_paths_reach_the_cdi_spec_and_the_containers(daemon: Daemon) -> None:
+    from hcsd.api.client import Client
+    from hcsd.api.v1 import hcsd_pb2 as pb
+
+    driver = daemon.dir / "nvidia-driver"
+    driver.mkdir()
+    libhcs = daemon.dir / "libhcs.so"
+    libhcs.write_bytes(b"placeholder: this test checks the mounts, not the library")
+    daemon.write_config(
+        "binpack",
+        f'[health]\nsource = "off"\n[runtime.driver_paths]\n'
+        f'nvidia = ["{driver}", "{daemon.dir}/absent"]\nascend = []\n',
+    )
+    daemon.config.write_text(
+        daemon.config.read_text().replace(
+            "[runtime]\n", f'[runtime]\nnri = false\nlibhcs_path = "{libhcs}"\n'
+        )
+    )
+    daemon.start()
+    spec = json.loads((daemon.dir / "cdi" / "hcs.io-device.yaml").read_text())
+    edits = {entry["name"]: entry["containerEdits"] for entry in spec["devices"]}
+    assert [m["hostPath"] for m in edits["nvidia-0"]["mounts"]] == [str(driver)]
+    assert "mounts" not in edits["ascend-0"]
+    with Client(daemon.socket) as client:
+        reply = client.prepare_container(
+            pb.PrepareContainerRequest(
+                container_id="driver-1",
+                container_name="main",
+                pod=pb.PodRef(namespace="ns", name="p", uid="u"),
+                container_annotations={"hcs.io/vram": "1Gi", "hcs.io/vendors": "nvidia"},
+            )
+        )
+    mounted = {m.host_path: m.container_path for m in reply.mounts}
+    assert mounted[str(driver)] == str(driver)
+    assert f"{daemon.dir}/absent" not in mounted
+
+
 def test_state_survives_restart(daemon: Daemon) -> None:
     daemon.start()
     daemon.hcsctl("allocate", "--container", "keep", "--devices", "2", "--vendor", "ascend")

@@ -34,6 +34,7 @@ from hcsd.runtime.injector import Injector, InjectorSettings
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.nri.ttrpc import TtrpcError
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+from hcsd.runtime.settings import RuntimeSection
 from hcsd.service import NodeService
 from tests.conftest import GiB
 from tests.nri.peer import RuntimePeer
@@ -106,7 +107,11 @@ async def node(tmp_path: Path, mixed_inventory: Inventory) -> AsyncIterator[Node
     libhcs.write_bytes(b"\x7fELF")
     injector = Injector(
         service,
-        InjectorSettings(node_name="sim", run_dir=str(tmp_path / "run"), libhcs_path=str(libhcs)),
+        InjectorSettings(
+            node_name="sim",
+            run_dir=str(tmp_path / "run"),
+            runtime=RuntimeSection(libhcs_path=str(libhcs)),
+        ),
     )
     socket_path = str(tmp_path / "hcsd.sock")
     server = ApiServer(service, socket_path, injector)

@@ -21,6 +21,7 @@ from hcsd.runtime.injector import Injector, InjectorSettings
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.nri.ttrpc import Code, TtrpcError
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+from hcsd.runtime.settings import RuntimeSection
 from hcsd.service import NodeService
 from tests.nri.peer import RuntimePeer
 
@@ -69,7 +70,7 @@ async def plugin_setup(
         InjectorSettings(
             node_name="sim",
             run_dir=str(tmp_path / "run"),
-            libhcs_path=str(libhcs),
+            runtime=RuntimeSection(libhcs_path=str(libhcs)),
             assignment_key=KEY,
         ),
     )
@@ -340,7 +341,10 @@ def test_an_open_key_file_refuses_assignments_with_the_fix(
     libhcs = tmp_path / "libhcs.so"
     libhcs.write_bytes(b"\x7fELF")
     settings = InjectorSettings(
-        "sim", str(tmp_path / "run"), str(libhcs), key_loader=KeyFile(str(key))
+        "sim",
+        str(tmp_path / "run"),
+        RuntimeSection(libhcs_path=str(libhcs)),
+        key_loader=KeyFile(str(key)),
     )
     injector = Injector(NodeService(mixed_inventory, ledger), settings)
     info = ContainerInfo(

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from hcsd.model import Vendor
+from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendor_cdi import vendor_spec_edits
 from hcsd.runtime.vendors import vendor_edits
 from tests.conftest import gpu
@@ -60,10 +61,17 @@ def test_without_a_vendor_spec_the_configured_directories_are_used(tmp_path: Pat
     driver.mkdir()
     edits = vendor_edits(
         [gpu(0)],
-        driver_paths={"nvidia": [str(driver)]},
+        driver_paths=DriverPaths(nvidia=(str(driver), str(tmp_path / "absent"))),
         vendor_specs=[str(tmp_path / "none*.yaml")],
     )
-    assert [m.host_path for m in edits.mounts] == [str(driver)]
+    assert [m.host_path for m in edits.mounts] == [str(driver)]  # only what exists is mounted
+
+
+def test_no_driver_paths_means_no_driver_mounts(tmp_path: Path) -> None:
+    edits = vendor_edits(
+        [gpu(0)], driver_paths=DriverPaths(nvidia=()), vendor_specs=[str(tmp_path / "x*.yaml")]
+    )
+    assert edits.mounts == ()
 
 
 async def test_cdi_spec_follows_device_changes(tmp_path: Path, mixed_inventory: object) -> None:
@@ -80,9 +88,13 @@ async def test_cdi_spec_follows_device_changes(tmp_path: Path, mixed_inventory: 
     ledger.open()
     service = NodeService(mixed_inventory, ledger)  # type: ignore[arg-type]
     spec = tmp_path / "cdi" / "hcs.io-device.yaml"
-    assert write_spec(str(tmp_path / "cdi"), [s.device for s in service.devices()])
-    assert not write_spec(str(tmp_path / "cdi"), [s.device for s in service.devices()])
-    task = asyncio.create_task(keep_spec_current(str(tmp_path / "cdi"), service))
+    drivers = {vendor: tmp_path / f"{vendor}-driver" for vendor in ("ascend", "nvidia")}
+    for directory in drivers.values():
+        directory.mkdir()
+    paths = DriverPaths(ascend=(str(drivers["ascend"]),), nvidia=(str(drivers["nvidia"]),))
+    assert write_spec(str(tmp_path / "cdi"), [s.device for s in service.devices()], paths)
+    assert not write_spec(str(tmp_path / "cdi"), [s.device for s in service.devices()], paths)
+    task = asyncio.create_task(keep_spec_current(str(tmp_path / "cdi"), service, paths))
     await asyncio.sleep(0)
     before = spec.stat().st_mtime_ns
     service.allocate(Request("c", vram_bytes=2**30))  # usage changes: no rewrite
@@ -94,5 +106,9 @@ async def test_cdi_spec_follows_device_changes(tmp_path: Path, mixed_inventory: 
     names = {e["name"]: e for e in json.loads(spec.read_text())["devices"]}
     nodes = [n["path"] for n in names[device.uuid]["containerEdits"]["deviceNodes"]]
     assert "/dev/nvidia7" in nodes
+    # each vendor's configured driver, in the rewritten spec too
+    for name, vendor in ((device.uuid, "ascend"), ("nvidia-0", "nvidia")):
+        mounts = [m["hostPath"] for m in names[name]["containerEdits"]["mounts"]]
+        assert mounts == [str(drivers[vendor])]
     task.cancel()
     ledger.close()

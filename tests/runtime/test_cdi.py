@@ -17,8 +17,11 @@ from hcsd.ledger import Ledger
 from hcsd.model import DeviceNode, Request, Vendor
 from hcsd.runtime.cdi import CDI_KIND, SPEC_NAME, keep_spec_current, render_spec, write_spec
 from hcsd.runtime.quota import QuotaFiles
+from hcsd.runtime.settings import DriverPaths
 from hcsd.service import WATCH_QUEUE, NodeService
 from tests.conftest import GiB, gpu
+
+PATHS = DriverPaths()
 
 
 def test_each_device_is_named_by_uuid_and_by_vendor_index() -> None:
@@ -27,7 +30,7 @@ def test_each_device_is_named_by_uuid_and_by_vendor_index() -> None:
         device_nodes=(DeviceNode("/dev/nvidia3", 195, 3),),
         shared_nodes=(DeviceNode("/dev/nvidiactl", 195, 255),),
     )
-    spec = render_spec([device], driver_paths={"nvidia": []})
+    spec = render_spec([device], DriverPaths(nvidia=()))
     assert spec["kind"] == CDI_KIND and spec["cdiVersion"]
     entries = {e["name"]: e["containerEdits"] for e in spec["devices"]}
     assert list(entries) == ["dev-3", "nvidia-3"]
@@ -49,15 +52,15 @@ def test_the_spec_is_written_once_root_only_and_whole(tmp_path: Path) -> None:
     so only root runtimes, may read the spec."""
     directory = tmp_path / "cdi"
     devices = [gpu(0), gpu(1, vendor=Vendor.HYGON, model="Z100")]
-    assert write_spec(str(directory), devices)
+    assert write_spec(str(directory), devices, PATHS)
     path = directory / SPEC_NAME
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.stat().st_uid == os.geteuid()
-    assert json.loads(path.read_text()) == render_spec(devices)
+    assert json.loads(path.read_text()) == render_spec(devices, PATHS)
     inode = path.stat().st_ino
-    assert not write_spec(str(directory), devices)  # same content: not rewritten
+    assert not write_spec(str(directory), devices, PATHS)  # same content: not rewritten
     assert path.stat().st_ino == inode
-    assert write_spec(str(directory), devices[:1])
+    assert write_spec(str(directory), devices[:1], PATHS)
     assert [p.name for p in directory.iterdir()] == [SPEC_NAME]  # no temp file left
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
@@ -65,16 +68,16 @@ def test_the_spec_is_written_once_root_only_and_whole(tmp_path: Path) -> None:
 def test_a_world_readable_spec_from_before_is_made_root_only(tmp_path: Path) -> None:
     directory = tmp_path / "cdi"
     devices = [gpu(0)]
-    write_spec(str(directory), devices)
+    write_spec(str(directory), devices, PATHS)
     path = directory / SPEC_NAME
     path.chmod(0o644)  # as an older hcsd left it
-    assert not write_spec(str(directory), devices)  # same content
+    assert not write_spec(str(directory), devices, PATHS)  # same content
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 def test_every_device_carries_libhcs_and_the_preload(tmp_path: Path) -> None:
     quota = QuotaFiles(str(tmp_path / "run"), "/usr/lib/hcs/libhcs.so")
-    spec = render_spec([gpu(0), gpu(1)], {"nvidia": []}, quota.preload_edits())
+    spec = render_spec([gpu(0), gpu(1)], DriverPaths(nvidia=()), quota.preload_edits())
     preload = tmp_path / "run" / "ld.so.preload"
     assert preload.read_text() == "/usr/lib/hcs/libhcs.so\n"
     for entry in spec["devices"]:
@@ -109,8 +112,8 @@ async def test_a_watcher_that_fell_behind_catches_up_and_keeps_following(
     off; the change inside the burst still lands, and so does one after it (resubscribed)."""
     directory = tmp_path / "cdi"
     path = directory / SPEC_NAME
-    write_spec(str(directory), [s.device for s in service.devices()])
-    task = asyncio.create_task(keep_spec_current(str(directory), service))
+    write_spec(str(directory), [s.device for s in service.devices()], PATHS)
+    task = asyncio.create_task(keep_spec_current(str(directory), service, PATHS))
     await asyncio.sleep(0)
     device = service.devices()[0].device
     for i in range(WATCH_QUEUE // 2):  # 4 events each, no await: the queue overflows
@@ -129,7 +132,7 @@ async def test_a_spec_that_cannot_be_written_is_reported_and_watching_goes_on(
 ) -> None:
     directory = tmp_path / "cdi"
     (directory / SPEC_NAME).mkdir(parents=True)  # a directory where the file belongs
-    task = asyncio.create_task(keep_spec_current(str(directory), service))
+    task = asyncio.create_task(keep_spec_current(str(directory), service, PATHS))
     await asyncio.sleep(0)
     device = service.devices()[0].device
     with caplog.at_level(logging.WARNING):

@@ -21,6 +21,7 @@ from hcsd.model import Allocation, FrontEnd, Grant, HealthState, PodRef, Request
 from hcsd.refusals import Reason, Refusal
 from hcsd.runtime.injector import ContainerInfo, Injector, InjectorSettings
 from hcsd.runtime.presence import ContainerView, RunningContainer
+from hcsd.runtime.settings import RuntimeSection
 from hcsd.service import NodeService
 from tests.conftest import GiB
 
@@ -64,7 +65,7 @@ def setup(tmp_path: Path, mixed_inventory: Inventory) -> Setup:
         InjectorSettings(
             node_name="sim",
             run_dir=str(tmp_path / "run"),
-            libhcs_path=str(libhcs),
+            runtime=RuntimeSection(libhcs_path=str(libhcs)),
             key_loader=lambda: keys[-1],
         ),
         clock=lambda: NOW,
@@ -215,7 +216,9 @@ def test_missing_libhcs_refuses_and_releases(tmp_path: Path, mixed_inventory: In
     injector = Injector(
         service,
         InjectorSettings(
-            node_name="sim", run_dir=str(tmp_path / "run"), libhcs_path=str(tmp_path / "absent.so")
+            node_name="sim",
+            run_dir=str(tmp_path / "run"),
+            runtime=RuntimeSection(libhcs_path=str(tmp_path / "absent.so")),
         ),
     )
     with pytest.raises(Refusal, match=r"libhcs is not installed at .*absent\.so") as refused:

@@ -18,7 +18,7 @@ from hcsd.ledger import (
     OverCapacity,
 )
 from hcsd.ledger.framing import JOURNAL_HEADER, frame, snapshot_bytes
-from hcsd.ledger.ledger import Capacity
+from hcsd.ledger.ledger import Capacity, LedgerSection
 from hcsd.model import Allocation, FrontEnd, Grant, PodRef
 from tests.conftest import GiB
 
@@ -36,7 +36,7 @@ def alloc(cid: str, *grants: tuple[str, int], compute: int = 0) -> Allocation:
 
 
 def open_ledger(path: Path, fs: FileSystem | None = None, compact_after: int = 10_000) -> Ledger:
-    ledger = Ledger(str(path), fs=fs, compact_after=compact_after)
+    ledger = Ledger(str(path), LedgerSection(compact_after=compact_after), fs=fs)
     ledger.open()
     ledger.set_capacities(CAPACITY)
     return ledger

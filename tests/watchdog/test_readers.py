@@ -9,6 +9,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.model import Device, Vendor
 from hcsd.watchdog.readers import readers_for
 from hcsd.watchdog.readers.cndev import CndevReader, ProcessInfo
@@ -206,5 +207,8 @@ def test_cndev_reads_processes_in_kib_and_grows(
 
 def test_one_reader_per_vendor_present() -> None:
     devices = [*gpu_devices(1), *_ascend_devices(1)]
-    assert [r.name for r in readers_for(devices)] == ["nvml", "dcmi"]
-    assert readers_for([]) == []
+    discovery = DiscoverySection(dcmi_library="/opt/dcmi.so")
+    readers = readers_for(devices, discovery)
+    assert [r.name for r in readers] == ["nvml", "dcmi"]
+    assert readers[1].library == "/opt/dcmi.so"  # type: ignore[attr-defined]
+    assert readers_for([], discovery) == []

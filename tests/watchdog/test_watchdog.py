@@ -19,6 +19,7 @@ from hcsd.watchdog import Policy, Tolerance, Watchdog, WatchdogSettings
 from hcsd.watchdog.accounted import AccountedUsage
 from hcsd.watchdog.metrics import families
 from hcsd.watchdog.readers.nvml import NvmlReader
+from hcsd.watchdog.settings import WatchdogSection
 from tests.watchdog.cgroup import Container, Containers
 from tests.watchdog.conftest import (
     UUIDS,
@@ -47,7 +48,11 @@ class Node:
             [self.reader],
             lambda: self.held,
             self.events.append,
-            WatchdogSettings(interval=1.0, policy=policy, tolerance=tolerance or Tolerance()),
+            WatchdogSettings(
+                interval=1.0,
+                policy=policy,
+                tolerance=tolerance or WatchdogSection().tolerance(),
+            ),
             accounted=AccountedUsage(self.run_dir),
         )
 

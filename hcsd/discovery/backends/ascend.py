@@ -21,6 +21,7 @@ from typing import Any
 from hcsd.discovery import pci
 from hcsd.discovery.backend import DiscoveryBackend, DiscoveryError
 from hcsd.discovery.nodes import device_node, existing_nodes
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.discovery.tools import run_tool
 from hcsd.model import Device, HealthState, Link, LinkKind, Vendor
 from hcsd.profiles.fingerprint import fingerprint
@@ -104,14 +105,10 @@ class AscendBackend(DiscoveryBackend):
 
     def __init__(
         self,
-        *,
-        library: str = "/usr/local/dcmi/libdcmi.so",
-        npu_smi: str = "/usr/local/bin/npu-smi",
-        sysfs: Path = Path("/sys"),
-        dev_root: Path = Path("/dev"),
+        settings: DiscoverySection,
     ) -> None:
-        self.library, self.npu_smi = library, npu_smi
-        self.sysfs, self.dev_root = sysfs, dev_root
+        self.library, self.npu_smi = settings.dcmi_library, settings.npu_smi
+        self.sysfs, self.dev_root = Path(settings.sysfs), Path(settings.dev_root)
         self._dcmi: Any = None
         self._chips: dict[str, tuple[int, int]] = {}  # uuid -> (card, device)
         self._gbps: dict[str, float] = {}  # bus -> PCIe GB/s, read once per discovery

@@ -20,6 +20,7 @@ from typing import Any
 from hcsd.discovery import pci
 from hcsd.discovery.backend import DiscoveryBackend, DiscoveryError
 from hcsd.discovery.nodes import device_node, existing_nodes
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.discovery.tools import run_tool
 from hcsd.model import Device, HealthState, Link, LinkKind, Vendor
 from hcsd.profiles.fingerprint import fingerprint
@@ -95,14 +96,10 @@ class CambriconBackend(DiscoveryBackend):
 
     def __init__(
         self,
-        *,
-        library: str = "/usr/local/neuware/lib64/libcndev.so",
-        cnmon: str = "/usr/bin/cnmon",
-        sysfs: Path = Path("/sys"),
-        dev_root: Path = Path("/dev"),
+        settings: DiscoverySection,
     ) -> None:
-        self.library, self.cnmon = library, cnmon
-        self.sysfs, self.dev_root = sysfs, dev_root
+        self.library, self.cnmon = settings.cndev_library, settings.cnmon
+        self.sysfs, self.dev_root = Path(settings.sysfs), Path(settings.dev_root)
         self._lib: Any = None
         self._handles: dict[str, int] = {}
 

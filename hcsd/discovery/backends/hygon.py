@@ -19,6 +19,7 @@ from pathlib import Path
 from hcsd.discovery import pci
 from hcsd.discovery.backend import DiscoveryBackend, DiscoveryError
 from hcsd.discovery.nodes import device_node, existing_nodes
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.discovery.tools import run_tool
 from hcsd.model import Device, Link, LinkKind, Vendor
 from hcsd.profiles.fingerprint import fingerprint
@@ -53,12 +54,10 @@ class HygonBackend(DiscoveryBackend):
 
     def __init__(
         self,
-        *,
-        hy_smi: str = "/opt/hyhal/bin/hy-smi",
-        sysfs: Path = Path("/sys"),
-        dev_root: Path = Path("/dev"),
+        settings: DiscoverySection,
     ) -> None:
-        self.hy_smi, self.sysfs, self.dev_root = hy_smi, sysfs, dev_root
+        self.hy_smi = settings.hy_smi
+        self.sysfs, self.dev_root = Path(settings.sysfs), Path(settings.dev_root)
         self._buses: dict[str, str] = {}  # uuid -> bus
         self._gbps: dict[str, float] = {}  # bus -> PCIe GB/s, read once per discovery
 

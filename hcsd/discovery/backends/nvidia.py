@@ -24,6 +24,7 @@ import pynvml
 from hcsd.discovery import pci
 from hcsd.discovery.backend import DiscoveryBackend, DiscoveryError
 from hcsd.discovery.nodes import device_node, existing_nodes
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.model import Device, Link, LinkKind, Vendor
 from hcsd.profiles.fingerprint import fingerprint
 
@@ -43,14 +44,11 @@ class NvidiaBackend(DiscoveryBackend):
 
     def __init__(
         self,
-        *,
-        library: str = "",
-        sysfs: Path = Path("/sys"),
-        dev_root: Path = Path("/dev"),
+        settings: DiscoverySection,
     ) -> None:
-        self.library = library  # empty: the loader's search path (libnvidia-ml.so.1)
-        self.sysfs = sysfs
-        self.dev_root = dev_root
+        self.library = settings.nvml_library  # empty: the loader's search path
+        self.sysfs = Path(settings.sysfs)
+        self.dev_root = Path(settings.dev_root)
         self._handles: dict[str, Any] = {}
         self._active_links: dict[str, list[int]] = {}
         self._supported: dict[str, set[str]] = {}

@@ -41,7 +41,7 @@ def read_total(path: str, key: str) -> int | None:
 class AerPoller:
     name = "aer-sysfs"
 
-    def __init__(self, bus_ids: Iterable[str], *, sysfs: str = "/sys", interval: float = 5.0):
+    def __init__(self, bus_ids: Iterable[str], *, sysfs: str, interval: float):
         self.bus_ids = list(bus_ids)
         self.sysfs = sysfs
         self.interval = interval

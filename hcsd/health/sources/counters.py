@@ -40,7 +40,7 @@ class CounterPoller:
         backends: Sequence[DiscoveryBackend],
         bus_of: Callable[[str], str | None],
         *,
-        interval: float = 5.0,
+        interval: float,
     ) -> None:
         self.backends = list(backends)
         self.bus_of = bus_of

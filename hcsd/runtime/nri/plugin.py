@@ -27,7 +27,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from hcsd.contract import paths
 from hcsd.model import FrontEnd
 from hcsd.refusals import Refusal
 from hcsd.runtime.injector import Injector
@@ -35,6 +34,7 @@ from hcsd.runtime.nri.adjust import adjustment, container_info, running_containe
 from hcsd.runtime.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux, MuxError
 from hcsd.runtime.nri.ttrpc import Client, Code, Server, TtrpcError
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+from hcsd.runtime.settings import RuntimeSection
 
 __all__ = ["PLUGIN_SERVICE", "RUNTIME_SERVICE", "NriPlugin"]
 
@@ -62,19 +62,18 @@ class NriPlugin:
     def __init__(
         self,
         injector: Injector,
+        settings: RuntimeSection | None = None,
         *,
-        socket_path: str = paths.NRI_SOCKET,
         name: str = "hcsd",
-        index: str = "10",
         backoff: tuple[float, float] = (0.5, 10.0),
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        if len(index) != 2 or not index.isdigit():
-            raise ValueError(f"NRI plugin index must be two digits, got {index!r}")
+        settings = settings or RuntimeSection()
         self.injector = injector
-        self.socket_path = socket_path
+        self.socket_path = settings.nri_socket
+        self.prelaunch_socket = settings.nri_prelaunch_socket
         self.name = name
-        self.index = index
+        self.index = settings.plugin_index  # two digits: checked by the section
         self.backoff = backoff
         self.clock = clock
         self.runtime = ""
@@ -119,8 +118,9 @@ class NriPlugin:
             log.info("nri: runtime connection closed; reconnecting")
             await asyncio.sleep(self.backoff[0])
 
-    async def serve_prelaunched(self, socket_path: str) -> None:
+    async def serve_prelaunched(self) -> None:
         """Accept connections relayed by `hcs-nri-plugin` (the runtime's pre-launched form)."""
+        socket_path = self.prelaunch_socket
         directory = os.path.dirname(socket_path) or "."
         os.makedirs(directory, mode=0o755, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):

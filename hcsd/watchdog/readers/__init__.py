@@ -5,21 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.model import Device, Vendor
 from hcsd.watchdog.usage import UsageReader
 
 __all__ = ["readers_for"]
 
 
-def readers_for(
-    devices: Sequence[Device],
-    *,
-    nvml_library: str = "",
-    dcmi_library: str = "/usr/local/dcmi/libdcmi.so",
-    cndev_library: str = "/usr/local/neuware/lib64/libcndev.so",
-    sysfs: Path = Path("/sys"),
-) -> list[UsageReader]:
-    """One reader per vendor present among the devices (libraries are opened on first read)."""
+def readers_for(devices: Sequence[Device], discovery: DiscoverySection) -> list[UsageReader]:
+    """One reader per vendor present among the devices (libraries are opened on first read),
+    with the libraries and the sysfs root that discovery uses."""
     from hcsd.watchdog.readers.cndev import CndevReader
     from hcsd.watchdog.readers.dcmi import DcmiReader
     from hcsd.watchdog.readers.kfd import KfdReader
@@ -28,11 +23,11 @@ def readers_for(
     vendors = {d.vendor for d in devices}
     readers: list[UsageReader] = []
     if Vendor.NVIDIA in vendors:
-        readers.append(NvmlReader(devices, library=nvml_library))
+        readers.append(NvmlReader(devices, library=discovery.nvml_library))
     if Vendor.HYGON in vendors:
-        readers.append(KfdReader(devices, sysfs=sysfs))
+        readers.append(KfdReader(devices, sysfs=Path(discovery.sysfs)))
     if Vendor.ASCEND in vendors:
-        readers.append(DcmiReader(devices, library=dcmi_library))
+        readers.append(DcmiReader(devices, library=discovery.dcmi_library))
     if Vendor.CAMBRICON in vendors:
-        readers.append(CndevReader(devices, library=cndev_library))
+        readers.append(CndevReader(devices, library=discovery.cndev_library))
     return readers

@@ -70,7 +70,7 @@ class CndevReader(UsageReader):
         self,
         devices: Sequence[Device],
         *,
-        library: str = "/usr/local/neuware/lib64/libcndev.so",
+        library: str,
     ) -> None:
         self.by_bus = {
             pci.normalise_address(d.pci_bus_id): d.uuid

@@ -64,9 +64,7 @@ class _Hbm(ctypes.Structure):
 class DcmiReader(UsageReader):
     name = "dcmi"
 
-    def __init__(
-        self, devices: Sequence[Device], *, library: str = "/usr/local/dcmi/libdcmi.so"
-    ) -> None:
+    def __init__(self, devices: Sequence[Device], *, library: str) -> None:
         self.by_bus = {
             pci.normalise_address(d.pci_bus_id): d.uuid
             for d in devices

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 class KfdReader(UsageReader):
     name = "kfd"
 
-    def __init__(self, devices: Sequence[Device], *, sysfs: Path = Path("/sys")) -> None:
+    def __init__(self, devices: Sequence[Device], *, sysfs: Path) -> None:
         self.by_bus = {
             pci.normalise_address(d.pci_bus_id): d.uuid
             for d in devices

@@ -104,7 +104,7 @@ class _NvmlCode(Exception):
 class NvmlReader(UsageReader):
     name = "nvml"
 
-    def __init__(self, devices: Sequence[Device], *, library: str = "") -> None:
+    def __init__(self, devices: Sequence[Device], *, library: str) -> None:
         self.uuids = {d.uuid for d in devices if d.vendor is Vendor.NVIDIA}
         self.library = library or "libnvidia-ml.so.1"
         self._lib: Any = None

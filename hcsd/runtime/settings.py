@@ -1,0 +1,99 @@
+"""`[runtime]`: how containers get their devices (NRI, CDI), libhcs, the assignment key, and
+`[runtime.driver_paths]`: the driver files each vendor's containers get mounted.
+
+The injector, the NRI plugin and the CDI spec take this section whole, so a driver path set in
+the file reaches every front end the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hcsd.contract import paths
+from hcsd.model import Vendor
+from hcsd.sections import Section, checks, section, setting
+
+__all__ = ["DriverPaths", "RuntimeSection"]
+
+_MOUNTED = "mounted read-only where they exist on the host"
+
+
+@dataclass(frozen=True, slots=True)
+class DriverPaths(Section):
+    """Host paths of each vendor's driver (libraries, tools, install info), mounted into the
+    containers that hold that vendor's devices. The usual install locations of the vendors'
+    own container runtimes; a vendor CDI spec (`nvidia-ctk cdi generate`), where present,
+    replaces them with the exact files of the installed driver."""
+
+    nvidia: tuple[str, ...] = setting(
+        ("/usr/local/nvidia",), f"NVIDIA driver directories, {_MOUNTED}.", checks.path_list
+    )
+    ascend: tuple[str, ...] = setting(
+        (
+            "/usr/local/Ascend/driver/lib64",
+            "/usr/local/Ascend/driver/include",
+            "/usr/local/Ascend/driver/tools",
+            "/usr/local/dcmi",
+            "/usr/local/bin/npu-smi",
+            "/etc/ascend_install.info",
+        ),
+        f"Ascend driver files (libraries, DCMI, npu-smi, install info), {_MOUNTED}.",
+        checks.path_list,
+    )
+    hygon: tuple[str, ...] = setting(
+        ("/opt/hygondriver", "/opt/hyhal"),
+        f"Hygon driver directories (driver, HAL), {_MOUNTED}.",
+        checks.path_list,
+    )
+    cambricon: tuple[str, ...] = setting(
+        ("/usr/local/neuware",), f"Cambricon Neuware directory, {_MOUNTED}.", checks.path_list
+    )
+
+    def of(self, vendor: Vendor) -> Sequence[str]:
+        """The paths for one vendor (a field per `Vendor`, checked by the tests)."""
+        paths: Sequence[str] = getattr(self, vendor.value)
+        return paths
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSection(Section):
+    """Container injection: the NRI plugin, CDI, libhcs, assignments and driver mounts."""
+
+    nri: bool = setting(
+        True,
+        "Serve containerd/CRI-O as an NRI plugin (devices, env, mounts, quota per container).",
+        checks.boolean,
+    )
+    nri_socket: str = setting(paths.NRI_SOCKET, "The runtime's NRI socket.", checks.path)
+    nri_prelaunch_socket: str = setting(
+        paths.NRI_PRELAUNCH_SOCKET,
+        "Where hcs-nri-plugin (the pre-launched form in /opt/nri/plugins) reaches hcsd.",
+        checks.path,
+    )
+    plugin_index: str = setting(
+        "10", "Two-digit NRI plugin index (lower runs first).", checks.two_digits
+    )
+    libhcs_path: str = setting(
+        paths.LIBHCS, "The quota library preloaded into containers.", checks.path
+    )
+    assignment_key_file: str = setting(
+        paths.KEY_FILE,
+        "HMAC key shared with the scheduler extender to verify hcs.io/assignment.",
+        checks.path,
+    )
+    assignment_max_age: float = setting(
+        604800.0,
+        "Seconds a scheduler assignment stays valid for a container's first start.",
+        checks.seconds,
+    )
+    cdi_dir: str = setting(
+        paths.CDI_DIR,
+        "Where hcsd writes its CDI spec (hcs.io-device.yaml); empty disables it.",
+        checks.path_or_empty,
+    )
+    driver_paths: DriverPaths = section(
+        DriverPaths,
+        "Driver files mounted into containers, per vendor; a vendor CDI spec, where "
+        "present, replaces them.",
+    )
