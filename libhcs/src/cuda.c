@@ -1,67 +1,22 @@
 /* CUDA driver API: allocations (plain, pitched, managed, stream-ordered, pool), VMM physical
- * handles, frees, memory info, and cuGetProcAddress (cudart 12 resolves the driver through it,
- * so its answers must be our hooks). The device is the current context's. */
-#include <pthread.h>
+ * handles, frees, memory info, launches (paced by the compute share), and cuGetProcAddress
+ * (cudart 12 resolves the driver through it, so its answers must be our hooks). The device
+ * is the current context's. The rows are in symbols.h; only the irregular hooks are here. */
 #include <string.h>
 
-#include "common.h"
+#include "backend.h"
 #include "hooks.h"
+#include "limiter.h"
 
-static const char *const libraries[] = {"libcuda.so.1", "libcuda.so", NULL};
+static const char *const cuda_libraries[] = {"libcuda.so.1", "libcuda.so", NULL};
+#define HCS_OK_cuda CUDA_SUCCESS
+#define HCS_OOM_cuda CUDA_ERROR_OUT_OF_MEMORY
+#define HCS_MISSING_cuda CUDA_ERROR_NOT_FOUND
+#define CUDA_HELPERS(Y) Y(cuda, CUresult, cuCtxGetDevice, (CUdevice *device))
 
-static CUresult (*real_cuMemAlloc_v2)(CUdeviceptr *, size_t);
-static CUresult (*real_cuMemAllocPitch_v2)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
-static CUresult (*real_cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned int);
-static CUresult (*real_cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
-static CUresult (*real_cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-static CUresult (*real_cuMemFree_v2)(CUdeviceptr);
-static CUresult (*real_cuMemFreeAsync)(CUdeviceptr, CUstream);
-static CUresult (*real_cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const void *,
-				    unsigned long long);
-static CUresult (*real_cuMemRelease)(CUmemGenericAllocationHandle);
-static CUresult (*real_cuMemGetInfo_v2)(size_t *, size_t *);
-static CUresult (*real_cuGetProcAddress)(const char *, void **, int, cuuint64_t);
-static CUresult (*real_cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t,
-					    CUdriverProcAddressQueryResult *);
-static CUresult (*real_cuCtxGetDevice)(CUdevice *);
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static CUresult (*real_cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int,
-				       unsigned int, unsigned int, unsigned int, unsigned int,
-				       CUstream, void **, void **);
-static CUresult (*real_cuLaunchKernelEx)(const void *, CUfunction, void **, void **);
-static CUresult (*real_cuGraphLaunch)(CUgraphExec, CUstream);
-static pthread_once_t launch_once = PTHREAD_ONCE_INIT;
+HCS_BACKEND(cuda, HCS_SYMBOLS_cuda, CUDA_HELPERS)
 
-static void resolve_launch(void)
-{
-	HCS_RESOLVE(libraries, cuLaunchKernel);
-	HCS_RESOLVE(libraries, cuLaunchKernelEx);
-	HCS_RESOLVE(libraries, cuGraphLaunch);
-}
-
-static void resolve(void)
-{
-	HCS_RESOLVE(libraries, cuMemAlloc_v2);
-	HCS_RESOLVE(libraries, cuMemAllocPitch_v2);
-	HCS_RESOLVE(libraries, cuMemAllocManaged);
-	HCS_RESOLVE(libraries, cuMemAllocAsync);
-	HCS_RESOLVE(libraries, cuMemAllocFromPoolAsync);
-	HCS_RESOLVE(libraries, cuMemFree_v2);
-	HCS_RESOLVE(libraries, cuMemFreeAsync);
-	HCS_RESOLVE(libraries, cuMemCreate);
-	HCS_RESOLVE(libraries, cuMemRelease);
-	HCS_RESOLVE(libraries, cuMemGetInfo_v2);
-	HCS_RESOLVE(libraries, cuGetProcAddress);
-	HCS_RESOLVE(libraries, cuGetProcAddress_v2);
-	HCS_RESOLVE(libraries, cuCtxGetDevice);
-}
-
-static inline void ready(void)
-{
-	pthread_once(&once, resolve);
-}
-
-static inline int ordinal(void)
+static inline int cuda_ordinal(void)
 {
 	CUdevice device = 0;
 	if (real_cuCtxGetDevice && real_cuCtxGetDevice(&device) == CUDA_SUCCESS)
@@ -69,52 +24,18 @@ static inline int ordinal(void)
 	return 0;
 }
 
-#define MISSING(name) do { if (!real_##name) return CUDA_ERROR_NOT_FOUND; } while (0)
-
-/* One body for every allocation that returns a device pointer. */
-#define CUDA_ALLOC(name, dptr, size, ...)                                                    \
-	ready();                                                                             \
-	MISSING(name);                                                                       \
-	if (!hcs_enforcing())                                                                \
-		return real_##name(dptr, size, ##__VA_ARGS__);                               \
-	int device = ordinal();                                                              \
-	if (hcs_alloc_begin(device, size) != 0)                                              \
-		return CUDA_ERROR_OUT_OF_MEMORY;                                             \
-	CUresult rc = real_##name(dptr, size, ##__VA_ARGS__);                                \
-	hcs_alloc_end(rc == CUDA_SUCCESS, rc == CUDA_SUCCESS ? *(dptr) : 0, HCS_KIND_PTR,   \
-		      device, size);                                                         \
-	return rc
-
-CUresult hcs_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
-{
-	CUDA_ALLOC(cuMemAlloc_v2, dptr, size);
-}
-
-CUresult hcs_cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
-{
-	CUDA_ALLOC(cuMemAllocManaged, dptr, size, flags);
-}
-
-CUresult hcs_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream)
-{
-	CUDA_ALLOC(cuMemAllocAsync, dptr, size, stream);
-}
-
-CUresult hcs_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
-				     CUstream stream)
-{
-	CUDA_ALLOC(cuMemAllocFromPoolAsync, dptr, size, pool, stream);
-}
+HCS_SYMBOLS_cuda(HCS_DEFINE_HOOK)
 
 /* The pitch is chosen by the driver: reserve width x height first, the rest once known. */
 CUresult hcs_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
 				unsigned int element_size)
 {
-	ready();
-	MISSING(cuMemAllocPitch_v2);
+	cuda_ready();
+	if (!real_cuMemAllocPitch_v2)
+		return CUDA_ERROR_NOT_FOUND;
 	if (!hcs_enforcing())
 		return real_cuMemAllocPitch_v2(dptr, pitch, width, height, element_size);
-	int device = ordinal();
+	int device = cuda_ordinal();
 	uint64_t estimate = (uint64_t)width * height;
 	if (hcs_alloc_begin(device, estimate) != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -132,35 +53,14 @@ CUresult hcs_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, 
 	return rc;
 }
 
-#define CUDA_FREE(name, kind, key, ...)                                                       \
-	ready();                                                                             \
-	MISSING(name);                                                                       \
-	int device;                                                                          \
-	uint64_t size;                                                                       \
-	bool tracked = hcs_free_begin((uint64_t)(key), kind, &device, &size);                \
-	CUresult rc = real_##name(__VA_ARGS__);                                              \
-	hcs_free_end(tracked, rc == CUDA_SUCCESS, (uint64_t)(key), kind, device, size);       \
-	return rc
-
-CUresult hcs_cuMemFree_v2(CUdeviceptr dptr)
-{
-	CUDA_FREE(cuMemFree_v2, HCS_KIND_PTR, dptr, dptr);
-}
-
-/* Stream-ordered free: the memory returns when the stream gets there; crediting it now is the
- * only point we see, and the pool reuses it for this process first. */
-CUresult hcs_cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
-{
-	CUDA_FREE(cuMemFreeAsync, HCS_KIND_PTR, dptr, dptr, stream);
-}
-
 /* VMM: CUmemAllocationProp starts {int type; int requestedHandleTypes; {int type; int id;}
  * location; ...}: the device ordinal is location.id. */
 CUresult hcs_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
 			 unsigned long long flags)
 {
-	ready();
-	MISSING(cuMemCreate);
+	cuda_ready();
+	if (!real_cuMemCreate)
+		return CUDA_ERROR_NOT_FOUND;
 	if (!hcs_enforcing())
 		return real_cuMemCreate(handle, size, prop, flags);
 	int device = 0;
@@ -174,42 +74,11 @@ CUresult hcs_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, cons
 	return rc;
 }
 
-CUresult hcs_cuMemRelease(CUmemGenericAllocationHandle handle)
-{
-	CUDA_FREE(cuMemRelease, HCS_KIND_VMM, handle, handle);
-}
-
-CUresult hcs_cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
-{
-	ready();
-	MISSING(cuMemGetInfo_v2);
-	CUresult rc = real_cuMemGetInfo_v2(free_bytes, total_bytes);
-	if (rc == CUDA_SUCCESS && hcs_cfg.enforcing)
-		hcs_clamp_info(ordinal(), free_bytes, total_bytes);
-	return rc;
-}
-
 /* Real entry -> our hook: whatever version the driver picked, we match by address. */
+#define SWAP_ENTRY(v, ret, name, ...) {(void **)&real_##name, (void *)name},
 static void *swap_for_hook(void *function)
 {
-	pthread_once(&launch_once, resolve_launch);
-	struct { void **real; void *hook; } table[] = {
-		{(void **)&real_cuMemAlloc_v2, (void *)cuMemAlloc_v2},
-		{(void **)&real_cuMemAllocPitch_v2, (void *)cuMemAllocPitch_v2},
-		{(void **)&real_cuMemAllocManaged, (void *)cuMemAllocManaged},
-		{(void **)&real_cuMemAllocAsync, (void *)cuMemAllocAsync},
-		{(void **)&real_cuMemAllocFromPoolAsync, (void *)cuMemAllocFromPoolAsync},
-		{(void **)&real_cuMemFree_v2, (void *)cuMemFree_v2},
-		{(void **)&real_cuMemFreeAsync, (void *)cuMemFreeAsync},
-		{(void **)&real_cuMemCreate, (void *)cuMemCreate},
-		{(void **)&real_cuMemRelease, (void *)cuMemRelease},
-		{(void **)&real_cuMemGetInfo_v2, (void *)cuMemGetInfo_v2},
-		{(void **)&real_cuGetProcAddress, (void *)cuGetProcAddress},
-		{(void **)&real_cuGetProcAddress_v2, (void *)cuGetProcAddress_v2},
-		{(void **)&real_cuLaunchKernel, (void *)cuLaunchKernel},
-		{(void **)&real_cuLaunchKernelEx, (void *)cuLaunchKernelEx},
-		{(void **)&real_cuGraphLaunch, (void *)cuGraphLaunch},
-	};
+	const struct { void **real; void *hook; } table[] = {HCS_SYMBOLS_cuda(SWAP_ENTRY)};
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
 		if (function && *table[i].real == function)
 			return table[i].hook;
@@ -218,8 +87,9 @@ static void *swap_for_hook(void *function)
 
 CUresult hcs_cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
-	ready();
-	MISSING(cuGetProcAddress);
+	cuda_ready();
+	if (!real_cuGetProcAddress)
+		return CUDA_ERROR_NOT_FOUND;
 	CUresult rc = real_cuGetProcAddress(symbol, pfn, version, flags);
 	if (rc == CUDA_SUCCESS && pfn)
 		*pfn = swap_for_hook(*pfn);
@@ -229,40 +99,13 @@ CUresult hcs_cuGetProcAddress(const char *symbol, void **pfn, int version, cuuin
 CUresult hcs_cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
 				 CUdriverProcAddressQueryResult *status)
 {
-	ready();
-	MISSING(cuGetProcAddress_v2);
+	cuda_ready();
+	if (!real_cuGetProcAddress_v2)
+		return CUDA_ERROR_NOT_FOUND;
 	CUresult rc = real_cuGetProcAddress_v2(symbol, pfn, version, flags, status);
 	if (rc == CUDA_SUCCESS && pfn)
 		*pfn = swap_for_hook(*pfn);
 	return rc;
-}
-
-/* Kernel launches: only devices with a compute share below 100% are measured and paced. */
-void hcs_throttle(int device, int share);
-int hcs_compute_share(int *device);
-int hcs_pair_begin(int device, CUstream stream);
-void hcs_pair_end(int index, CUstream stream);
-
-
-#define PACED(name, stream, ...)                                                              \
-	pthread_once(&launch_once, resolve_launch);                                          \
-	MISSING(name);                                                                       \
-	int device, share = hcs_compute_share(&device);                                      \
-	if (!share)                                                                          \
-		return real_##name(__VA_ARGS__);                                             \
-	hcs_in_hook++;                                                                       \
-	hcs_throttle(device, share);                                                         \
-	int pair = hcs_pair_begin(device, stream);                                           \
-	CUresult rc = real_##name(__VA_ARGS__);                                              \
-	hcs_pair_end(pair, stream);                                                          \
-	hcs_in_hook--;                                                                       \
-	return rc
-
-CUresult hcs_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-			    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
-			    CUstream stream, void **params, void **extra)
-{
-	PACED(cuLaunchKernel, stream, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
 }
 
 /* CUlaunchConfig: {unsigned gridDimX, Y, Z, blockDimX, Y, Z, sharedMemBytes; CUstream hStream;
@@ -272,10 +115,5 @@ CUresult hcs_cuLaunchKernelEx(const void *config, CUfunction f, void **params, v
 	CUstream stream = NULL;
 	if (config)
 		memcpy(&stream, (const char *)config + 32, sizeof(stream));
-	PACED(cuLaunchKernelEx, stream, config, f, params, extra);
-}
-
-CUresult hcs_cuGraphLaunch(CUgraphExec graph, CUstream stream)
-{
-	PACED(cuGraphLaunch, stream, graph, stream);
+	HCS_LAUNCH_BRACKET(cuda, cuLaunchKernelEx, (config, f, params, extra), stream);
 }

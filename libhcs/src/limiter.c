@@ -9,19 +9,22 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "common.h"
+#include "backend.h"
+#include "limiter.h"
 
 #define PAIRS 256
 #define WINDOW_NS 100000000LL /* 100 ms: short enough to react, long enough to be smooth */
 #define CU_EVENT_DISABLE_TIMING 0x2
 
 typedef void *CUevent;
-static CUresult (*real_cuEventCreate)(CUevent *, unsigned int);
-static CUresult (*real_cuEventRecord)(CUevent, CUstream);
-static CUresult (*real_cuEventQuery)(CUevent);
-static CUresult (*real_cuEventElapsedTime)(float *, CUevent, CUevent);
-static CUresult (*real_cuCtxGetDevice)(CUdevice *);
-static const char *const libraries[] = {"libcuda.so.1", "libcuda.so", NULL};
+static const char *const limiter_libraries[] = {"libcuda.so.1", "libcuda.so", NULL};
+#define LIMITER_HELPERS(Y)                                                                   \
+	Y(limiter, CUresult, cuEventCreate, (CUevent *event, unsigned int flags))            \
+	Y(limiter, CUresult, cuEventRecord, (CUevent event, CUstream stream))                \
+	Y(limiter, CUresult, cuEventQuery, (CUevent event))                                  \
+	Y(limiter, CUresult, cuEventElapsedTime, (float *ms, CUevent start, CUevent end))    \
+	Y(limiter, CUresult, cuCtxGetDevice, (CUdevice *device))
+LIMITER_HELPERS(HCS_DECLARE_REAL)
 
 struct pair { CUevent start, end; int device; int busy; };
 struct budget { long long window_start; double busy_ns; };
@@ -40,18 +43,13 @@ static long long now_ns(void)
 
 static void resolve(void)
 {
-	HCS_RESOLVE(libraries, cuEventCreate);
-	HCS_RESOLVE(libraries, cuEventRecord);
-	HCS_RESOLVE(libraries, cuEventQuery);
-	HCS_RESOLVE(libraries, cuEventElapsedTime);
-	HCS_RESOLVE(libraries, cuCtxGetDevice);
+	LIMITER_HELPERS(HCS_RESOLVE_REAL)
 	usable = real_cuEventCreate && real_cuEventRecord && real_cuEventQuery &&
 		 real_cuEventElapsedTime && real_cuCtxGetDevice;
 	if (!usable)
 		hcs_log("the driver lacks CUDA event calls; compute share not enforced");
 }
 
-/* The share for the current device, or 0 when it is not limited. */
 int hcs_compute_share(int *device)
 {
 	if (!hcs_enforcing())
@@ -80,7 +78,6 @@ static void reap(void)
 	}
 }
 
-/* Before a launch: wait while the device time used in this window exceeds the share. */
 void hcs_throttle(int device, int share)
 {
 	for (;;) {

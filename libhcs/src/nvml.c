@@ -1,24 +1,15 @@
 /* NVML memory info, so that nvidia-smi inside the container shows the quota: total is the
  * limit, used is the container's accounted usage. The device is matched by UUID against the
  * quota file (ordinals inside the container need not equal NVML's indexes). */
-#include <pthread.h>
+#include "backend.h"
 
-#include "common.h"
+static const char *const nvml_libraries[] = {"libnvidia-ml.so.1", "libnvidia-ml.so", NULL};
+#define HCS_MISSING_nvml 13 /* NVML_ERROR_FUNCTION_NOT_FOUND */
+#define NVML_HELPERS(Y)                                                                      \
+	Y(nvml, nvmlReturn_t, nvmlDeviceGetUUID, (nvmlDevice_t d, char *uuid, unsigned int n)) \
+	Y(nvml, nvmlReturn_t, nvmlDeviceGetIndex, (nvmlDevice_t d, unsigned int *index))
 
-static const char *const libraries[] = {"libnvidia-ml.so.1", "libnvidia-ml.so", NULL};
-static nvmlReturn_t (*real_nvmlDeviceGetMemoryInfo)(nvmlDevice_t, nvmlMemory_t *);
-static nvmlReturn_t (*real_nvmlDeviceGetMemoryInfo_v2)(nvmlDevice_t, nvmlMemory_v2_t *);
-static nvmlReturn_t (*real_nvmlDeviceGetUUID)(nvmlDevice_t, char *, unsigned int);
-static nvmlReturn_t (*real_nvmlDeviceGetIndex)(nvmlDevice_t, unsigned int *);
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-static void resolve(void)
-{
-	HCS_RESOLVE(libraries, nvmlDeviceGetMemoryInfo);
-	HCS_RESOLVE(libraries, nvmlDeviceGetMemoryInfo_v2);
-	HCS_RESOLVE(libraries, nvmlDeviceGetUUID);
-	HCS_RESOLVE(libraries, nvmlDeviceGetIndex);
-}
+HCS_BACKEND(nvml, HCS_SYMBOLS_nvml, NVML_HELPERS)
 
 static int ordinal_of(nvmlDevice_t device)
 {
@@ -50,9 +41,9 @@ static void adjust(int ordinal, unsigned long long *total, unsigned long long *f
 
 nvmlReturn_t hcs_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-	pthread_once(&once, resolve);
+	nvml_ready();
 	if (!real_nvmlDeviceGetMemoryInfo)
-		return 13; /* NVML_ERROR_FUNCTION_NOT_FOUND */
+		return HCS_MISSING_nvml;
 	nvmlReturn_t rc = real_nvmlDeviceGetMemoryInfo(device, memory);
 	if (rc == NVML_SUCCESS && hcs_cfg.enforcing && memory)
 		adjust(ordinal_of(device), &memory->total, &memory->free, &memory->used);
@@ -61,9 +52,9 @@ nvmlReturn_t hcs_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memo
 
 nvmlReturn_t hcs_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-	pthread_once(&once, resolve);
+	nvml_ready();
 	if (!real_nvmlDeviceGetMemoryInfo_v2)
-		return 13;
+		return HCS_MISSING_nvml;
 	nvmlReturn_t rc = real_nvmlDeviceGetMemoryInfo_v2(device, memory);
 	if (rc == NVML_SUCCESS && hcs_cfg.enforcing && memory) {
 		adjust(ordinal_of(device), &memory->total, &memory->free, &memory->used);

@@ -38,6 +38,15 @@ quota_dir() { # ordinal-uuid limit
   echo "$dir"
 }
 
+# The library exports exactly dlsym and the rows of src/symbols.h (through the generated map).
+exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^GLIBC\|^LIBHCS' | sort)
+table=$(tr ' ;' '\n\n' < "$root/build/libhcs.map" | grep -E '^(dlsym|cu|nvml|hip|acl|rt|cn)' | sort)
+if [ -n "$table" ] && [ "$exported" = "$table" ]; then
+  record exports 0 "RESULT e 1 0"
+else
+  record exports 1 "$(diff <(echo "$exported") <(echo "$table"))"
+fi
+
 Q1G="HCS_VRAM_QUOTA=1Gi"
 run cuda-direct $Q1G LD_PRELOAD=$lib -- "$build/t_cuda"
 run lookup $Q1G LD_PRELOAD=$lib -- "$build/t_lookup"

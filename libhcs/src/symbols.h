@@ -1,0 +1,112 @@
+/* Every symbol libhcs hooks, written once. From these rows come the exported wrappers
+ * (hooks.c), the version script (libhcs.map.in), the dlsym table (hooks.c), the
+ * cuGetProcAddress swap table (cuda.c), each backend's real-function pointers and their
+ * resolution, and the bodies of the hooks whose shape is common (backend.h).
+ *
+ * A row: X(vendor, ret, name, params, args, role, a, b, c)
+ *   vendor   the backend (cuda, nvml, hip, acl, rt, cnrt, cn): its library, device query and
+ *            return codes (HCS_OK_<vendor>, HCS_OOM_<vendor>, HCS_MISSING_<vendor>)
+ *   role     ALLOC  a = tracking kind, b = key (read after the call), c = size
+ *            FREE   a = tracking kind, b = key
+ *            INFO   b = free-bytes pointer, c = total-bytes pointer (clamped to the quota)
+ *            LAUNCH b = stream (paced by the compute share)
+ *            CUSTOM the backend writes hcs_<name> itself
+ * Only macros here (no types), so the version script can be generated with cpp alone. */
+#ifndef HCS_SYMBOLS_H
+#define HCS_SYMBOLS_H
+
+#define HCS_LAUNCH_PARAMS                                                                    \
+	(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,   \
+	 unsigned int by, unsigned int bz, unsigned int shared, CUstream stream, void **params, \
+	 void **extra)
+#define HCS_LAUNCH_ARGS (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+
+#define HCS_SYMBOLS_cuda(X)                                                                  \
+	X(cuda, CUresult, cuMemAlloc_v2, (CUdeviceptr *p, size_t s), (p, s),                 \
+	  ALLOC, HCS_KIND_PTR, *p, s)                                                        \
+	X(cuda, CUresult, cuMemAllocPitch_v2,                                                \
+	  (CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int e),               \
+	  (p, pitch, w, h, e), CUSTOM, 0, 0, 0)                                              \
+	X(cuda, CUresult, cuMemAllocManaged, (CUdeviceptr *p, size_t s, unsigned int fl),    \
+	  (p, s, fl), ALLOC, HCS_KIND_PTR, *p, s)                                            \
+	X(cuda, CUresult, cuMemAllocAsync, (CUdeviceptr *p, size_t s, CUstream st),          \
+	  (p, s, st), ALLOC, HCS_KIND_PTR, *p, s)                                            \
+	X(cuda, CUresult, cuMemAllocFromPoolAsync,                                           \
+	  (CUdeviceptr *p, size_t s, CUmemoryPool pool, CUstream st), (p, s, pool, st),      \
+	  ALLOC, HCS_KIND_PTR, *p, s)                                                        \
+	X(cuda, CUresult, cuMemFree_v2, (CUdeviceptr p), (p), FREE, HCS_KIND_PTR, p, 0)      \
+	X(cuda, CUresult, cuMemFreeAsync, (CUdeviceptr p, CUstream st), (p, st),             \
+	  FREE, HCS_KIND_PTR, p, 0)                                                          \
+	X(cuda, CUresult, cuMemCreate,                                                       \
+	  (CUmemGenericAllocationHandle *h, size_t s, const void *prop, unsigned long long fl), \
+	  (h, s, prop, fl), CUSTOM, 0, 0, 0)                                                 \
+	X(cuda, CUresult, cuMemRelease, (CUmemGenericAllocationHandle h), (h),               \
+	  FREE, HCS_KIND_VMM, h, 0)                                                          \
+	X(cuda, CUresult, cuMemGetInfo_v2, (size_t *f, size_t *t), (f, t), INFO, 0, f, t)    \
+	X(cuda, CUresult, cuGetProcAddress, (const char *sym, void **pfn, int v, cuuint64_t fl), \
+	  (sym, pfn, v, fl), CUSTOM, 0, 0, 0)                                                \
+	X(cuda, CUresult, cuGetProcAddress_v2,                                               \
+	  (const char *sym, void **pfn, int v, cuuint64_t fl, CUdriverProcAddressQueryResult *st), \
+	  (sym, pfn, v, fl, st), CUSTOM, 0, 0, 0)                                            \
+	X(cuda, CUresult, cuLaunchKernel, HCS_LAUNCH_PARAMS, HCS_LAUNCH_ARGS,                 \
+	  LAUNCH, 0, stream, 0)                                                              \
+	X(cuda, CUresult, cuLaunchKernelEx,                                                  \
+	  (const void *config, CUfunction f, void **params, void **extra),                   \
+	  (config, f, params, extra), CUSTOM, 0, 0, 0)                                       \
+	X(cuda, CUresult, cuGraphLaunch, (CUgraphExec g, CUstream stream), (g, stream),      \
+	  LAUNCH, 0, stream, 0)
+
+#define HCS_SYMBOLS_nvml(X)                                                                  \
+	X(nvml, nvmlReturn_t, nvmlDeviceGetMemoryInfo, (nvmlDevice_t d, nvmlMemory_t *m),    \
+	  (d, m), CUSTOM, 0, 0, 0)                                                           \
+	X(nvml, nvmlReturn_t, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t d, nvmlMemory_v2_t *m), \
+	  (d, m), CUSTOM, 0, 0, 0)
+
+#define HCS_SYMBOLS_hip(X)                                                                   \
+	X(hip, hipError_t, hipMalloc, (void **p, size_t s), (p, s),                          \
+	  ALLOC, HCS_KIND_HIP, (uintptr_t)*p, s)                                             \
+	X(hip, hipError_t, hipMallocManaged, (void **p, size_t s, unsigned int fl), (p, s, fl), \
+	  ALLOC, HCS_KIND_HIP, (uintptr_t)*p, s)                                             \
+	X(hip, hipError_t, hipMallocAsync, (void **p, size_t s, hipStream_t st), (p, s, st), \
+	  ALLOC, HCS_KIND_HIP, (uintptr_t)*p, s)                                             \
+	X(hip, hipError_t, hipExtMallocWithFlags, (void **p, size_t s, unsigned int fl),     \
+	  (p, s, fl), ALLOC, HCS_KIND_HIP, (uintptr_t)*p, s)                                 \
+	X(hip, hipError_t, hipFree, (void *p), (p), FREE, HCS_KIND_HIP, (uintptr_t)p, 0)     \
+	X(hip, hipError_t, hipFreeAsync, (void *p, hipStream_t st), (p, st),                 \
+	  FREE, HCS_KIND_HIP, (uintptr_t)p, 0)                                               \
+	X(hip, hipError_t, hipMemGetInfo, (size_t *f, size_t *t), (f, t), INFO, 0, f, t)
+
+#define HCS_SYMBOLS_acl(X)                                                                   \
+	X(acl, aclError, aclrtMalloc, (void **p, size_t s, aclrtMemMallocPolicy pol),        \
+	  (p, s, pol), ALLOC, HCS_KIND_ACL, (uintptr_t)*p, s)                                \
+	X(acl, aclError, aclrtFree, (void *p), (p), FREE, HCS_KIND_ACL, (uintptr_t)p, 0)     \
+	X(acl, aclError, aclrtGetMemInfo, (aclrtMemAttr a, size_t *f, size_t *t), (a, f, t), \
+	  INFO, 0, f, t)
+
+#define HCS_SYMBOLS_rt(X)                                                                    \
+	X(rt, rtError_t, rtMalloc, (void **p, uint64_t s, int type, uint16_t module),        \
+	  (p, s, type, module), ALLOC, HCS_KIND_RT, (uintptr_t)*p, s)                        \
+	X(rt, rtError_t, rtFree, (void *p), (p), FREE, HCS_KIND_RT, (uintptr_t)p, 0)         \
+	X(rt, rtError_t, rtMallocPhysical,                                                   \
+	  (rtDrvMemHandle_t *h, size_t s, void *prop, uint64_t fl), (h, s, prop, fl),        \
+	  ALLOC, HCS_KIND_RT_PHYS, (uintptr_t)*h, s)                                         \
+	X(rt, rtError_t, rtFreePhysical, (rtDrvMemHandle_t h), (h),                          \
+	  FREE, HCS_KIND_RT_PHYS, (uintptr_t)h, 0)                                           \
+	X(rt, rtError_t, rtMemGetInfoEx, (rtMemInfoType_t type, size_t *f, size_t *t),       \
+	  (type, f, t), INFO, 0, f, t)
+
+#define HCS_SYMBOLS_cnrt(X)                                                                  \
+	X(cnrt, cnrtRet_t, cnrtMalloc, (void **p, size_t s), (p, s),                         \
+	  ALLOC, HCS_KIND_CNRT, (uintptr_t)*p, s)                                            \
+	X(cnrt, cnrtRet_t, cnrtFree, (void *p), (p), FREE, HCS_KIND_CNRT, (uintptr_t)p, 0)   \
+	X(cnrt, cnrtRet_t, cnrtMemGetInfo, (size_t *f, size_t *t), (f, t), INFO, 0, f, t)
+
+#define HCS_SYMBOLS_cn(X)                                                                    \
+	X(cn, CNresult, cnMalloc, (CNaddr *p, uint64_t s), (p, s), ALLOC, HCS_KIND_CN, *p, s) \
+	X(cn, CNresult, cnFree, (CNaddr p), (p), FREE, HCS_KIND_CN, p, 0)
+
+#define HCS_SYMBOLS(X)                                                                       \
+	HCS_SYMBOLS_cuda(X) HCS_SYMBOLS_nvml(X) HCS_SYMBOLS_hip(X) HCS_SYMBOLS_acl(X)        \
+	HCS_SYMBOLS_rt(X) HCS_SYMBOLS_cnrt(X) HCS_SYMBOLS_cn(X)
+
+#endif
