@@ -23,6 +23,41 @@ typedef int CUdriverProcAddressQueryResult;
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_FOUND 500
 
+/* Where VMM and pool memory lives (CUmemLocationType): only DEVICE is device memory. */
+#define CU_MEM_LOCATION_TYPE_INVALID 0
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+#define CU_MEM_LOCATION_TYPE_HOST 2
+#define CU_MEM_LOCATION_TYPE_HOST_NUMA 3
+#define CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT 4
+typedef struct CUmemLocation_st {
+	int type; /* CUmemLocationType */
+	int id;   /* device ordinal for DEVICE, NUMA node for HOST_NUMA, ignored otherwise */
+} CUmemLocation;
+typedef struct CUmemAllocationProp_st {
+	int type;                 /* CUmemAllocationType */
+	int requestedHandleTypes; /* CUmemAllocationHandleType */
+	CUmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} CUmemAllocationProp;
+typedef struct CUmemPoolProps_st {
+	int allocType;   /* CUmemAllocationType */
+	int handleTypes; /* CUmemAllocationHandleType */
+	CUmemLocation location;
+	void *win32SecurityAttributes;
+	size_t maxSize;
+	unsigned short usage;
+	unsigned char reserved[54];
+} CUmemPoolProps;
+_Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp as in cuda.h");
+_Static_assert(offsetof(CUmemAllocationProp, location) == 8, "location as in cuda.h");
+_Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps as in cuda.h");
+
 /* NVML */
 typedef int nvmlReturn_t;
 typedef void *nvmlDevice_t;

@@ -90,7 +90,11 @@ static inline void hcs_clamp_info(int ordinal, size_t *free_bytes, size_t *total
 		return HCS_MISSING_##v;                                                      \
 	if (!hcs_enforcing())                                                                \
 		return real_##name args;                                                     \
-	int device_ = v##_ordinal();                                                         \
+	HCS_ALLOC_ON(v, name, args, kind, key, size, v##_ordinal())
+
+/* Its second half, for hooks that know the device themselves (a VMM or pool location). */
+#define HCS_ALLOC_ON(v, name, args, kind, key, size, device)                                 \
+	int device_ = (device);                                                              \
 	if (hcs_alloc_begin(device_, (size)) != 0)                                           \
 		return HCS_OOM_##v;                                                          \
 	__auto_type rc_ = real_##name args;                                                  \

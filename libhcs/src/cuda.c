@@ -53,25 +53,110 @@ CUresult hcs_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, 
 	return rc;
 }
 
-/* VMM: CUmemAllocationProp starts {int type; int requestedHandleTypes; {int type; int id;}
- * location; ...}: the device ordinal is location.id. */
-CUresult hcs_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
-			 unsigned long long flags)
+/* The device a VMM or pool location charges, or -1 for host memory (host, host-NUMA,
+ * host-NUMA-current: never charged). A type this library does not know is charged to the
+ * current device: the driver refuses it, or it is memory we must not miss. */
+static int location_device(const CUmemLocation *location)
+{
+	switch (location->type) {
+	case CU_MEM_LOCATION_TYPE_DEVICE:
+		return location->id;
+	case CU_MEM_LOCATION_TYPE_HOST:
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+		return -1;
+	default:
+		return cuda_ordinal();
+	}
+}
+
+CUresult hcs_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+			 const CUmemAllocationProp *prop, unsigned long long flags)
 {
 	cuda_ready();
 	if (!real_cuMemCreate)
 		return CUDA_ERROR_NOT_FOUND;
-	if (!hcs_enforcing())
+	int device = prop ? location_device(&prop->location) : cuda_ordinal();
+	if (!hcs_enforcing() || device < 0)
 		return real_cuMemCreate(handle, size, prop, flags);
-	int device = 0;
-	if (prop)
-		memcpy(&device, (const char *)prop + 12, sizeof(device));
-	if (hcs_alloc_begin(device, size) != 0)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	CUresult rc = real_cuMemCreate(handle, size, prop, flags);
-	hcs_alloc_end(rc == CUDA_SUCCESS, rc == CUDA_SUCCESS ? *handle : 0, HCS_KIND_VMM, device,
-		      size);
+	HCS_ALLOC_ON(cuda, cuMemCreate, (handle, size, prop, flags), HCS_KIND_VMM, *handle, size,
+		     device);
+}
+
+/* Pools are remembered with their location, so that allocations from them are charged where
+ * they land; a pool we never saw created is taken to be the current device's. */
+static void remember_pool(CUmemoryPool pool, int device)
+{
+	if (hcs_cfg.enforcing && pool)
+		hcs_track((uint64_t)(uintptr_t)pool, HCS_KIND_POOL, device, 0);
+}
+
+CUresult hcs_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+	cuda_ready();
+	if (!real_cuMemPoolCreate)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = real_cuMemPoolCreate(pool, props);
+	if (rc == CUDA_SUCCESS && props)
+		remember_pool(*pool, location_device(&props->location));
 	return rc;
+}
+
+CUresult hcs_cuMemPoolDestroy(CUmemoryPool pool)
+{
+	cuda_ready();
+	if (!real_cuMemPoolDestroy)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = real_cuMemPoolDestroy(pool);
+	int device;
+	uint64_t unused;
+	if (rc == CUDA_SUCCESS && hcs_cfg.enforcing)
+		hcs_untrack((uint64_t)(uintptr_t)pool, HCS_KIND_POOL, &device, &unused);
+	return rc;
+}
+
+CUresult hcs_cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	cuda_ready();
+	if (!real_cuDeviceGetDefaultMemPool)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = real_cuDeviceGetDefaultMemPool(pool, dev);
+	if (rc == CUDA_SUCCESS)
+		remember_pool(*pool, dev);
+	return rc;
+}
+
+CUresult hcs_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	cuda_ready();
+	if (!real_cuDeviceGetMemPool)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = real_cuDeviceGetMemPool(pool, dev);
+	if (rc == CUDA_SUCCESS)
+		remember_pool(*pool, dev);
+	return rc;
+}
+
+static int pool_device(CUmemoryPool pool)
+{
+	int device;
+	uint64_t unused;
+	if (pool && hcs_lookup((uint64_t)(uintptr_t)pool, HCS_KIND_POOL, &device, &unused))
+		return device;
+	return cuda_ordinal();
+}
+
+CUresult hcs_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+				     CUstream stream)
+{
+	cuda_ready();
+	if (!real_cuMemAllocFromPoolAsync)
+		return CUDA_ERROR_NOT_FOUND;
+	int device = hcs_enforcing() ? pool_device(pool) : -1;
+	if (device < 0)
+		return real_cuMemAllocFromPoolAsync(dptr, size, pool, stream);
+	HCS_ALLOC_ON(cuda, cuMemAllocFromPoolAsync, (dptr, size, pool, stream), HCS_KIND_PTR,
+		     *dptr, size, device);
 }
 
 /* Real entry -> our hook: whatever version the driver picked, we match by address. */

@@ -37,9 +37,11 @@ void hcs_accounting_after_fork(void);
 
 /* track.c: pointer/handle -> (device, size), so frees subtract exactly what was added. */
 enum hcs_kind { HCS_KIND_PTR = 1, HCS_KIND_VMM = 2, HCS_KIND_HIP = 3, HCS_KIND_ACL = 4,
-		HCS_KIND_RT = 5, HCS_KIND_CNRT = 6, HCS_KIND_CN = 7, HCS_KIND_RT_PHYS = 8 };
+		HCS_KIND_RT = 5, HCS_KIND_CNRT = 6, HCS_KIND_CN = 7, HCS_KIND_RT_PHYS = 8,
+		HCS_KIND_POOL = 9 /* a memory pool: ordinal is where it lives, -1 for the host */ };
 bool hcs_track(uint64_t key, int kind, int ordinal, uint64_t size);
 bool hcs_untrack(uint64_t key, int kind, int *ordinal, uint64_t *size);
+bool hcs_lookup(uint64_t key, int kind, int *ordinal, uint64_t *size); /* entry stays */
 uint64_t hcs_tracked_count(void);
 extern uint64_t hcs_unknown_frees;
 

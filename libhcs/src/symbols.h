@@ -33,12 +33,20 @@
 	  (p, s, st), ALLOC, HCS_KIND_PTR, *p, s)                                            \
 	X(cuda, CUresult, cuMemAllocFromPoolAsync,                                           \
 	  (CUdeviceptr *p, size_t s, CUmemoryPool pool, CUstream st), (p, s, pool, st),      \
-	  ALLOC, HCS_KIND_PTR, *p, s)                                                        \
+	  CUSTOM, 0, 0, 0)                                                                   \
+	X(cuda, CUresult, cuMemPoolCreate, (CUmemoryPool *pool, const CUmemPoolProps *props), \
+	  (pool, props), CUSTOM, 0, 0, 0)                                                    \
+	X(cuda, CUresult, cuMemPoolDestroy, (CUmemoryPool pool), (pool), CUSTOM, 0, 0, 0)    \
+	X(cuda, CUresult, cuDeviceGetDefaultMemPool, (CUmemoryPool *pool, CUdevice dev),     \
+	  (pool, dev), CUSTOM, 0, 0, 0)                                                      \
+	X(cuda, CUresult, cuDeviceGetMemPool, (CUmemoryPool *pool, CUdevice dev), (pool, dev), \
+	  CUSTOM, 0, 0, 0)                                                                   \
 	X(cuda, CUresult, cuMemFree_v2, (CUdeviceptr p), (p), FREE, HCS_KIND_PTR, p, 0)      \
 	X(cuda, CUresult, cuMemFreeAsync, (CUdeviceptr p, CUstream st), (p, st),             \
 	  FREE, HCS_KIND_PTR, p, 0)                                                          \
 	X(cuda, CUresult, cuMemCreate,                                                       \
-	  (CUmemGenericAllocationHandle *h, size_t s, const void *prop, unsigned long long fl), \
+	  (CUmemGenericAllocationHandle *h, size_t s, const CUmemAllocationProp *prop,       \
+	   unsigned long long fl),                                                           \
 	  (h, s, prop, fl), CUSTOM, 0, 0, 0)                                                 \
 	X(cuda, CUresult, cuMemRelease, (CUmemGenericAllocationHandle h), (h),               \
 	  FREE, HCS_KIND_VMM, h, 0)                                                          \

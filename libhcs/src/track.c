@@ -98,6 +98,24 @@ bool hcs_untrack(uint64_t key, int kind, int *ordinal, uint64_t *size)
 	return true;
 }
 
+bool hcs_lookup(uint64_t key, int kind, int *ordinal, uint64_t *size)
+{
+	pthread_once(&table_once, map_table);
+	if (!table)
+		return false;
+	pthread_mutex_lock(&table_lock);
+	uint32_t i = slot_of(key, kind);
+	while (table[i].kind && !(table[i].key == key && table[i].kind == kind))
+		i = (i + 1) & TABLE_MASK;
+	bool found = table[i].kind != 0;
+	if (found) {
+		*ordinal = table[i].ordinal;
+		*size = table[i].size;
+	}
+	pthread_mutex_unlock(&table_lock);
+	return found;
+}
+
 uint64_t hcs_tracked_count(void)
 {
 	return __atomic_load_n(&live, __ATOMIC_RELAXED);

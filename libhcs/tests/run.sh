@@ -49,6 +49,7 @@ fi
 
 Q1G="HCS_VRAM_QUOTA=1Gi"
 run cuda-direct $Q1G LD_PRELOAD=$lib -- "$build/t_cuda"
+run vmm-locations $Q1G LD_PRELOAD=$lib -- "$build/t_vmm"
 run lookup $Q1G LD_PRELOAD=$lib -- "$build/t_lookup"
 run vendors $Q1G LD_PRELOAD=$lib -- "$build/t_vendors"
 run constructor $Q1G LD_PRELOAD=$lib -- "$build/t_ctor"
@@ -84,6 +85,7 @@ output=$(env LD_PRELOAD=$lib $Q1G /bin/sh -c 'echo smoke; /bin/true' 2>&1); rc=$
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 run asan-cuda $Q1G -- "$build/asan/t_cuda"
+run asan-vmm-locations $Q1G -- "$build/asan/t_vmm"
 run asan-lookup $Q1G -- "$build/asan/t_lookup"
 run asan-vendors $Q1G -- "$build/asan/t_vendors"
 dir=$(quota_dir GPU-fake-0 $((1 << 30)))
@@ -94,6 +96,7 @@ run asan-stress HCS_VRAM_QUOTA=64Mi STRESS_ITERATIONS=200000 -- "$build/asan/t_s
 if command -v valgrind >/dev/null; then
   vg=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite)
   run valgrind-cuda $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_cuda"
+  run valgrind-vmm-locations $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_vmm"
   run valgrind-lookup $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_lookup"
   run valgrind-vendors $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_vendors"
   run valgrind-stress HCS_VRAM_QUOTA=16Mi STRESS_ITERATIONS=5000 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_stress"

@@ -17,8 +17,69 @@ FAKE_API CUresult cuCtxGetDevice(CUdevice *device) { *device = fake_current_devi
 FAKE_API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t s) { ALLOC_OR_OOM(p, s); }
 FAKE_API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t s, unsigned int f) { (void)f; ALLOC_OR_OOM(p, s); }
 FAKE_API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t s, CUstream st) { (void)st; ALLOC_OR_OOM(p, s); }
+/* Memory pools: a pool remembers its location; allocations from it land there. */
+struct fake_pool { CUmemLocation location; };
+static struct fake_pool default_pools[FAKE_DEVICES];
+
+static int fake_location_device(const CUmemLocation *location)
+{
+	switch (location->type) {
+	case CU_MEM_LOCATION_TYPE_DEVICE:
+		return location->id >= 0 && location->id < FAKE_DEVICES ? location->id : -2;
+	case CU_MEM_LOCATION_TYPE_HOST:
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+		return -1;
+	default:
+		return -2; /* invalid */
+	}
+}
+
+FAKE_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+	if (!pool || !props || fake_location_device(&props->location) < -1)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fake_pool *created = malloc(sizeof(*created));
+	if (!created)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	created->location = props->location;
+	*pool = created;
+	return CUDA_SUCCESS;
+}
+FAKE_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	if (!pool)
+		return CUDA_ERROR_INVALID_VALUE;
+	free(pool);
+	return CUDA_SUCCESS;
+}
+static CUresult default_pool(CUmemoryPool *pool, CUdevice device)
+{
+	if (!pool || device < 0 || device >= FAKE_DEVICES)
+		return CUDA_ERROR_INVALID_VALUE;
+	default_pools[device].location = (CUmemLocation){CU_MEM_LOCATION_TYPE_DEVICE, device};
+	*pool = &default_pools[device];
+	return CUDA_SUCCESS;
+}
+FAKE_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice device)
+{
+	return default_pool(pool, device);
+}
+FAKE_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device)
+{
+	return default_pool(pool, device);
+}
 FAKE_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t s, CUmemoryPool pool, CUstream st)
-{ (void)pool; (void)st; ALLOC_OR_OOM(p, s); }
+{
+	(void)st;
+	int device = pool ? fake_location_device(&((struct fake_pool *)pool)->location)
+			  : fake_current_device;
+	uint64_t key;
+	if (fake_alloc_on(device, s, 0, &key))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = key;
+	return CUDA_SUCCESS;
+}
 FAKE_API CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int e)
 {
 	(void)e;
@@ -27,12 +88,16 @@ FAKE_API CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, si
 }
 FAKE_API CUresult cuMemFree_v2(CUdeviceptr p) { return fake_free(p, 0) ? CUDA_ERROR_INVALID_VALUE : 0; }
 FAKE_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream st) { (void)st; return cuMemFree_v2(p); }
-FAKE_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t s, const void *prop,
-			      unsigned long long f)
+/* As the driver: the allocation lands where prop->location says (host types are host memory). */
+FAKE_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t s,
+			      const CUmemAllocationProp *prop, unsigned long long f)
 {
-	(void)prop; (void)f;
+	(void)f;
+	int device = prop ? fake_location_device(&prop->location) : -2;
+	if (device < -1)
+		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t key;
-	if (fake_alloc(s, 1, &key)) return CUDA_ERROR_OUT_OF_MEMORY;
+	if (fake_alloc_on(device, s, 1, &key)) return CUDA_ERROR_OUT_OF_MEMORY;
 	*h = key;
 	return CUDA_SUCCESS;
 }
@@ -57,6 +122,10 @@ FAKE_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, 
 		{"cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync, NULL},
 		{"cuMemFreeAsync", (void *)cuMemFreeAsync, NULL},
 		{"cuMemCreate", (void *)cuMemCreate, NULL},
+		{"cuMemPoolCreate", (void *)cuMemPoolCreate, NULL},
+		{"cuMemPoolDestroy", (void *)cuMemPoolDestroy, NULL},
+		{"cuDeviceGetDefaultMemPool", (void *)cuDeviceGetDefaultMemPool, NULL},
+		{"cuDeviceGetMemPool", (void *)cuDeviceGetMemPool, NULL},
 		{"cuMemRelease", (void *)cuMemRelease, NULL},
 		{"cuCtxGetDevice", (void *)cuCtxGetDevice, NULL},
 		{"cuLaunchKernel", (void *)cuLaunchKernel, NULL},

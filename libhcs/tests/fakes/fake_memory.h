@@ -50,12 +50,13 @@ static __attribute__((unused)) struct fake_block *fake_find(uint64_t key)
 	return NULL;
 }
 
-/* Returns 0 and *out, or -1 when the device is full. `handle_only`: VMM handles. */
-static __attribute__((unused)) int fake_alloc(uint64_t size, int handle_only, uint64_t *out)
+/* Returns 0 and *out, or -1 when the device is full. `handle_only`: VMM handles. `device`
+ * -1: host memory (pinned host allocations through the VMM and pool calls), never full. */
+static __attribute__((unused)) int fake_alloc_on(int device, uint64_t size, int handle_only,
+						 uint64_t *out)
 {
-	int device = fake_current_device;
 	pthread_mutex_lock(&fake_lock);
-	if (fake_used[device] + size > fake_total()) {
+	if (device >= FAKE_DEVICES || (device >= 0 && fake_used[device] + size > fake_total())) {
 		pthread_mutex_unlock(&fake_lock);
 		return -1;
 	}
@@ -73,10 +74,16 @@ static __attribute__((unused)) int fake_alloc(uint64_t size, int handle_only, ui
 		pthread_mutex_unlock(&fake_lock);
 		return -1;
 	}
-	fake_used[device] += size;
+	if (device >= 0)
+		fake_used[device] += size;
 	pthread_mutex_unlock(&fake_lock);
 	*out = key;
 	return 0;
+}
+
+static __attribute__((unused)) int fake_alloc(uint64_t size, int handle_only, uint64_t *out)
+{
+	return fake_alloc_on(fake_current_device, size, handle_only, out);
 }
 
 static __attribute__((unused)) int fake_free(uint64_t key, int handle_only)
@@ -87,7 +94,8 @@ static __attribute__((unused)) int fake_free(uint64_t key, int handle_only)
 		pthread_mutex_unlock(&fake_lock);
 		return -1;
 	}
-	fake_used[block->device] -= block->size;
+	if (block->device >= 0)
+		fake_used[block->device] -= block->size;
 	uint64_t size = block->size;
 	block->used = 2;
 	pthread_mutex_unlock(&fake_lock);
