@@ -43,6 +43,7 @@ struct hcs_region {
 };
 
 static struct hcs_region *region;
+static bool region_shared;
 static int my_slot = -1;
 static pid_t my_pid;
 static pthread_once_t region_once = PTHREAD_ONCE_INIT;
@@ -157,6 +158,7 @@ static void setup_region(void)
 {
 	if (hcs_cfg.shared)
 		region = map_shared(hcs_cfg.region_path);
+	region_shared = region != NULL;
 	if (!region) {
 		region = mmap(NULL, sizeof(*region), PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -177,11 +179,23 @@ static inline bool ready(void)
 	return region != NULL;
 }
 
-void hcs_accounting_after_fork(void)
+void hcs_accounting_fork(enum hcs_fork_phase phase)
 {
-	/* The child is a new process: it needs its own slot (taken at its first allocation). */
-	if (region && my_slot >= 0)
+	/* A shared region's mutex lives in shared memory: a parent thread holding it releases it
+	 * there, so the child can wait for it. A private region's would stay locked in the child's
+	 * copy: take it around fork, and give the child a region of its own. */
+	bool private_region = region && !region_shared;
+	if (phase == HCS_FORK_PREPARE) {
+		if (private_region)
+			pthread_mutex_lock(&region->lock);
+	} else if (phase == HCS_FORK_PARENT) {
+		if (private_region)
+			pthread_mutex_unlock(&region->lock);
+	} else if (region) {
+		if (private_region)
+			fresh(region, false);
 		claim_slot();
+	}
 }
 
 uint64_t hcs_limit_of(int ordinal)

@@ -12,9 +12,26 @@ __thread int hcs_in_hook __attribute__((tls_model("initial-exec")));
 void *(*hcs_real_dlsym)(void *, const char *);
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
-static void after_fork_in_child(void)
+/* Locks are taken in one order before fork and released in the reverse order after it. */
+static void fork_prepare(void)
 {
-	hcs_accounting_after_fork();
+	hcs_accounting_fork(HCS_FORK_PREPARE);
+	hcs_track_fork(HCS_FORK_PREPARE);
+	hcs_limiter_fork(HCS_FORK_PREPARE);
+}
+
+static void fork_parent(void)
+{
+	hcs_limiter_fork(HCS_FORK_PARENT);
+	hcs_track_fork(HCS_FORK_PARENT);
+	hcs_accounting_fork(HCS_FORK_PARENT);
+}
+
+static void fork_child(void)
+{
+	hcs_limiter_fork(HCS_FORK_CHILD);
+	hcs_track_fork(HCS_FORK_CHILD);
+	hcs_accounting_fork(HCS_FORK_CHILD);
 }
 
 static bool initialised;
@@ -34,7 +51,7 @@ static void initialise(void)
 	hcs_in_hook++;
 	pthread_once(&dlsym_once, resolve_dlsym);
 	hcs_config_load();
-	pthread_atfork(NULL, NULL, after_fork_in_child);
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
 	hcs_in_hook--;
 	__atomic_store_n(&initialised, true, __ATOMIC_RELEASE);
 }

@@ -33,7 +33,15 @@ void hcs_unreserve(int ordinal, uint64_t size);
 uint64_t hcs_limit_of(int ordinal);             /* UINT64_MAX when unlimited */
 uint64_t hcs_used_of(int ordinal);
 int hcs_ordinal_of_uuid(const char *uuid);      /* -1 if the uuid has no limit entry */
-void hcs_accounting_after_fork(void);
+
+/* fork: each module takes its process-local locks before fork (PREPARE), releases them in the
+ * parent (PARENT) and re-makes them in the child (CHILD), so that a lock another thread held
+ * at the fork never reaches the child locked. The child is a new process: its own slot, an
+ * empty tracking table (what it inherited the parent owns), fresh limiter state. */
+enum hcs_fork_phase { HCS_FORK_PREPARE, HCS_FORK_PARENT, HCS_FORK_CHILD };
+void hcs_accounting_fork(enum hcs_fork_phase phase);
+void hcs_track_fork(enum hcs_fork_phase phase);
+void hcs_limiter_fork(enum hcs_fork_phase phase);
 
 /* track.c: pointer/handle -> (device, size), so frees subtract exactly what was added. */
 enum hcs_kind { HCS_KIND_PTR = 1, HCS_KIND_VMM = 2, HCS_KIND_HIP = 3, HCS_KIND_ACL = 4,

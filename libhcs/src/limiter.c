@@ -7,6 +7,7 @@
  * Graph launches are bracketed the same way. Event pairs come from a fixed pool; when it is
  * exhausted, launches go unmeasured rather than unlaunched. */
 #include <pthread.h>
+#include <string.h>
 #include <time.h>
 
 #include "backend.h"
@@ -100,6 +101,20 @@ void hcs_throttle(int device, int share)
 			wait_ns = 50e6;
 		struct timespec pause = {0, (long)wait_ns};
 		nanosleep(&pause, NULL);
+	}
+}
+
+void hcs_limiter_fork(enum hcs_fork_phase phase)
+{
+	if (phase == HCS_FORK_PREPARE) {
+		pthread_mutex_lock(&lock);
+	} else if (phase == HCS_FORK_PARENT) {
+		pthread_mutex_unlock(&lock);
+	} else {
+		/* The parent's events belong to its context, not the child's. */
+		memset(pairs, 0, sizeof(pairs));
+		memset(budgets, 0, sizeof(budgets));
+		pthread_mutex_init(&lock, NULL);
 	}
 }
 

@@ -116,6 +116,24 @@ bool hcs_lookup(uint64_t key, int kind, int *ordinal, uint64_t *size)
 	return found;
 }
 
+void hcs_track_fork(enum hcs_fork_phase phase)
+{
+	if (phase == HCS_FORK_PREPARE) {
+		pthread_mutex_lock(&table_lock);
+	} else if (phase == HCS_FORK_PARENT) {
+		pthread_mutex_unlock(&table_lock);
+	} else {
+		/* The child owns none of the parent's allocations: an empty table (fresh zero pages
+		 * over the old ones, nothing copied), and a lock no other thread can hold. */
+		if (table && mmap(table, sizeof(struct entry) * TABLE_SIZE, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+				  0) == MAP_FAILED)
+			table = NULL;
+		live = 0;
+		pthread_mutex_init(&table_lock, NULL);
+	}
+}
+
 uint64_t hcs_tracked_count(void)
 {
 	return __atomic_load_n(&live, __ATOMIC_RELAXED);

@@ -59,6 +59,9 @@ dir=$(quota_dir GPU-fake-0 $((1 << 30)))
 run multi-process HCS_CONFIG=$dir/quota.conf LD_PRELOAD=$lib -- "$build/t_multiproc"
 test -f "$dir/usage.shm" && record usage-region-file 0 "RESULT r 1 0" || record usage-region-file 1 "RESULT r 0 1"
 run stress HCS_VRAM_QUOTA=64Mi LD_PRELOAD=$lib -- "$build/t_stress"
+run fork-private $Q1G LD_PRELOAD=$lib -- "$build/t_fork"
+dir=$(quota_dir GPU-fake-0 $((1 << 30)))
+run fork-shared HCS_CONFIG=$dir/quota.conf LD_PRELOAD=$lib -- "$build/t_fork"
 share_dir() { # percent
   local dir; dir=$(quota_dir GPU-fake-0 $((1 << 30)))
   sed -i "s/compute_percent=100/compute_percent=$1/" "$dir/quota.conf"; echo "$dir"
@@ -91,6 +94,7 @@ run asan-vendors $Q1G -- "$build/asan/t_vendors"
 dir=$(quota_dir GPU-fake-0 $((1 << 30)))
 run asan-multi-process HCS_CONFIG=$dir/quota.conf -- "$build/asan/t_multiproc"
 run asan-stress HCS_VRAM_QUOTA=64Mi STRESS_ITERATIONS=200000 -- "$build/asan/t_stress"
+run asan-fork $Q1G FORK_CHILDREN=100 -- "$build/asan/t_fork"
 
 # valgrind (memcheck) with the normal build preloaded; fewer stress iterations (it is ~50x slower).
 if command -v valgrind >/dev/null; then
@@ -100,8 +104,9 @@ if command -v valgrind >/dev/null; then
   run valgrind-lookup $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_lookup"
   run valgrind-vendors $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_vendors"
   run valgrind-stress HCS_VRAM_QUOTA=16Mi STRESS_ITERATIONS=5000 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_stress"
+  run valgrind-fork $Q1G FORK_CHILDREN=30 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_fork"
 else
-  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 4))
+  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 6))
 fi
 
 if [ "$skipped" -gt 0 ]; then

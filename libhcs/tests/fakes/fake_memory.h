@@ -20,6 +20,16 @@ static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t fake_next_handle = 0x1000;
 static __thread int fake_current_device;
 
+/* As a real driver's user-space locks, the fake's survive fork: taken around it, released in
+ * the parent, re-made in the child (so a test without libhcs never hangs in the fake). */
+static void fake_prepare(void) { pthread_mutex_lock(&fake_lock); }
+static void fake_parent(void) { pthread_mutex_unlock(&fake_lock); }
+static void fake_child(void) { pthread_mutex_init(&fake_lock, NULL); }
+__attribute__((constructor)) static void fake_register_fork_handlers(void)
+{
+	pthread_atfork(fake_prepare, fake_parent, fake_child);
+}
+
 static __attribute__((unused)) uint64_t fake_total(void)
 {
 	const char *text = getenv("FAKE_TOTAL_MIB");
