@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -95,9 +96,32 @@ static struct hcs_region *map_shared(const char *path)
 	return r;
 }
 
+/* A zombie (killed, not yet reaped) or a dying process holds no device memory any more: its
+ * state in /proc/<pid>/stat (after the last ')' of the command name) is Z or X. Without /proc,
+ * kill(pid, 0) alone decides. */
+static bool exited(int32_t pid)
+{
+	char path[32], text[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t got = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (got <= 0)
+		return false;
+	text[got] = 0;
+	char *end = strrchr(text, ')');
+	return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
 static bool alive(int32_t pid)
 {
-	return pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH);
+	if (pid <= 0)
+		return false;
+	if (kill(pid, 0) != 0 && errno == ESRCH)
+		return false;
+	return !exited(pid);
 }
 
 /* With the lock held: drop dead processes' usage and recompute totals from the slots. */

@@ -104,9 +104,11 @@ if command -v valgrind >/dev/null; then
   run valgrind-lookup $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_lookup"
   run valgrind-vendors $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_vendors"
   run valgrind-stress HCS_VRAM_QUOTA=16Mi STRESS_ITERATIONS=5000 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_stress"
+  dir=$(quota_dir GPU-fake-0 $((1 << 30)))
+  run valgrind-multi-process HCS_CONFIG=$dir/quota.conf LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_multiproc"
   run valgrind-fork $Q1G FORK_CHILDREN=30 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_fork"
 else
-  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 6))
+  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 7))
 fi
 
 if [ "$skipped" -gt 0 ]; then

@@ -49,5 +49,23 @@ int main(void)
 	CHECK(cuMemFree_v2(after) == 0 && cuMemFree_v2(mine) == 0, "frees");
 	cuMemGetInfo_v2(&f, &t);
 	CHECK(f == GiB, "all credited: free %zu", f);
+
+	/* A killed process that nobody has reaped yet (a zombie) holds nothing either. */
+	pid_t zombie = fork();
+	if (zombie == 0) {
+		CUdeviceptr p;
+		char ok = cuMemAlloc_v2(&p, 500 * MiB) == 0 ? 'y' : 'n';
+		if (write(ready[1], &ok, 1) != 1)
+			_exit(3);
+		pause();
+		_exit(0);
+	}
+	CHECK(read(ready[0], &ok, 1) == 1 && ok == 'y', "another child takes 500Mi");
+	kill(zombie, SIGKILL);
+	siginfo_t info;
+	CHECK(waitid(P_PID, (id_t)zombie, &info, WEXITED | WNOWAIT) == 0, "it died, unreaped");
+	CHECK(cuMemAlloc_v2(&after, 600 * MiB) == 0, "the zombie's 500Mi was reclaimed");
+	CHECK(cuMemFree_v2(after) == 0, "free");
+	waitpid(zombie, &status, 0);
 	return check_done("multi-process");
 }
