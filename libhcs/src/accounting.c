@@ -224,6 +224,8 @@ void hcs_accounting_fork(enum hcs_fork_phase phase)
 
 uint64_t hcs_limit_of(int ordinal)
 {
+	if (ordinal >= 0 && hcs_cfg.refuse_all)
+		return 0;
 	if (ordinal < 0 || ordinal >= HCS_MAX_DEVICES)
 		return UINT64_MAX;
 	if (hcs_cfg.uniform)
@@ -246,8 +248,20 @@ int hcs_ordinal_of_uuid(const char *uuid)
 	return -1;
 }
 
+/* Fail closed: every allocation is refused; the reason is said once, at the first refusal
+ * (a process that never allocates stays silent). */
+static int refuse(void)
+{
+	static int said;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		hcs_log("%s: refusing device memory allocations", hcs_cfg.refusal);
+	return -1;
+}
+
 int hcs_reserve(int ordinal, uint64_t size)
 {
+	if (__builtin_expect(hcs_cfg.refuse_all, 0))
+		return refuse();
 	if (ordinal < 0 || ordinal >= HCS_MAX_DEVICES || !ready())
 		return 0;
 	uint64_t limit = hcs_limit_of(ordinal);

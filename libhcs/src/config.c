@@ -1,11 +1,13 @@
-/* Reading the quota: HCS_CONFIG (the per-container quota.conf) or HCS_VRAM_QUOTA (a bare
- * process). A malformed config disables enforcement with one line on stderr; it never stops
- * the application. Runs once, from the constructor, with stack buffers only. */
+/* Reading the quota, once, from the constructor, with stack buffers only. In a container the
+ * quota.conf hcsd mounts at its fixed path decides (an unreadable or malformed one refuses
+ * every allocation); a bare process uses HCS_CONFIG or HCS_VRAM_QUOTA, where a malformed
+ * setting disables enforcement with one line on stderr. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -164,39 +166,109 @@ int hcs_parse_config_text(const char *text, struct hcs_config *cfg, char *why, s
 	return 0;
 }
 
+/* The region file beside a quota.conf path. */
+static int region_beside(const char *path, struct hcs_config *cfg)
+{
+	const char *slash = strrchr(path, '/');
+	size_t dir = slash ? (size_t)(slash - path) : 0;
+	if (dir + sizeof("/usage.shm") > sizeof(cfg->region_path))
+		return -1;
+	memcpy(cfg->region_path, path, dir);
+	strcpy(cfg->region_path + dir, dir ? "/usage.shm" : "usage.shm");
+	return 0;
+}
+
+static int read_quota_file(const char *path, int open_flags, struct hcs_config *cfg, char *why,
+			   size_t why_len)
+{
+	/* O_NONBLOCK: a FIFO in its place must not hang the process; fstat then refuses it. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | open_flags);
+	if (fd < 0) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return 1;
+		snprintf(why, why_len, "cannot open %s (%s)", path, strerror(errno));
+		return -1;
+	}
+	char text[16384];
+	struct stat st;
+	ssize_t got = 0, n = 0;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		snprintf(why, why_len, "%s is not a regular file", path);
+		return -1;
+	}
+	while (got < (ssize_t)sizeof(text) - 1 &&
+	       (n = read(fd, text + got, sizeof(text) - 1 - (size_t)got)) > 0)
+		got += n;
+	int error = errno;
+	char extra;
+	bool longer = n > 0 && read(fd, &extra, 1) > 0;
+	close(fd);
+	if (n < 0) {
+		snprintf(why, why_len, "cannot read %s (%s)", path, strerror(error));
+		return -1;
+	}
+	if (longer) {
+		snprintf(why, why_len, "%s is larger than %zu bytes", path, sizeof(text) - 1);
+		return -1;
+	}
+	text[got] = 0;
+	char reason[200];
+	if (hcs_parse_config_text(text, cfg, reason, sizeof(reason)) != 0) {
+		snprintf(why, why_len, "malformed %s: %s", path, reason);
+		return -1;
+	}
+	if (region_beside(path, cfg) != 0) {
+		snprintf(why, why_len, "path %s is too long", path);
+		return -1;
+	}
+	cfg->shared = true;
+	return 0;
+}
+
+int hcs_config_read_file(const char *path, struct hcs_config *cfg, char *why, size_t why_len)
+{
+	return read_quota_file(path, 0, cfg, why, why_len);
+}
+
+/* Fail closed: enforcing, no device has room, and the reason kept for the first refusal. */
+static void refuse_everything(const char *why)
+{
+	memset(&hcs_cfg, 0, sizeof(hcs_cfg));
+	hcs_cfg.enforcing = true;
+	hcs_cfg.refuse_all = true;
+	snprintf(hcs_cfg.refusal, sizeof(hcs_cfg.refusal), "%s", why);
+}
+
 void hcs_config_load(void)
 {
-	const char *path = getenv("HCS_CONFIG");
-	char why[200];
-	if (path && *path) {
-		char text[16384];
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		ssize_t got = fd >= 0 ? read(fd, text, sizeof(text) - 1) : -1;
-		if (fd >= 0)
-			close(fd);
-		if (got < 0) {
-			hcs_log("cannot read %s (%s); VRAM quota not enforced", path, strerror(errno));
-			return;
-		}
-		text[got] = 0;
-		struct hcs_config parsed;
-		if (hcs_parse_config_text(text, &parsed, why, sizeof(why)) != 0) {
-			hcs_log("malformed %s: %s; VRAM quota not enforced", path, why);
-			return;
-		}
-		const char *slash = strrchr(path, '/');
-		size_t dir = slash ? (size_t)(slash - path) : 0;
-		if (dir + sizeof("/usage.shm") > sizeof(parsed.region_path)) {
-			hcs_log("path %s is too long; VRAM quota not enforced", path);
-			return;
-		}
-		memcpy(parsed.region_path, path, dir);
-		strcpy(parsed.region_path + dir, dir ? "/usage.shm" : "usage.shm");
-		parsed.shared = true;
+	char why[256];
+	struct hcs_config parsed;
+	/* hcsd mounts the container's quota at a fixed path: the environment cannot move it, and
+	 * a symbolic link in its place is refused rather than followed. */
+	int found = read_quota_file(HCS_CONTAINER_CONFIG, O_NOFOLLOW, &parsed, why, sizeof(why));
+	if (found == 0) {
 		hcs_cfg = parsed;
 		return;
 	}
-	const char *quota = getenv("HCS_VRAM_QUOTA");
+	if (found < 0) {
+		refuse_everything(why);
+		return;
+	}
+	/* A bare process: its own settings, ignored in set-uid or capability-raising programs. */
+	const char *path = secure_getenv("HCS_CONFIG");
+	if (path && *path) {
+		found = hcs_config_read_file(path, &parsed, why, sizeof(why));
+		if (found == 0) {
+			hcs_cfg = parsed;
+			return;
+		}
+		if (found > 0)
+			snprintf(why, sizeof(why), "cannot read %s (%s)", path, strerror(ENOENT));
+		hcs_log("%s; VRAM quota not enforced", why);
+		return;
+	}
+	const char *quota = secure_getenv("HCS_VRAM_QUOTA");
 	if (quota && *quota) {
 		uint64_t limit;
 		if (hcs_parse_quantity(quota, &limit) != 0 || limit == 0) {

@@ -10,9 +10,18 @@
 #define HCS_MAX_DEVICES 16
 #define HCS_UUID_LEN 96
 
-/* config.c: one table of settings, read once. */
+/* config.c: one table of settings, read once.
+ * In a container (the file hcsd mounts at HCS_CONTAINER_DIR/quota.conf exists) that file is
+ * the quota, whatever the environment says; if it cannot be read or parsed, every allocation
+ * is refused (fail closed). Elsewhere (a bare process) HCS_CONFIG or HCS_VRAM_QUOTA, read with
+ * secure_getenv, apply; a malformed one leaves the process unlimited. */
+#ifndef HCS_CONTAINER_DIR
+#define HCS_CONTAINER_DIR "/run/hcs" /* a test build points this at its own directory */
+#endif
+#define HCS_CONTAINER_CONFIG HCS_CONTAINER_DIR "/quota.conf" /* usage.shm beside it */
 struct hcs_config {
 	bool enforcing;           /* false: pass everything through */
+	bool refuse_all;          /* fail closed: the container's quota could not be read */
 	bool shared;              /* true: a container region file; false: process-private */
 	int ndevices;             /* devices with a limit; 0 with `uniform` = every device */
 	bool uniform;             /* HCS_VRAM_QUOTA: one limit for every device */
@@ -21,11 +30,15 @@ struct hcs_config {
 	int compute_percent[HCS_MAX_DEVICES];
 	char uuid[HCS_MAX_DEVICES][HCS_UUID_LEN];
 	char region_path[512];
+	char refusal[256];        /* why everything is refused, said once at the first refusal */
 };
 extern struct hcs_config hcs_cfg;
 void hcs_config_load(void);
 int hcs_parse_quantity(const char *text, uint64_t *out);
 int hcs_parse_config_text(const char *text, struct hcs_config *cfg, char *why, size_t why_len);
+/* A quota.conf file into cfg: 0, 1 when the file does not exist, -1 (reason in why) when it
+ * cannot be read or parsed. */
+int hcs_config_read_file(const char *path, struct hcs_config *cfg, char *why, size_t why_len);
 
 /* accounting.c: the shared usage region. */
 int hcs_reserve(int ordinal, uint64_t size);    /* 0 ok, -1 over quota */

@@ -5,10 +5,13 @@ set -u
 cd "$(dirname "$0")"
 root=$(cd .. && pwd)
 build=$root/build/tests
-lib=$root/build/libhcs.so
+prod=$root/build/libhcs.so        # the library that ships: the container's quota at /run/hcs
+lib=$root/build/test/libhcs.so    # the same built to look in $container instead
 fakes=$build/fakes
+container=$build/container        # what /run/hcs is to the test builds (libhcs/Makefile)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "$container"' EXIT
+rm -rf "$container"
 passed=0 failed=0 skipped=0
 
 record() { # name rc output
@@ -28,7 +31,7 @@ run() { # name env... -- command...
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   local output rc
-  output=$(env LD_LIBRARY_PATH="$fakes:$build" "${envs[@]}" "$@" 2>&1); rc=$?
+  output=$(env -u HCS_CONFIG -u HCS_VRAM_QUOTA LD_LIBRARY_PATH="$fakes:$build" "${envs[@]}" "$@" 2>&1); rc=$?
   record "$name" "$rc" "$output"
 }
 
@@ -39,7 +42,7 @@ quota_dir() { # ordinal-uuid limit
 }
 
 # The library exports exactly dlsym and the rows of src/symbols.h (through the generated map).
-exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^GLIBC\|^LIBHCS' | sort)
+exported=$(nm -D --defined-only "$prod" | awk '{print $3}' | grep -v '^GLIBC\|^LIBHCS' | sort)
 table=$(tr ' ;' '\n\n' < "$root/build/libhcs.map" | grep -E '^(dlsym|cu|nvml|hip|acl|rt|cn)' | sort)
 if [ -n "$table" ] && [ "$exported" = "$table" ]; then
   record exports 0 "RESULT e 1 0"
@@ -81,8 +84,71 @@ for case in "HCS_CONFIG=$bad" "HCS_VRAM_QUOTA=lots" "HCS_CONFIG=$work/absent.con
 done
 run no-config LD_PRELOAD=$lib -- "$build/t_passthrough"
 # A real binary and a shell under the preload: nothing printed, nothing broken.
-output=$(env LD_PRELOAD=$lib $Q1G /bin/sh -c 'echo smoke; /bin/true' 2>&1); rc=$?
+output=$(env LD_PRELOAD=$prod $Q1G /bin/sh -c 'echo smoke; /bin/true' 2>&1); rc=$?
 [ "$output" = "smoke" ] && record smoke-real-binaries $rc "RESULT s 1 0" || record smoke-real-binaries 1 "$output"
+
+# In a container (the quota file exists at its fixed path) that file is the quota: the
+# environment can neither move it nor replace it, and one that cannot be used refuses every
+# allocation (fail closed) with one line, said at the first refusal.
+enter_container() { # quota.conf content
+  rm -rf "$container"; mkdir -p "$container"; chmod 0755 "$container"
+  printf '%b' "$1" > "$container/quota.conf"; chmod 0644 "$container/quota.conf"
+}
+one_line() { # name expected-lines command...: the output has exactly that many libhcs lines
+  local name=$1 want=$2 output rc lines; shift 2
+  output=$("$@" 2>&1); rc=$?
+  lines=$(grep -c '^libhcs: ' <<<"$output")
+  if [ "$lines" -eq "$want" ]; then record "$name" $rc "$output
+RESULT lines 1 0"; else
+    record "$name" 1 "$output (expected $want libhcs lines, got $lines)"; fi
+}
+one_gib='version=1\ncontainer=test\ndevices=1\ndevice.0.uuid=GPU-fake-0\ndevice.0.vendor=nvidia\ndevice.0.vram_limit=1073741824\n'
+big=$(quota_dir GPU-fake-0 $((4 << 30)))
+enter_container "$one_gib"
+run container-ignores-env HCS_CONFIG=$big/quota.conf HCS_VRAM_QUOTA=100Gi EXPECT_LIMIT=$((1 << 30)) \
+  LD_PRELOAD=$lib -- "$build/t_quota"
+run container-without-env EXPECT_LIMIT=$((1 << 30)) LD_PRELOAD=$lib -- "$build/t_quota"
+run container-multi-process LD_PRELOAD=$lib -- "$build/t_multiproc"
+test -f "$container/usage.shm" && record container-region-file 0 "RESULT r 1 0" ||
+  record container-region-file 1 "RESULT r 0 1"
+enter_container 'version=7\n'
+one_line fail-closed-malformed 1 env LD_LIBRARY_PATH="$fakes" HCS_VRAM_QUOTA=100Gi \
+  EXPECT_LIMIT=refused LD_PRELOAD=$lib "$build/t_quota"
+one_line fail-closed-silent-without-allocations 0 env LD_PRELOAD=$lib /bin/sh -c '/bin/true'
+enter_container "$one_gib"; rm "$container/quota.conf"; mkdir "$container/quota.conf"
+one_line fail-closed-directory 1 env LD_LIBRARY_PATH="$fakes" EXPECT_LIMIT=refused \
+  LD_PRELOAD=$lib "$build/t_quota"
+enter_container "$one_gib"; mv "$container/quota.conf" "$container/real.conf"
+ln -s real.conf "$container/quota.conf"
+one_line fail-closed-symlink 1 env LD_LIBRARY_PATH="$fakes" EXPECT_LIMIT=refused \
+  LD_PRELOAD=$lib "$build/t_quota"
+enter_container "$(head -c 20000 /dev/zero | tr '\0' '#')\n$one_gib"
+one_line fail-closed-oversized 1 env LD_LIBRARY_PATH="$fakes" EXPECT_LIMIT=refused \
+  LD_PRELOAD=$lib "$build/t_quota"
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
+  as_user=(setpriv --reuid=1000 --regid=1000 --clear-groups)
+  enter_container "$one_gib"; chmod 0600 "$container/quota.conf"
+  one_line fail-closed-unreadable 1 "${as_user[@]}" env LD_LIBRARY_PATH="$fakes" \
+    EXPECT_LIMIT=refused LD_PRELOAD=$lib "$build/t_quota"
+  # secure_getenv: a set-uid program does not take its quota from its caller's environment.
+  rm -rf "$container"; suid=$build/suid; rm -rf "$suid"; mkdir -p "$suid"
+  cp "$build/t_quota_linked" "$suid/t_quota"; chmod 4755 "$suid/t_quota"
+  run bare-env-honoured HCS_VRAM_QUOTA=1Gi EXPECT_LIMIT=$((1 << 30)) -- "${as_user[@]}" "$build/t_quota_linked"
+  run setuid-ignores-env HCS_VRAM_QUOTA=1Gi EXPECT_LIMIT=none -- "${as_user[@]}" "$suid/t_quota"
+  rm -rf "$suid"
+  # The shipped library reads /run/hcs/quota.conf: shown in a private mount namespace.
+  if unshare -m true 2>/dev/null; then
+    run fixed-path-run-hcs EXPECT_LIMIT=$((1 << 30)) HCS_VRAM_QUOTA=100Gi -- unshare -m sh -c \
+      "mount -t tmpfs hcs /run && mkdir /run/hcs && printf '$one_gib' > /run/hcs/quota.conf && \
+       LD_PRELOAD=$prod exec $build/t_quota"
+  else
+    echo "SKIPPED fixed-path-run-hcs: no mount namespace"; skipped=$((skipped + 1))
+  fi
+else
+  echo "SKIPPED unreadable, set-uid and /run/hcs runs: they need root and setpriv"
+  skipped=$((skipped + 4))
+fi
+rm -rf "$container"
 
 # AddressSanitizer + UndefinedBehaviorSanitizer builds.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86
@@ -93,6 +159,11 @@ run asan-lookup $Q1G -- "$build/asan/t_lookup"
 run asan-vendors $Q1G -- "$build/asan/t_vendors"
 dir=$(quota_dir GPU-fake-0 $((1 << 30)))
 run asan-multi-process HCS_CONFIG=$dir/quota.conf -- "$build/asan/t_multiproc"
+enter_container "$one_gib"
+run asan-container HCS_CONFIG=$big/quota.conf EXPECT_LIMIT=$((1 << 30)) -- "$build/asan/t_quota"
+enter_container 'version=7\n'
+run asan-fail-closed EXPECT_LIMIT=refused -- "$build/asan/t_quota"
+rm -rf "$container"
 run asan-stress HCS_VRAM_QUOTA=64Mi STRESS_ITERATIONS=200000 -- "$build/asan/t_stress"
 run asan-fork $Q1G FORK_CHILDREN=100 -- "$build/asan/t_fork"
 
@@ -106,9 +177,14 @@ if command -v valgrind >/dev/null; then
   run valgrind-stress HCS_VRAM_QUOTA=16Mi STRESS_ITERATIONS=5000 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_stress"
   dir=$(quota_dir GPU-fake-0 $((1 << 30)))
   run valgrind-multi-process HCS_CONFIG=$dir/quota.conf LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_multiproc"
+  enter_container 'devices=1\n'
+  run valgrind-fail-closed EXPECT_LIMIT=refused LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_quota"
+  enter_container "$one_gib"
+  run valgrind-container HCS_VRAM_QUOTA=100Gi EXPECT_LIMIT=$((1 << 30)) LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_quota"
+  rm -rf "$container"
   run valgrind-fork $Q1G FORK_CHILDREN=30 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_fork"
 else
-  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 7))
+  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 9))
 fi
 
 if [ "$skipped" -gt 0 ]; then
