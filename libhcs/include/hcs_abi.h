@@ -54,9 +54,85 @@ typedef struct CUmemPoolProps_st {
 	unsigned short usage;
 	unsigned char reserved[54];
 } CUmemPoolProps;
+typedef struct CUmemAccessDesc_st {
+	CUmemLocation location;
+	int flags; /* CUmemAccess_flags */
+} CUmemAccessDesc;
+
+/* Per-thread default stream entry points (cuGetProcAddress flags). */
+#define CU_GET_PROC_ADDRESS_DEFAULT 0
+#define CU_GET_PROC_ADDRESS_LEGACY_STREAM 1
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+
+/* Arrays (CUDA_ARRAY_DESCRIPTOR_v2, CUDA_ARRAY3D_DESCRIPTOR_v2; Format is CUarray_format). */
+typedef void *CUarray;
+typedef void *CUmipmappedArray;
+typedef struct CUDA_ARRAY_DESCRIPTOR_st {
+	size_t Width;
+	size_t Height;
+	int Format;
+	unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
+	size_t Width;
+	size_t Height;
+	size_t Depth;
+	int Format;
+	unsigned int NumChannels;
+	unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+#define CUDA_ARRAY3D_SPARSE 0x40
+#define CUDA_ARRAY3D_DEFERRED_MAPPING 0x80
+
+/* Context limits that reserve device memory (CUlimit), and the device attributes the stack
+ * reservation scales with (CUdevice_attribute). */
+typedef int CUlimit;
+#define CU_LIMIT_STACK_SIZE 0x00
+#define CU_LIMIT_PRINTF_FIFO_SIZE 0x01
+#define CU_LIMIT_MALLOC_HEAP_SIZE 0x02
+#define CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH 0x03
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
+#define CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR 39
+
+/* Graph memory nodes (CUDA_MEM_ALLOC_NODE_PARAMS_v1/_v2 share a layout; CUgraphNodeParams
+ * for cuGraphAddNode). */
+typedef void *CUgraph;
+typedef void *CUgraphNode;
+typedef void CUgraphEdgeData; /* only passed through */
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
+	CUmemPoolProps poolProps;
+	const CUmemAccessDesc *accessDescs;
+	size_t accessDescCount;
+	size_t bytesize;
+	CUdeviceptr dptr; /* out */
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+typedef struct CUDA_MEM_FREE_NODE_PARAMS_st {
+	CUdeviceptr dptr;
+} CUDA_MEM_FREE_NODE_PARAMS;
+#define CU_GRAPH_NODE_TYPE_MEM_ALLOC 10
+#define CU_GRAPH_NODE_TYPE_MEM_FREE 11
+typedef struct CUgraphNodeParams_st {
+	int type; /* CUgraphNodeType */
+	int reserved0[3];
+	union {
+		long long reserved1[29];
+		CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+		CUDA_MEM_FREE_NODE_PARAMS free;
+	};
+	long long reserved2;
+} CUgraphNodeParams;
+
+/* Shareable handles (CUmemAllocationHandleType). */
+typedef int CUmemAllocationHandleType;
+#define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 0x1
+
 _Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp as in cuda.h");
 _Static_assert(offsetof(CUmemAllocationProp, location) == 8, "location as in cuda.h");
 _Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps as in cuda.h");
+_Static_assert(sizeof(CUDA_ARRAY3D_DESCRIPTOR) == 40, "CUDA_ARRAY3D_DESCRIPTOR as in cuda.h");
+_Static_assert(offsetof(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize) == 104, "as in cuda.h");
+_Static_assert(offsetof(CUgraphNodeParams, alloc) == 16, "CUgraphNodeParams as in cuda.h");
+_Static_assert(sizeof(CUgraphNodeParams) == 256, "CUgraphNodeParams as in cuda.h");
 
 /* NVML */
 typedef int nvmlReturn_t;

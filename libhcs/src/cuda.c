@@ -1,30 +1,17 @@
-/* CUDA driver API: allocations (plain, pitched, managed, stream-ordered, pool), VMM physical
- * handles, frees, memory info, launches (paced by the compute share), and cuGetProcAddress
- * (cudart 12 resolves the driver through it, so its answers must be our hooks). The device
- * is the current context's. The rows are in symbols.h; only the irregular hooks are here. */
-#include <string.h>
+/* CUDA driver API memory: allocations (plain, pitched, managed, stream-ordered, pool), VMM
+ * physical handles (created or imported), frees, memory info, and cuGetProcAddress (cudart
+ * resolves the driver through it, so its answers must be our hooks). The device is the current
+ * context's unless the call names a location. Rows in symbols.h; the irregular hooks here. */
+#include "cuda.h"
 
-#include "backend.h"
-#include "hooks.h"
-#include "limiter.h"
+#define MEMORY_HELPERS(Y)                                                                    \
+	HCS_CUDA_HELPERS(Y)                                                                  \
+	Y(cuda, CUresult, cuMemGetAllocationPropertiesFromHandle,                            \
+	  (CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle))
 
-static const char *const cuda_libraries[] = {"libcuda.so.1", "libcuda.so", NULL};
-#define HCS_OK_cuda CUDA_SUCCESS
-#define HCS_OOM_cuda CUDA_ERROR_OUT_OF_MEMORY
-#define HCS_MISSING_cuda CUDA_ERROR_NOT_FOUND
-#define CUDA_HELPERS(Y) Y(cuda, CUresult, cuCtxGetDevice, (CUdevice *device))
-
-HCS_BACKEND(cuda, HCS_SYMBOLS_cuda, CUDA_HELPERS)
-
-static inline int cuda_ordinal(void)
-{
-	CUdevice device = 0;
-	if (real_cuCtxGetDevice && real_cuCtxGetDevice(&device) == CUDA_SUCCESS)
-		return device;
-	return 0;
-}
-
-HCS_SYMBOLS_cuda(HCS_DEFINE_HOOK)
+HCS_CUDA_BACKEND(HCS_SYMBOLS_cuda_memory, MEMORY_HELPERS)
+HCS_SYMBOLS_cuda_memory(HCS_DEFINE_HOOK)
+static HCS_CUDA_SWAP(memory_swap, HCS_SYMBOLS_cuda_memory)
 
 /* The pitch is chosen by the driver: reserve width x height first, the rest once known. */
 CUresult hcs_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
@@ -53,34 +40,78 @@ CUresult hcs_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, 
 	return rc;
 }
 
-/* The device a VMM or pool location charges, or -1 for host memory (host, host-NUMA,
- * host-NUMA-current: never charged). A type this library does not know is charged to the
- * current device: the driver refuses it, or it is memory we must not miss. */
-static int location_device(const CUmemLocation *location)
-{
-	switch (location->type) {
-	case CU_MEM_LOCATION_TYPE_DEVICE:
-		return location->id;
-	case CU_MEM_LOCATION_TYPE_HOST:
-	case CU_MEM_LOCATION_TYPE_HOST_NUMA:
-	case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
-		return -1;
-	default:
-		return cuda_ordinal();
-	}
-}
-
 CUresult hcs_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 			 const CUmemAllocationProp *prop, unsigned long long flags)
 {
 	cuda_ready();
 	if (!real_cuMemCreate)
 		return CUDA_ERROR_NOT_FOUND;
-	int device = prop ? location_device(&prop->location) : cuda_ordinal();
+	int device = prop ? HCS_CUDA_LOCATION_DEVICE(&prop->location) : cuda_ordinal();
 	if (!hcs_enforcing() || device < 0)
 		return real_cuMemCreate(handle, size, prop, flags);
 	HCS_ALLOC_ON(cuda, cuMemCreate, (handle, size, prop, flags), HCS_KIND_VMM, *handle, size,
 		     device);
+}
+
+/* An imported handle (another process exported it) keeps the memory alive after its creator
+ * releases it, so the importer is charged: what its mappings cover, from the first cuMemMap
+ * (the import itself does not say the size), until it releases the handle. */
+CUresult hcs_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+					    CUmemAllocationHandleType type)
+{
+	cuda_ready();
+	if (!real_cuMemImportFromShareableHandle)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = real_cuMemImportFromShareableHandle(handle, os_handle, type);
+	if (rc != CUDA_SUCCESS || !hcs_enforcing())
+		return rc;
+	CUmemAllocationProp prop;
+	int device = cuda_ordinal();
+	if (real_cuMemGetAllocationPropertiesFromHandle &&
+	    real_cuMemGetAllocationPropertiesFromHandle(&prop, *handle) == CUDA_SUCCESS)
+		device = HCS_CUDA_LOCATION_DEVICE(&prop.location);
+	if (device >= 0)
+		hcs_track(*handle, HCS_KIND_IMPORT, device, 0);
+	return rc;
+}
+
+CUresult hcs_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+		      CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+	cuda_ready();
+	if (!real_cuMemMap)
+		return CUDA_ERROR_NOT_FOUND;
+	int device;
+	uint64_t charged;
+	if (!hcs_enforcing() || !hcs_lookup(handle, HCS_KIND_IMPORT, &device, &charged))
+		return real_cuMemMap(ptr, size, offset, handle, flags);
+	uint64_t extent = (uint64_t)offset + size;
+	if (extent < offset || extent <= charged)
+		return real_cuMemMap(ptr, size, offset, handle, flags);
+	if (hcs_alloc_begin(device, extent - charged) != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = real_cuMemMap(ptr, size, offset, handle, flags);
+	if (rc == CUDA_SUCCESS)
+		hcs_track(handle, HCS_KIND_IMPORT, device, extent);
+	else
+		hcs_unreserve(device, extent - charged);
+	hcs_in_hook--;
+	return rc;
+}
+
+CUresult hcs_cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	cuda_ready();
+	if (!real_cuMemRelease)
+		return CUDA_ERROR_NOT_FOUND;
+	int device = 0, kind = 0;
+	uint64_t size = 0;
+	hcs_in_hook++;
+	bool tracked = hcs_untrack_either(handle, HCS_KIND_VMM, HCS_KIND_IMPORT, &kind, &device,
+					  &size);
+	CUresult rc = real_cuMemRelease(handle);
+	hcs_free_end(tracked, rc == CUDA_SUCCESS, handle, kind, device, size);
+	return rc;
 }
 
 /* Pools are remembered with their location, so that allocations from them are charged where
@@ -98,7 +129,7 @@ CUresult hcs_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 		return CUDA_ERROR_NOT_FOUND;
 	CUresult rc = real_cuMemPoolCreate(pool, props);
 	if (rc == CUDA_SUCCESS && props)
-		remember_pool(*pool, location_device(&props->location));
+		remember_pool(*pool, HCS_CUDA_LOCATION_DEVICE(&props->location));
 	return rc;
 }
 
@@ -146,28 +177,38 @@ static int pool_device(CUmemoryPool pool)
 	return cuda_ordinal();
 }
 
+#define POOL_ALLOC(name)                                                                     \
+	cuda_ready();                                                                        \
+	if (!real_##name)                                                                    \
+		return CUDA_ERROR_NOT_FOUND;                                                 \
+	int device = hcs_enforcing() ? pool_device(pool) : -1;                               \
+	if (device < 0)                                                                      \
+		return real_##name(dptr, size, pool, stream);                                \
+	HCS_ALLOC_ON(cuda, name, (dptr, size, pool, stream), HCS_KIND_PTR, *dptr, size, device)
+
 CUresult hcs_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
 				     CUstream stream)
 {
-	cuda_ready();
-	if (!real_cuMemAllocFromPoolAsync)
-		return CUDA_ERROR_NOT_FOUND;
-	int device = hcs_enforcing() ? pool_device(pool) : -1;
-	if (device < 0)
-		return real_cuMemAllocFromPoolAsync(dptr, size, pool, stream);
-	HCS_ALLOC_ON(cuda, cuMemAllocFromPoolAsync, (dptr, size, pool, stream), HCS_KIND_PTR,
-		     *dptr, size, device);
+	POOL_ALLOC(cuMemAllocFromPoolAsync);
 }
 
-/* Real entry -> our hook: whatever version the driver picked, we match by address. */
-#define SWAP_ENTRY(v, ret, name, ...) {(void **)&real_##name, (void *)name},
+CUresult hcs_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+					  CUstream stream)
+{
+	POOL_ALLOC(cuMemAllocFromPoolAsync_ptsz);
+}
+
+/* Real entry -> our hook: whatever version (or per-thread variant) the driver picked. */
 static void *swap_for_hook(void *function)
 {
-	const struct { void **real; void *hook; } table[] = {HCS_SYMBOLS_cuda(SWAP_ENTRY)};
-	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-		if (function && *table[i].real == function)
-			return table[i].hook;
-	return function;
+	void *hook = memory_swap(function);
+	if (!hook)
+		hook = hcs_cuda_array_swap(function);
+	if (!hook)
+		hook = hcs_cuda_graph_swap(function);
+	if (!hook)
+		hook = hcs_cuda_launch_swap(function);
+	return hook ? hook : function;
 }
 
 CUresult hcs_cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
@@ -191,14 +232,4 @@ CUresult hcs_cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cu
 	if (rc == CUDA_SUCCESS && pfn)
 		*pfn = swap_for_hook(*pfn);
 	return rc;
-}
-
-/* CUlaunchConfig: {unsigned gridDimX, Y, Z, blockDimX, Y, Z, sharedMemBytes; CUstream hStream;
- * ...}: the stream sits after seven unsigned ints, at offset 32 (8-byte aligned). */
-CUresult hcs_cuLaunchKernelEx(const void *config, CUfunction f, void **params, void **extra)
-{
-	CUstream stream = NULL;
-	if (config)
-		memcpy(&stream, (const char *)config + 32, sizeof(stream));
-	HCS_LAUNCH_BRACKET(cuda, cuLaunchKernelEx, (config, f, params, extra), stream);
 }

@@ -18,10 +18,12 @@ static void fork_prepare(void)
 	hcs_accounting_fork(HCS_FORK_PREPARE);
 	hcs_track_fork(HCS_FORK_PREPARE);
 	hcs_limiter_fork(HCS_FORK_PREPARE);
+	hcs_graph_fork(HCS_FORK_PREPARE);
 }
 
 static void fork_parent(void)
 {
+	hcs_graph_fork(HCS_FORK_PARENT);
 	hcs_limiter_fork(HCS_FORK_PARENT);
 	hcs_track_fork(HCS_FORK_PARENT);
 	hcs_accounting_fork(HCS_FORK_PARENT);
@@ -29,6 +31,7 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+	hcs_graph_fork(HCS_FORK_CHILD);
 	hcs_limiter_fork(HCS_FORK_CHILD);
 	hcs_track_fork(HCS_FORK_CHILD);
 	hcs_accounting_fork(HCS_FORK_CHILD);

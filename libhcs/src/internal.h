@@ -55,14 +55,21 @@ enum hcs_fork_phase { HCS_FORK_PREPARE, HCS_FORK_PARENT, HCS_FORK_CHILD };
 void hcs_accounting_fork(enum hcs_fork_phase phase);
 void hcs_track_fork(enum hcs_fork_phase phase);
 void hcs_limiter_fork(enum hcs_fork_phase phase);
+void hcs_graph_fork(enum hcs_fork_phase phase);
 
 /* track.c: pointer/handle -> (device, size), so frees subtract exactly what was added. */
 enum hcs_kind { HCS_KIND_PTR = 1, HCS_KIND_VMM = 2, HCS_KIND_HIP = 3, HCS_KIND_ACL = 4,
 		HCS_KIND_RT = 5, HCS_KIND_CNRT = 6, HCS_KIND_CN = 7, HCS_KIND_RT_PHYS = 8,
-		HCS_KIND_POOL = 9 /* a memory pool: ordinal is where it lives, -1 for the host */ };
+		HCS_KIND_POOL = 9,   /* a memory pool: ordinal is where it lives, -1 for the host */
+		HCS_KIND_ARRAY = 10, HCS_KIND_MIPMAP = 11,
+		HCS_KIND_LIMIT = 12, /* a context limit's reservation: key (device << 8) | limit */
+		HCS_KIND_IMPORT = 13 /* an imported VMM handle: size is what its mappings charged */ };
 bool hcs_track(uint64_t key, int kind, int ordinal, uint64_t size);
 bool hcs_untrack(uint64_t key, int kind, int *ordinal, uint64_t *size);
 bool hcs_lookup(uint64_t key, int kind, int *ordinal, uint64_t *size); /* entry stays */
+/* A key that may be of either kind: which one it was in *found_kind. */
+bool hcs_untrack_either(uint64_t key, int kind, int other_kind, int *found_kind, int *ordinal,
+			uint64_t *size);
 uint64_t hcs_tracked_count(void);
 extern uint64_t hcs_unknown_frees;
 

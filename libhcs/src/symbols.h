@@ -20,8 +20,15 @@
 	 unsigned int by, unsigned int bz, unsigned int shared, CUstream stream, void **params, \
 	 void **extra)
 #define HCS_LAUNCH_ARGS (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+#define HCS_COOPERATIVE_PARAMS                                                               \
+	(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,   \
+	 unsigned int by, unsigned int bz, unsigned int shared, CUstream stream, void **params)
+#define HCS_COOPERATIVE_ARGS (f, gx, gy, gz, bx, by, bz, shared, stream, params)
 
-#define HCS_SYMBOLS_cuda(X)                                                                  \
+/* CUDA, by concern (one source file each). The _ptsz names are the per-thread-default-stream
+ * entry points: exported by libcuda and returned by cuGetProcAddress with
+ * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM. */
+#define HCS_SYMBOLS_cuda_memory(X)                                                           \
 	X(cuda, CUresult, cuMemAlloc_v2, (CUdeviceptr *p, size_t s), (p, s),                 \
 	  ALLOC, HCS_KIND_PTR, *p, s)                                                        \
 	X(cuda, CUresult, cuMemAllocPitch_v2,                                                \
@@ -31,7 +38,12 @@
 	  (p, s, fl), ALLOC, HCS_KIND_PTR, *p, s)                                            \
 	X(cuda, CUresult, cuMemAllocAsync, (CUdeviceptr *p, size_t s, CUstream st),          \
 	  (p, s, st), ALLOC, HCS_KIND_PTR, *p, s)                                            \
+	X(cuda, CUresult, cuMemAllocAsync_ptsz, (CUdeviceptr *p, size_t s, CUstream st),     \
+	  (p, s, st), ALLOC, HCS_KIND_PTR, *p, s)                                            \
 	X(cuda, CUresult, cuMemAllocFromPoolAsync,                                           \
+	  (CUdeviceptr *p, size_t s, CUmemoryPool pool, CUstream st), (p, s, pool, st),      \
+	  CUSTOM, 0, 0, 0)                                                                   \
+	X(cuda, CUresult, cuMemAllocFromPoolAsync_ptsz,                                      \
 	  (CUdeviceptr *p, size_t s, CUmemoryPool pool, CUstream st), (p, s, pool, st),      \
 	  CUSTOM, 0, 0, 0)                                                                   \
 	X(cuda, CUresult, cuMemPoolCreate, (CUmemoryPool *pool, const CUmemPoolProps *props), \
@@ -44,25 +56,84 @@
 	X(cuda, CUresult, cuMemFree_v2, (CUdeviceptr p), (p), FREE, HCS_KIND_PTR, p, 0)      \
 	X(cuda, CUresult, cuMemFreeAsync, (CUdeviceptr p, CUstream st), (p, st),             \
 	  FREE, HCS_KIND_PTR, p, 0)                                                          \
+	X(cuda, CUresult, cuMemFreeAsync_ptsz, (CUdeviceptr p, CUstream st), (p, st),        \
+	  FREE, HCS_KIND_PTR, p, 0)                                                          \
 	X(cuda, CUresult, cuMemCreate,                                                       \
 	  (CUmemGenericAllocationHandle *h, size_t s, const CUmemAllocationProp *prop,       \
 	   unsigned long long fl),                                                           \
 	  (h, s, prop, fl), CUSTOM, 0, 0, 0)                                                 \
 	X(cuda, CUresult, cuMemRelease, (CUmemGenericAllocationHandle h), (h),               \
-	  FREE, HCS_KIND_VMM, h, 0)                                                          \
+	  CUSTOM, 0, 0, 0)                                                                   \
+	X(cuda, CUresult, cuMemImportFromShareableHandle,                                    \
+	  (CUmemGenericAllocationHandle *h, void *os_handle, CUmemAllocationHandleType type), \
+	  (h, os_handle, type), CUSTOM, 0, 0, 0)                                             \
+	X(cuda, CUresult, cuMemMap,                                                          \
+	  (CUdeviceptr ptr, size_t s, size_t offset, CUmemGenericAllocationHandle h,         \
+	   unsigned long long fl),                                                           \
+	  (ptr, s, offset, h, fl), CUSTOM, 0, 0, 0)                                          \
 	X(cuda, CUresult, cuMemGetInfo_v2, (size_t *f, size_t *t), (f, t), INFO, 0, f, t)    \
 	X(cuda, CUresult, cuGetProcAddress, (const char *sym, void **pfn, int v, cuuint64_t fl), \
 	  (sym, pfn, v, fl), CUSTOM, 0, 0, 0)                                                \
 	X(cuda, CUresult, cuGetProcAddress_v2,                                               \
 	  (const char *sym, void **pfn, int v, cuuint64_t fl, CUdriverProcAddressQueryResult *st), \
-	  (sym, pfn, v, fl, st), CUSTOM, 0, 0, 0)                                            \
+	  (sym, pfn, v, fl, st), CUSTOM, 0, 0, 0)
+
+#define HCS_SYMBOLS_cuda_array(X)                                                            \
+	X(cuda, CUresult, cuArrayCreate_v2, (CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d),    \
+	  (a, d), CUSTOM, 0, 0, 0)                                                           \
+	X(cuda, CUresult, cuArray3DCreate_v2, (CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d), \
+	  (a, d), CUSTOM, 0, 0, 0)                                                           \
+	X(cuda, CUresult, cuMipmappedArrayCreate,                                            \
+	  (CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels),      \
+	  (a, d, levels), CUSTOM, 0, 0, 0)                                                   \
+	X(cuda, CUresult, cuArrayDestroy, (CUarray a), (a),                                  \
+	  FREE, HCS_KIND_ARRAY, (uintptr_t)a, 0)                                             \
+	X(cuda, CUresult, cuMipmappedArrayDestroy, (CUmipmappedArray a), (a),                \
+	  FREE, HCS_KIND_MIPMAP, (uintptr_t)a, 0)                                            \
+	X(cuda, CUresult, cuCtxSetLimit, (CUlimit limit, size_t value), (limit, value),      \
+	  CUSTOM, 0, 0, 0)
+
+#define HCS_SYMBOLS_cuda_graph(X)                                                            \
+	X(cuda, CUresult, cuGraphAddMemAllocNode,                                            \
+	  (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,                  \
+	   CUDA_MEM_ALLOC_NODE_PARAMS *params),                                              \
+	  (node, g, deps, n, params), CUSTOM, 0, 0, 0)                                       \
+	X(cuda, CUresult, cuGraphAddMemFreeNode,                                             \
+	  (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUdeviceptr dptr), \
+	  (node, g, deps, n, dptr), CUSTOM, 0, 0, 0)                                         \
+	X(cuda, CUresult, cuGraphAddNode,                                                    \
+	  (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,                  \
+	   CUgraphNodeParams *params),                                                       \
+	  (node, g, deps, n, params), CUSTOM, 0, 0, 0)                                       \
+	X(cuda, CUresult, cuGraphAddNode_v2,                                                 \
+	  (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges, \
+	   size_t n, CUgraphNodeParams *params),                                             \
+	  (node, g, deps, edges, n, params), CUSTOM, 0, 0, 0)                                \
+	X(cuda, CUresult, cuGraphDestroy, (CUgraph g), (g), CUSTOM, 0, 0, 0)
+
+#define HCS_SYMBOLS_cuda_launch(X)                                                           \
 	X(cuda, CUresult, cuLaunchKernel, HCS_LAUNCH_PARAMS, HCS_LAUNCH_ARGS,                 \
+	  LAUNCH, 0, stream, 0)                                                              \
+	X(cuda, CUresult, cuLaunchKernel_ptsz, HCS_LAUNCH_PARAMS, HCS_LAUNCH_ARGS,            \
 	  LAUNCH, 0, stream, 0)                                                              \
 	X(cuda, CUresult, cuLaunchKernelEx,                                                  \
 	  (const void *config, CUfunction f, void **params, void **extra),                   \
 	  (config, f, params, extra), CUSTOM, 0, 0, 0)                                       \
+	X(cuda, CUresult, cuLaunchKernelEx_ptsz,                                             \
+	  (const void *config, CUfunction f, void **params, void **extra),                   \
+	  (config, f, params, extra), CUSTOM, 0, 0, 0)                                       \
+	X(cuda, CUresult, cuLaunchCooperativeKernel, HCS_COOPERATIVE_PARAMS,                 \
+	  HCS_COOPERATIVE_ARGS, LAUNCH, 0, stream, 0)                                        \
+	X(cuda, CUresult, cuLaunchCooperativeKernel_ptsz, HCS_COOPERATIVE_PARAMS,            \
+	  HCS_COOPERATIVE_ARGS, LAUNCH, 0, stream, 0)                                        \
 	X(cuda, CUresult, cuGraphLaunch, (CUgraphExec g, CUstream stream), (g, stream),      \
+	  LAUNCH, 0, stream, 0)                                                              \
+	X(cuda, CUresult, cuGraphLaunch_ptsz, (CUgraphExec g, CUstream stream), (g, stream), \
 	  LAUNCH, 0, stream, 0)
+
+#define HCS_SYMBOLS_cuda(X)                                                                  \
+	HCS_SYMBOLS_cuda_memory(X) HCS_SYMBOLS_cuda_array(X) HCS_SYMBOLS_cuda_graph(X)       \
+	HCS_SYMBOLS_cuda_launch(X)
 
 #define HCS_SYMBOLS_nvml(X)                                                                  \
 	X(nvml, nvmlReturn_t, nvmlDeviceGetMemoryInfo, (nvmlDevice_t d, nvmlMemory_t *m),    \

@@ -64,20 +64,14 @@ bool hcs_track(uint64_t key, int kind, int ordinal, uint64_t size)
 	return true;
 }
 
-bool hcs_untrack(uint64_t key, int kind, int *ordinal, uint64_t *size)
+/* With the lock held: take (key, kind) out; false if absent. */
+static bool take(uint64_t key, int kind, int *ordinal, uint64_t *size)
 {
-	pthread_once(&table_once, map_table);
-	if (!table)
-		return false;
-	pthread_mutex_lock(&table_lock);
 	uint32_t i = slot_of(key, kind);
 	while (table[i].kind && !(table[i].key == key && table[i].kind == kind))
 		i = (i + 1) & TABLE_MASK;
-	if (!table[i].kind) {
-		hcs_unknown_frees++;
-		pthread_mutex_unlock(&table_lock);
+	if (!table[i].kind)
 		return false;
-	}
 	*ordinal = table[i].ordinal;
 	*size = table[i].size;
 	/* Backward-shift deletion keeps every probe chain unbroken. */
@@ -94,8 +88,39 @@ bool hcs_untrack(uint64_t key, int kind, int *ordinal, uint64_t *size)
 	}
 	table[hole].kind = 0;
 	live--;
-	pthread_mutex_unlock(&table_lock);
 	return true;
+}
+
+bool hcs_untrack(uint64_t key, int kind, int *ordinal, uint64_t *size)
+{
+	pthread_once(&table_once, map_table);
+	if (!table)
+		return false;
+	pthread_mutex_lock(&table_lock);
+	bool found = take(key, kind, ordinal, size);
+	if (!found)
+		hcs_unknown_frees++;
+	pthread_mutex_unlock(&table_lock);
+	return found;
+}
+
+bool hcs_untrack_either(uint64_t key, int kind, int other_kind, int *found_kind, int *ordinal,
+			uint64_t *size)
+{
+	pthread_once(&table_once, map_table);
+	if (!table)
+		return false;
+	pthread_mutex_lock(&table_lock);
+	*found_kind = kind;
+	bool found = take(key, kind, ordinal, size);
+	if (!found) {
+		*found_kind = other_kind;
+		found = take(key, other_kind, ordinal, size);
+	}
+	if (!found)
+		hcs_unknown_frees++;
+	pthread_mutex_unlock(&table_lock);
+	return found;
 }
 
 bool hcs_lookup(uint64_t key, int kind, int *ordinal, uint64_t *size)

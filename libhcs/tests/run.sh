@@ -53,6 +53,7 @@ fi
 Q1G="HCS_VRAM_QUOTA=1Gi"
 run cuda-direct $Q1G LD_PRELOAD=$lib -- "$build/t_cuda"
 run vmm-locations $Q1G LD_PRELOAD=$lib -- "$build/t_vmm"
+run allocation-paths $Q1G LD_PRELOAD=$lib -- "$build/t_paths"
 run lookup $Q1G LD_PRELOAD=$lib -- "$build/t_lookup"
 run vendors $Q1G LD_PRELOAD=$lib -- "$build/t_vendors"
 run constructor $Q1G LD_PRELOAD=$lib -- "$build/t_ctor"
@@ -155,6 +156,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 run asan-cuda $Q1G -- "$build/asan/t_cuda"
 run asan-vmm-locations $Q1G -- "$build/asan/t_vmm"
+run asan-allocation-paths $Q1G -- "$build/asan/t_paths"
 run asan-lookup $Q1G -- "$build/asan/t_lookup"
 run asan-vendors $Q1G -- "$build/asan/t_vendors"
 dir=$(quota_dir GPU-fake-0 $((1 << 30)))
@@ -172,6 +174,7 @@ if command -v valgrind >/dev/null; then
   vg=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite)
   run valgrind-cuda $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_cuda"
   run valgrind-vmm-locations $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_vmm"
+  run valgrind-allocation-paths $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_paths"
   run valgrind-lookup $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_lookup"
   run valgrind-vendors $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_vendors"
   run valgrind-stress HCS_VRAM_QUOTA=16Mi STRESS_ITERATIONS=5000 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_stress"
@@ -184,7 +187,7 @@ if command -v valgrind >/dev/null; then
   rm -rf "$container"
   run valgrind-fork $Q1G FORK_CHILDREN=30 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_fork"
 else
-  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 9))
+  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 10))
 fi
 
 if [ "$skipped" -gt 0 ]; then

@@ -1,6 +1,7 @@
 /* The compute share: launching 1 ms kernels as fast as the queue takes them for 1.5 s, the
  * device is busy about `EXPECT_SHARE` percent of the time (direct launches, cuGetProcAddress
- * launches and graph launches alike). Run with HCS_CONFIG whose compute_percent is set. */
+ * launches, graph launches, cooperative launches and the per-thread-default-stream entry
+ * points alike). Run with HCS_CONFIG whose compute_percent is set. */
 #include <stdlib.h>
 
 #include "../include/hcs_abi.h"
@@ -9,6 +10,9 @@
 CUresult cuLaunchKernel(void *, unsigned int, unsigned int, unsigned int, unsigned int,
 			unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
 CUresult cuGraphLaunch(void *, CUstream);
+CUresult cuGraphLaunch_ptsz(void *, CUstream);
+CUresult cuLaunchCooperativeKernel(void *, unsigned int, unsigned int, unsigned int, unsigned int,
+				   unsigned int, unsigned int, unsigned int, CUstream, void **);
 CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
 long long fakeBusyNanos(void);
 long long fakeTimelineEnd(void);
@@ -19,13 +23,18 @@ typedef CUresult (*launch_fn)(void *, unsigned int, unsigned int, unsigned int, 
 
 static double busy_fraction(int how)
 {
-	launch_fn resolved = NULL;
+	launch_fn resolved = NULL, per_thread = NULL;
 	cuGetProcAddress("cuLaunchKernel", (void **)&resolved, 12000, 0);
+	cuGetProcAddress("cuLaunchKernel", (void **)&per_thread, 12000,
+			 CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
 	long long start = fakeNow(), busy0 = fakeBusyNanos();
 	while (fakeNow() - start < 1500000000LL) {
 		CUresult rc = how == 0 ? cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL)
 			    : how == 1 ? resolved(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL)
-				       : cuGraphLaunch(NULL, NULL);
+			    : how == 2 ? cuGraphLaunch(NULL, NULL)
+			    : how == 3 ? cuLaunchCooperativeKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL)
+			    : how == 4 ? per_thread(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL)
+				       : cuGraphLaunch_ptsz(NULL, NULL);
 		if (rc != 0)
 			return -1;
 	}
@@ -36,12 +45,17 @@ static double busy_fraction(int how)
 int main(void)
 {
 	double expect = atof(getenv("EXPECT_SHARE")) / 100.0;
-	const char *names[] = {"cuLaunchKernel", "cuGetProcAddress launch", "cuGraphLaunch"};
-	for (int how = 0; how < 3; how++) {
+	const char *names[] = {"cuLaunchKernel", "cuGetProcAddress launch", "cuGraphLaunch",
+			       "cuLaunchCooperativeKernel", "cuGetProcAddress per-thread launch",
+			       "cuGraphLaunch_ptsz"};
+	for (int how = 0; how < 6; how++) {
 		double fraction = busy_fraction(how);
 		printf("# %s: device busy %.1f%% (share %.0f%%)\n", names[how], fraction * 100,
 		       expect * 100);
-		CHECK(fraction > expect - 0.07 && fraction < expect + 0.07,
+		/* Unlimited: only "not paced" is checked (a loaded test machine cannot always keep
+		 * the fake's queue full); limited: within 7 points of the share. */
+		CHECK(expect >= 1.0 ? fraction > 0.85
+				    : fraction > expect - 0.07 && fraction < expect + 0.07,
 		      "%s: busy %.3f, expected about %.2f", names[how], fraction, expect);
 	}
 	return check_done("compute-share");

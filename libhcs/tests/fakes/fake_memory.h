@@ -13,7 +13,8 @@
 #define FAKE_DEVICES 16
 #define FAKE_BIG (1u << 20)
 
-struct fake_block { uint64_t key; uint64_t size; int device; int used; };
+/* alias: an imported handle to another block's memory (not counted twice). */
+struct fake_block { uint64_t key; uint64_t size; int device; int used; int alias; };
 static struct fake_block fake_blocks[FAKE_SLOTS];
 static uint64_t fake_used[FAKE_DEVICES];
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -41,7 +42,7 @@ static __attribute__((unused)) int fake_insert(uint64_t key, uint64_t size, int 
 	uint32_t i = (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 48);
 	for (uint32_t n = 0; n < FAKE_SLOTS; n++, i = (i + 1) & (FAKE_SLOTS - 1))
 		if (fake_blocks[i].used != 1) {
-			fake_blocks[i] = (struct fake_block){key, size, device, 1};
+			fake_blocks[i] = (struct fake_block){key, size, device, 1, 0};
 			return 0;
 		}
 	return -1;
@@ -104,7 +105,7 @@ static __attribute__((unused)) int fake_free(uint64_t key, int handle_only)
 		pthread_mutex_unlock(&fake_lock);
 		return -1;
 	}
-	if (block->device >= 0)
+	if (block->device >= 0 && !block->alias)
 		fake_used[block->device] -= block->size;
 	uint64_t size = block->size;
 	block->used = 2;
@@ -116,6 +117,36 @@ static __attribute__((unused)) int fake_free(uint64_t key, int handle_only)
 			free((void *)(uintptr_t)key);
 	}
 	return 0;
+}
+
+/* A second handle to a block's memory (what importing an exported handle gives): 0 and *out. */
+static __attribute__((unused)) int fake_alias(uint64_t original, uint64_t *out)
+{
+	pthread_mutex_lock(&fake_lock);
+	struct fake_block *block = fake_find(original);
+	int rc = -1;
+	if (block) {
+		uint64_t key = fake_next_handle++;
+		int device = block->device;
+		uint64_t size = block->size;
+		if (fake_insert(key, size, device) == 0) {
+			fake_find(key)->alias = 1;
+			*out = key;
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+/* The device of a live block (-1: host), or -2 when there is none. */
+static __attribute__((unused)) int fake_device_of(uint64_t key)
+{
+	pthread_mutex_lock(&fake_lock);
+	struct fake_block *block = fake_find(key);
+	int device = block ? block->device : -2;
+	pthread_mutex_unlock(&fake_lock);
+	return device;
 }
 
 static __attribute__((unused)) void fake_info(size_t *free_bytes, size_t *total_bytes)
