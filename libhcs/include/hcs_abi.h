@@ -152,9 +152,40 @@ typedef struct {
 #define NVML_SUCCESS 0
 #define NVML_DEVICE_UUID_BUFFER_SIZE 80
 
-/* HIP */
+/* HIP (hip_runtime_api.h; arrays and VMM mirror CUDA's layouts and values) */
 typedef int hipError_t;
 typedef void *hipStream_t;
+typedef void *hipMemPool_t;
+typedef void *hipArray_t;
+typedef void *hipDeviceptr_t;
+typedef struct ihipMemGenericAllocationHandle *hipMemGenericAllocationHandle_t;
+typedef struct hipChannelFormatDesc {
+	int x, y, z, w; /* bits per channel */
+	int f;          /* hipChannelFormatKind */
+} hipChannelFormatDesc;
+typedef struct hipExtent {
+	size_t width, height, depth;
+} hipExtent;
+typedef struct hipPitchedPtr {
+	void *ptr;
+	size_t pitch;
+	size_t xsize;
+	size_t ysize;
+} hipPitchedPtr;
+typedef CUDA_ARRAY_DESCRIPTOR HIP_ARRAY_DESCRIPTOR;
+typedef CUDA_ARRAY3D_DESCRIPTOR HIP_ARRAY3D_DESCRIPTOR;
+typedef CUmemLocation hipMemLocation; /* hipMemLocationType: CU_MEM_LOCATION_TYPE_* values */
+typedef struct hipMemAllocationProp {
+	int type;                /* hipMemAllocationType */
+	int requestedHandleType; /* hipMemAllocationHandleType */
+	hipMemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+	} allocFlags;
+} hipMemAllocationProp;
 #define hipSuccess 0
 #define hipErrorOutOfMemory 2
 
@@ -165,6 +196,21 @@ typedef int aclrtMemAttr;
 typedef int rtError_t;
 typedef int rtMemInfoType_t;
 typedef void *rtDrvMemHandle_t;
+typedef void *aclrtDrvMemHandle;
+typedef void aclrtMallocConfig; /* only passed through */
+#define ACL_MEM_LOCATION_TYPE_HOST 0
+#define ACL_MEM_LOCATION_TYPE_DEVICE 1
+typedef struct aclrtMemLocation {
+	uint32_t id;
+	int type; /* aclrtMemLocationType */
+} aclrtMemLocation;
+typedef struct aclrtPhysicalMemProp {
+	int handleType;     /* aclrtMemHandleType */
+	int allocationType; /* aclrtMemAllocationType */
+	int memAttr;        /* aclrtMemAttr */
+	aclrtMemLocation location;
+	uint64_t reserve;
+} aclrtPhysicalMemProp;
 #define ACL_SUCCESS 0
 #define ACL_ERROR_RT_MEMORY_ALLOCATION 207001
 #define RT_ERROR_NONE 0
@@ -177,5 +223,10 @@ typedef uint64_t CNaddr;
 #define CNRT_RET_ERR_NOMEM 632008
 #define CN_SUCCESS 0
 #define CN_MEMORY_ERROR_OUT_OF_MEMORY 100100
+
+_Static_assert(offsetof(hipMemAllocationProp, location) == 8, "as in hip_runtime_api.h");
+_Static_assert(sizeof(hipPitchedPtr) == 32 && sizeof(hipExtent) == 24, "as in HIP");
+_Static_assert(offsetof(aclrtPhysicalMemProp, location) == 12 &&
+		       sizeof(aclrtPhysicalMemProp) == 32, "as in acl_rt.h");
 
 #endif

@@ -35,3 +35,21 @@ static int rt_ordinal(void)
 
 HCS_SYMBOLS_acl(HCS_DEFINE_HOOK)
 HCS_SYMBOLS_rt(HCS_DEFINE_HOOK)
+
+/* Physical memory for ACL's VMM calls: charged on the device its location names; host memory
+ * (ACL_MEM_LOCATION_TYPE_HOST) is not charged. */
+aclError hcs_aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
+				 const aclrtPhysicalMemProp *prop, uint64_t flags)
+{
+	acl_ready();
+	if (!real_aclrtMallocPhysical)
+		return HCS_MISSING_acl;
+	int device = !prop ? acl_ordinal()
+		   : prop->location.type == ACL_MEM_LOCATION_TYPE_HOST	 ? -1
+		   : prop->location.type == ACL_MEM_LOCATION_TYPE_DEVICE ? (int)prop->location.id
+									 : acl_ordinal();
+	if (!hcs_enforcing() || device < 0)
+		return real_aclrtMallocPhysical(handle, size, prop, flags);
+	HCS_ALLOC_ON(acl, aclrtMallocPhysical, (handle, size, prop, flags), HCS_KIND_ACL_PHYS,
+		     (uintptr_t)*handle, size, device);
+}

@@ -39,6 +39,18 @@ static inline void hcs_alloc_end(bool ok, uint64_t key, int kind, int ordinal, u
 	hcs_in_hook--;
 }
 
+/* A pitched allocation, once the driver chose the pitch: charge or give back the difference
+ * between the estimate reserved before the call and what it took. false: the rest does not
+ * fit (the caller frees it and refuses). */
+static inline bool hcs_settle(int ordinal, uint64_t estimate, uint64_t actual)
+{
+	if (actual > estimate)
+		return hcs_reserve(ordinal, actual - estimate) == 0;
+	if (actual < estimate)
+		hcs_unreserve(ordinal, estimate - actual);
+	return true;
+}
+
 /* Frees: take the entry out first (so two racing frees cannot both credit it), put it back if
  * the real free fails. Unknown keys pass through and are counted as such. */
 static inline bool hcs_free_begin(uint64_t key, int kind, int *ordinal, uint64_t *size)

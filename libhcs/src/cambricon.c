@@ -34,3 +34,34 @@ static int cn_ordinal(void)
 
 HCS_SYMBOLS_cnrt(HCS_DEFINE_HOOK)
 HCS_SYMBOLS_cn(HCS_DEFINE_HOOK)
+
+/* Frees several cnrtMalloc'd pointers in one call: credited together when it succeeds. */
+cnrtRet_t hcs_cnrtFreeArray(void **pointers, int count)
+{
+	cnrt_ready();
+	if (!real_cnrtFreeArray)
+		return HCS_MISSING_cnrt;
+	if (!pointers || count <= 0)
+		return real_cnrtFreeArray(pointers, count);
+	enum { BATCH = 256 };
+	int devices[BATCH];
+	uint64_t sizes[BATCH];
+	bool tracked[BATCH];
+	int taken = count < BATCH ? count : BATCH; /* beyond that: passed through, uncredited */
+	hcs_in_hook++;
+	for (int i = 0; i < taken; i++)
+		tracked[i] = hcs_untrack((uint64_t)(uintptr_t)pointers[i], HCS_KIND_CNRT, &devices[i],
+					 &sizes[i]);
+	cnrtRet_t rc = real_cnrtFreeArray(pointers, count);
+	for (int i = 0; i < taken; i++) {
+		if (!tracked[i])
+			continue;
+		if (rc == CNRT_RET_SUCCESS)
+			hcs_unreserve(devices[i], sizes[i]);
+		else
+			hcs_track((uint64_t)(uintptr_t)pointers[i], HCS_KIND_CNRT, devices[i],
+				  sizes[i]);
+	}
+	hcs_in_hook--;
+	return rc;
+}

@@ -27,16 +27,17 @@ CUresult hcs_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, 
 	if (hcs_alloc_begin(device, estimate) != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult rc = real_cuMemAllocPitch_v2(dptr, pitch, width, height, element_size);
-	uint64_t actual = rc == CUDA_SUCCESS ? (uint64_t)*pitch * height : estimate;
-	if (rc == CUDA_SUCCESS && actual > estimate && hcs_reserve(device, actual - estimate) != 0) {
+	if (rc != CUDA_SUCCESS) {
+		hcs_alloc_end(false, 0, HCS_KIND_PTR, device, estimate);
+		return rc;
+	}
+	uint64_t actual = (uint64_t)*pitch * height;
+	if (!hcs_settle(device, estimate, actual)) {
 		real_cuMemFree_v2(*dptr);
 		hcs_alloc_end(false, 0, HCS_KIND_PTR, device, estimate);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	if (rc == CUDA_SUCCESS && actual < estimate)
-		hcs_unreserve(device, estimate - actual);
-	hcs_alloc_end(rc == CUDA_SUCCESS, rc == CUDA_SUCCESS ? *dptr : 0, HCS_KIND_PTR, device,
-		      rc == CUDA_SUCCESS ? actual : estimate);
+	hcs_alloc_end(true, *dptr, HCS_KIND_PTR, device, actual);
 	return rc;
 }
 

@@ -12,61 +12,6 @@ HCS_CUDA_BACKEND(HCS_SYMBOLS_cuda_array, ARRAY_HELPERS)
 HCS_SYMBOLS_cuda_array(HCS_DEFINE_HOOK)
 HCS_CUDA_SWAP(hcs_cuda_array_swap, HCS_SYMBOLS_cuda_array)
 
-#define CUDA_ARRAY3D_LAYERED 0x01
-#define CUDA_ARRAY3D_CUBEMAP 0x04
-
-/* Bytes per element of a CUarray_format with `channels` channels; a format this library does
- * not know counts 16 bytes a channel (the widest there is), so it is never under-charged. */
-static uint64_t element_bytes(int format, unsigned int channels)
-{
-	uint64_t per_channel;
-	switch (format) {
-	case 0x01: case 0x08: case 0xc0: case 0xc1: case 0xc2: case 0xc6: case 0xc7: case 0xc8:
-		per_channel = 1; /* 8-bit integers, 8-bit normalised */
-		break;
-	case 0x02: case 0x09: case 0x10: case 0xc3: case 0xc4: case 0xc5: case 0xc9: case 0xca:
-	case 0xcb:
-		per_channel = 2; /* 16-bit integers, half, 16-bit normalised */
-		break;
-	case 0x03: case 0x0a: case 0x20:
-		per_channel = 4; /* 32-bit integers, float */
-		break;
-	default:
-		/* Block-compressed and video formats are at most 8 bytes a pixel; count them
-		 * generously, as any format added later. */
-		per_channel = 16;
-		break;
-	}
-	return per_channel * (channels ? channels : 1);
-}
-
-static uint64_t at_least_one(size_t n)
-{
-	return n ? n : 1;
-}
-
-/* The storage of a Width x Height x Depth array with `levels` mipmap levels (1 for a plain
- * array), rows padded to 512 bytes as the driver pitches them. Sparse and deferred-mapping
- * arrays have no storage of their own: the VMM handles mapped into them are charged. */
-static uint64_t array_bytes(size_t width, size_t height, size_t depth, int format,
-			    unsigned int channels, unsigned int flags, unsigned int levels)
-{
-	if (flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING))
-		return 0;
-	uint64_t element = element_bytes(format, channels), total = 0;
-	bool layers = flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP);
-	for (unsigned int level = 0; level < (levels ? levels : 1) && level < 64; level++) {
-		uint64_t w = at_least_one(width >> level), h = at_least_one(height >> level);
-		uint64_t d = layers ? at_least_one(depth) : at_least_one(depth >> level);
-		unsigned __int128 row = ((unsigned __int128)w * element + 511) / 512 * 512;
-		unsigned __int128 bytes = row * h * d;
-		if (bytes > UINT64_MAX - total)
-			return UINT64_MAX;
-		total += (uint64_t)bytes;
-	}
-	return total;
-}
-
 CUresult hcs_cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
 {
 	cuda_ready();
@@ -74,8 +19,8 @@ CUresult hcs_cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
 		return CUDA_ERROR_NOT_FOUND;
 	if (!hcs_enforcing() || !desc)
 		return real_cuArrayCreate_v2(array, desc);
-	uint64_t size = array_bytes(desc->Width, desc->Height, 0, desc->Format,
-				    desc->NumChannels, 0, 1);
+	uint64_t size = hcs_array_bytes(desc->Width, desc->Height, 0,
+					hcs_array_element(desc->Format, desc->NumChannels), 0, 1);
 	HCS_ALLOC_ON(cuda, cuArrayCreate_v2, (array, desc), HCS_KIND_ARRAY, (uintptr_t)*array,
 		     size, cuda_ordinal());
 }
@@ -87,8 +32,9 @@ CUresult hcs_cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *d
 		return CUDA_ERROR_NOT_FOUND;
 	if (!hcs_enforcing() || !desc)
 		return real_cuArray3DCreate_v2(array, desc);
-	uint64_t size = array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format,
-				    desc->NumChannels, desc->Flags, 1);
+	uint64_t size = hcs_array_bytes(desc->Width, desc->Height, desc->Depth,
+					hcs_array_element(desc->Format, desc->NumChannels),
+					desc->Flags, 1);
 	HCS_ALLOC_ON(cuda, cuArray3DCreate_v2, (array, desc), HCS_KIND_ARRAY, (uintptr_t)*array,
 		     size, cuda_ordinal());
 }
@@ -101,8 +47,9 @@ CUresult hcs_cuMipmappedArrayCreate(CUmipmappedArray *array, const CUDA_ARRAY3D_
 		return CUDA_ERROR_NOT_FOUND;
 	if (!hcs_enforcing() || !desc)
 		return real_cuMipmappedArrayCreate(array, desc, levels);
-	uint64_t size = array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format,
-				    desc->NumChannels, desc->Flags, levels);
+	uint64_t size = hcs_array_bytes(desc->Width, desc->Height, desc->Depth,
+					hcs_array_element(desc->Format, desc->NumChannels),
+					desc->Flags, levels);
 	HCS_ALLOC_ON(cuda, cuMipmappedArrayCreate, (array, desc, levels), HCS_KIND_MIPMAP,
 		     (uintptr_t)*array, size, cuda_ordinal());
 }

@@ -63,7 +63,8 @@ enum hcs_kind { HCS_KIND_PTR = 1, HCS_KIND_VMM = 2, HCS_KIND_HIP = 3, HCS_KIND_A
 		HCS_KIND_POOL = 9,   /* a memory pool: ordinal is where it lives, -1 for the host */
 		HCS_KIND_ARRAY = 10, HCS_KIND_MIPMAP = 11,
 		HCS_KIND_LIMIT = 12, /* a context limit's reservation: key (device << 8) | limit */
-		HCS_KIND_IMPORT = 13 /* an imported VMM handle: size is what its mappings charged */ };
+		HCS_KIND_IMPORT = 13, /* an imported VMM handle: size is what its mappings charged */
+		HCS_KIND_HIP_ARRAY = 14, HCS_KIND_HIP_VMM = 15, HCS_KIND_ACL_PHYS = 16 };
 bool hcs_track(uint64_t key, int kind, int ordinal, uint64_t size);
 bool hcs_untrack(uint64_t key, int kind, int *ordinal, uint64_t *size);
 bool hcs_lookup(uint64_t key, int kind, int *ordinal, uint64_t *size); /* entry stays */
@@ -72,6 +73,11 @@ bool hcs_untrack_either(uint64_t key, int kind, int other_kind, int *found_kind,
 			uint64_t *size);
 uint64_t hcs_tracked_count(void);
 extern uint64_t hcs_unknown_frees;
+
+/* sizes.c: an array's storage (CUDA and HIP arrays: same formats and flags). */
+uint64_t hcs_array_element(int format, unsigned int channels);
+uint64_t hcs_array_bytes(size_t width, size_t height, size_t depth, uint64_t element,
+			 unsigned int flags, unsigned int levels);
 
 /* log.c: fixed buffer, `libhcs:` prefix, capped repeats; no malloc. */
 void hcs_log(const char *format, ...) __attribute__((format(printf, 1, 2)));

@@ -150,6 +150,36 @@
 	  ALLOC, HCS_KIND_HIP, (uintptr_t)*p, s)                                             \
 	X(hip, hipError_t, hipExtMallocWithFlags, (void **p, size_t s, unsigned int fl),     \
 	  (p, s, fl), ALLOC, HCS_KIND_HIP, (uintptr_t)*p, s)                                 \
+	X(hip, hipError_t, hipMallocFromPoolAsync,                                           \
+	  (void **p, size_t s, hipMemPool_t pool, hipStream_t st), (p, s, pool, st),         \
+	  ALLOC, HCS_KIND_HIP, (uintptr_t)*p, s)                                             \
+	X(hip, hipError_t, hipMallocPitch, (void **p, size_t *pitch, size_t w, size_t h),    \
+	  (p, pitch, w, h), CUSTOM, 0, 0, 0)                                                 \
+	X(hip, hipError_t, hipMemAllocPitch,                                                 \
+	  (hipDeviceptr_t *p, size_t *pitch, size_t w, size_t h, unsigned int e),            \
+	  (p, pitch, w, h, e), CUSTOM, 0, 0, 0)                                              \
+	X(hip, hipError_t, hipMalloc3D, (hipPitchedPtr *pp, hipExtent e), (pp, e),           \
+	  CUSTOM, 0, 0, 0)                                                                   \
+	X(hip, hipError_t, hipMallocArray,                                                   \
+	  (hipArray_t *a, const hipChannelFormatDesc *d, size_t w, size_t h, unsigned int fl), \
+	  (a, d, w, h, fl), CUSTOM, 0, 0, 0)                                                 \
+	X(hip, hipError_t, hipMalloc3DArray,                                                 \
+	  (hipArray_t *a, const hipChannelFormatDesc *d, hipExtent e, unsigned int fl),      \
+	  (a, d, e, fl), CUSTOM, 0, 0, 0)                                                    \
+	X(hip, hipError_t, hipArrayCreate, (hipArray_t *a, const HIP_ARRAY_DESCRIPTOR *d),   \
+	  (a, d), CUSTOM, 0, 0, 0)                                                           \
+	X(hip, hipError_t, hipArray3DCreate, (hipArray_t *a, const HIP_ARRAY3D_DESCRIPTOR *d), \
+	  (a, d), CUSTOM, 0, 0, 0)                                                           \
+	X(hip, hipError_t, hipFreeArray, (hipArray_t a), (a),                                \
+	  FREE, HCS_KIND_HIP_ARRAY, (uintptr_t)a, 0)                                         \
+	X(hip, hipError_t, hipArrayDestroy, (hipArray_t a), (a),                             \
+	  FREE, HCS_KIND_HIP_ARRAY, (uintptr_t)a, 0)                                         \
+	X(hip, hipError_t, hipMemCreate,                                                     \
+	  (hipMemGenericAllocationHandle_t *h, size_t s, const hipMemAllocationProp *prop,   \
+	   unsigned long long fl),                                                           \
+	  (h, s, prop, fl), CUSTOM, 0, 0, 0)                                                 \
+	X(hip, hipError_t, hipMemRelease, (hipMemGenericAllocationHandle_t h), (h),          \
+	  FREE, HCS_KIND_HIP_VMM, (uintptr_t)h, 0)                                           \
 	X(hip, hipError_t, hipFree, (void *p), (p), FREE, HCS_KIND_HIP, (uintptr_t)p, 0)     \
 	X(hip, hipError_t, hipFreeAsync, (void *p, hipStream_t st), (p, st),                 \
 	  FREE, HCS_KIND_HIP, (uintptr_t)p, 0)                                               \
@@ -158,7 +188,21 @@
 #define HCS_SYMBOLS_acl(X)                                                                   \
 	X(acl, aclError, aclrtMalloc, (void **p, size_t s, aclrtMemMallocPolicy pol),        \
 	  (p, s, pol), ALLOC, HCS_KIND_ACL, (uintptr_t)*p, s)                                \
+	X(acl, aclError, aclrtMallocAlign32, (void **p, size_t s, aclrtMemMallocPolicy pol), \
+	  (p, s, pol), ALLOC, HCS_KIND_ACL, (uintptr_t)*p, s)                                \
+	X(acl, aclError, aclrtMallocCached, (void **p, size_t s, aclrtMemMallocPolicy pol),  \
+	  (p, s, pol), ALLOC, HCS_KIND_ACL, (uintptr_t)*p, s)                                \
+	X(acl, aclError, aclrtMallocWithCfg,                                                 \
+	  (void **p, size_t s, aclrtMemMallocPolicy pol, aclrtMallocConfig *cfg),            \
+	  (p, s, pol, cfg), ALLOC, HCS_KIND_ACL, (uintptr_t)*p, s)                           \
+	X(acl, aclError, aclrtMallocPhysical,                                                \
+	  (aclrtDrvMemHandle *h, size_t s, const aclrtPhysicalMemProp *prop, uint64_t fl),   \
+	  (h, s, prop, fl), CUSTOM, 0, 0, 0)                                                 \
 	X(acl, aclError, aclrtFree, (void *p), (p), FREE, HCS_KIND_ACL, (uintptr_t)p, 0)     \
+	X(acl, aclError, aclrtFreeWithDevSync, (void *p), (p),                               \
+	  FREE, HCS_KIND_ACL, (uintptr_t)p, 0)                                               \
+	X(acl, aclError, aclrtFreePhysical, (aclrtDrvMemHandle h), (h),                      \
+	  FREE, HCS_KIND_ACL_PHYS, (uintptr_t)h, 0)                                          \
 	X(acl, aclError, aclrtGetMemInfo, (aclrtMemAttr a, size_t *f, size_t *t), (a, f, t), \
 	  INFO, 0, f, t)
 
@@ -177,11 +221,23 @@
 #define HCS_SYMBOLS_cnrt(X)                                                                  \
 	X(cnrt, cnrtRet_t, cnrtMalloc, (void **p, size_t s), (p, s),                         \
 	  ALLOC, HCS_KIND_CNRT, (uintptr_t)*p, s)                                            \
+	X(cnrt, cnrtRet_t, cnrtMallocPeerAble, (void **p, size_t s), (p, s),                 \
+	  ALLOC, HCS_KIND_CNRT, (uintptr_t)*p, s)                                            \
+	X(cnrt, cnrtRet_t, cnrtMallocFrameBuffer, (void **p, size_t s), (p, s),              \
+	  ALLOC, HCS_KIND_CNRT, (uintptr_t)*p, s)                                            \
 	X(cnrt, cnrtRet_t, cnrtFree, (void *p), (p), FREE, HCS_KIND_CNRT, (uintptr_t)p, 0)   \
+	X(cnrt, cnrtRet_t, cnrtFreeArray, (void **p, int n), (p, n), CUSTOM, 0, 0, 0)        \
 	X(cnrt, cnrtRet_t, cnrtMemGetInfo, (size_t *f, size_t *t), (f, t), INFO, 0, f, t)
 
 #define HCS_SYMBOLS_cn(X)                                                                    \
 	X(cn, CNresult, cnMalloc, (CNaddr *p, uint64_t s), (p, s), ALLOC, HCS_KIND_CN, *p, s) \
+	X(cn, CNresult, cnZmalloc, (CNaddr *p, uint64_t s), (p, s), ALLOC, HCS_KIND_CN, *p, s) \
+	X(cn, CNresult, cnMallocConstant, (CNaddr *p, uint64_t s), (p, s),                   \
+	  ALLOC, HCS_KIND_CN, *p, s)                                                         \
+	X(cn, CNresult, cnMallocSecurity, (CNaddr *p, uint64_t s), (p, s),                   \
+	  ALLOC, HCS_KIND_CN, *p, s)                                                         \
+	X(cn, CNresult, cnMallocPeerAble, (CNaddr *p, uint64_t s), (p, s),                   \
+	  ALLOC, HCS_KIND_CN, *p, s)                                                         \
 	X(cn, CNresult, cnFree, (CNaddr p), (p), FREE, HCS_KIND_CN, p, 0)
 
 #define HCS_SYMBOLS(X)                                                                       \

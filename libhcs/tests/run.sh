@@ -56,6 +56,7 @@ run vmm-locations $Q1G LD_PRELOAD=$lib -- "$build/t_vmm"
 run allocation-paths $Q1G LD_PRELOAD=$lib -- "$build/t_paths"
 run lookup $Q1G LD_PRELOAD=$lib -- "$build/t_lookup"
 run vendors $Q1G LD_PRELOAD=$lib -- "$build/t_vendors"
+run vendor-paths $Q1G LD_PRELOAD=$lib -- "$build/t_vendor_paths"
 run constructor $Q1G LD_PRELOAD=$lib -- "$build/t_ctor"
 dir=$(quota_dir GPU-fake-3 $((2 << 30)))
 run nvml HCS_CONFIG=$dir/quota.conf LD_PRELOAD=$lib -- "$build/t_nvml"
@@ -159,6 +160,7 @@ run asan-vmm-locations $Q1G -- "$build/asan/t_vmm"
 run asan-allocation-paths $Q1G -- "$build/asan/t_paths"
 run asan-lookup $Q1G -- "$build/asan/t_lookup"
 run asan-vendors $Q1G -- "$build/asan/t_vendors"
+run asan-vendor-paths $Q1G -- "$build/asan/t_vendor_paths"
 dir=$(quota_dir GPU-fake-0 $((1 << 30)))
 run asan-multi-process HCS_CONFIG=$dir/quota.conf -- "$build/asan/t_multiproc"
 enter_container "$one_gib"
@@ -177,6 +179,7 @@ if command -v valgrind >/dev/null; then
   run valgrind-allocation-paths $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_paths"
   run valgrind-lookup $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_lookup"
   run valgrind-vendors $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_vendors"
+  run valgrind-vendor-paths $Q1G LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_vendor_paths"
   run valgrind-stress HCS_VRAM_QUOTA=16Mi STRESS_ITERATIONS=5000 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_stress"
   dir=$(quota_dir GPU-fake-0 $((1 << 30)))
   run valgrind-multi-process HCS_CONFIG=$dir/quota.conf LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_multiproc"
@@ -187,7 +190,7 @@ if command -v valgrind >/dev/null; then
   rm -rf "$container"
   run valgrind-fork $Q1G FORK_CHILDREN=30 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_fork"
 else
-  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 10))
+  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 11))
 fi
 
 if [ "$skipped" -gt 0 ]; then
