@@ -21,7 +21,7 @@
 #include "internal.h"
 
 #define HCS_REGION_MAGIC 0x4843535245474e31ULL /* "HCSREGN1" */
-#define HCS_REGION_VERSION 1
+#define HCS_REGION_VERSION 2
 #define HCS_MAX_PROCS 256
 
 struct hcs_proc {
@@ -38,6 +38,7 @@ struct hcs_region {
 	uint32_t reserved;
 	uint64_t reclaimed_processes;
 	uint64_t used[HCS_MAX_DEVICES];
+	struct hcs_budget compute[HCS_MAX_DEVICES]; /* the container's compute share, shared */
 	pthread_mutex_t lock;
 	uint8_t lock_padding[64 - sizeof(pthread_mutex_t) % 64];
 	struct hcs_proc procs[HCS_MAX_PROCS];
@@ -201,6 +202,21 @@ static inline bool ready(void)
 {
 	pthread_once(&region_once, setup_region);
 	return region != NULL;
+}
+
+/* The compute budget of a device, for the limiter to read and change under the region lock
+ * (so all processes of the container draw on one budget). NULL without a region. */
+struct hcs_budget *hcs_budget_lock(int device)
+{
+	if (device < 0 || device >= HCS_MAX_DEVICES || !ready())
+		return NULL;
+	lock_region();
+	return &region->compute[device];
+}
+
+void hcs_budget_unlock(void)
+{
+	pthread_mutex_unlock(&region->lock);
 }
 
 void hcs_accounting_fork(enum hcs_fork_phase phase)

@@ -1,9 +1,10 @@
 /* Compute share: holds a container near `compute_percent` of a device by delaying launches.
  *
  * Each launch on a limited device is bracketed by two CUDA events on its stream; completed
- * pairs give the device time the container's kernels really took (cuEventElapsedTime). Before
- * a launch, if the busy time in the current window exceeds share x window, the launching thread
- * sleeps until it no longer does. No thread is started and nothing runs for devices at 100%.
+ * pairs give the device time the container's kernels really took (cuEventElapsedTime). Each
+ * process adds its own to the container's budget in the shared region, so the share holds for
+ * the container, however many processes launch. Before a launch, if the busy time in the
+ * current window exceeds share x window, the launching thread sleeps until it no longer does. No thread is started and nothing runs for devices at 100%.
  * Graph launches are bracketed the same way. Event pairs come from a fixed pool; when it is
  * exhausted, launches go unmeasured rather than unlaunched. */
 #include <pthread.h>
@@ -28,9 +29,7 @@ static const char *const limiter_libraries[] = {"libcuda.so.1", "libcuda.so", NU
 LIMITER_HELPERS(HCS_DECLARE_REAL)
 
 struct pair { CUevent start, end; int device; int busy; };
-struct budget { long long window_start; double busy_ns; };
 static struct pair pairs[PAIRS];
-static struct budget budgets[HCS_MAX_DEVICES];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static bool usable;
@@ -65,8 +64,8 @@ int hcs_compute_share(int *device)
 	return share > 0 && share < 100 ? share : 0;
 }
 
-/* With the lock held: add finished pairs' device time to their budgets. */
-static void reap(void)
+/* With the lock held: the device time of this process's finished pairs, per device. */
+static void reap(uint64_t busy_ns[HCS_MAX_DEVICES])
 {
 	for (int i = 0; i < PAIRS; i++) {
 		struct pair *p = &pairs[i];
@@ -74,27 +73,45 @@ static void reap(void)
 			continue;
 		float ms = 0;
 		if (real_cuEventElapsedTime(&ms, p->start, p->end) == CUDA_SUCCESS && ms > 0)
-			budgets[p->device].busy_ns += ms * 1e6;
+			busy_ns[p->device] += (uint64_t)(ms * 1e6);
 		p->busy = 1; /* events kept for reuse */
 	}
 }
 
+/* The budget is the container's (in its region, shared by all its processes): each adds the
+ * device time its own kernels took, and each waits while the total exceeds the share. */
 void hcs_throttle(int device, int share)
 {
 	for (;;) {
+		uint64_t busy_ns[HCS_MAX_DEVICES] = {0};
 		pthread_mutex_lock(&lock);
-		reap();
-		struct budget *b = &budgets[device];
-		long long now = now_ns();
-		if (!b->window_start || now - b->window_start > WINDOW_NS) {
-			/* carry the excess into the next window so a long kernel is paid for */
-			double allowed = (double)(now - b->window_start) * share / 100.0;
-			b->busy_ns = b->window_start && b->busy_ns > allowed ? b->busy_ns - allowed : 0;
-			b->window_start = now;
-		}
-		double elapsed = (double)(now - b->window_start);
-		double wait_ns = b->busy_ns * 100.0 / share - elapsed;
+		reap(busy_ns);
 		pthread_mutex_unlock(&lock);
+		long long now = now_ns();
+		double wait_ns = 0;
+		for (int d = 0; d < HCS_MAX_DEVICES; d++) {
+			if (!busy_ns[d] && d != device)
+				continue;
+			struct hcs_budget *b = hcs_budget_lock(d);
+			if (!b)
+				return;
+			b->busy_ns += busy_ns[d];
+			if (d == device) {
+				if (!b->window_start || now - b->window_start > WINDOW_NS) {
+					/* carry the excess into the next window: a long kernel is
+					 * paid for */
+					uint64_t allowed = b->window_start
+						? (uint64_t)(now - b->window_start) * (uint64_t)share / 100
+						: 0;
+					b->busy_ns = b->window_start && b->busy_ns > allowed
+						? b->busy_ns - allowed : 0;
+					b->window_start = now;
+				}
+				double elapsed = (double)(now - b->window_start);
+				wait_ns = (double)b->busy_ns * 100.0 / share - elapsed;
+			}
+			hcs_budget_unlock();
+		}
 		if (wait_ns <= 0)
 			return;
 		if (wait_ns > 50e6)
@@ -113,7 +130,6 @@ void hcs_limiter_fork(enum hcs_fork_phase phase)
 	} else {
 		/* The parent's events belong to its context, not the child's. */
 		memset(pairs, 0, sizeof(pairs));
-		memset(budgets, 0, sizeof(budgets));
 		pthread_mutex_init(&lock, NULL);
 	}
 }

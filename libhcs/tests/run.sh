@@ -73,6 +73,8 @@ share_dir() { # percent
 }
 dir=$(share_dir 25)
 run compute-share-25 HCS_CONFIG=$dir/quota.conf EXPECT_SHARE=25 LD_PRELOAD=$lib -- "$build/t_compute"
+run compute-share-4-processes HCS_CONFIG=$dir/quota.conf EXPECT_SHARE=25 COMPUTE_PROCS=4 \
+  LD_PRELOAD=$lib -- "$build/t_compute"
 dir=$(share_dir 100)
 run compute-unlimited HCS_CONFIG=$dir/quota.conf EXPECT_SHARE=100 LD_PRELOAD=$lib -- "$build/t_compute"
 
@@ -170,6 +172,9 @@ run asan-fail-closed EXPECT_LIMIT=refused -- "$build/asan/t_quota"
 rm -rf "$container"
 run asan-stress HCS_VRAM_QUOTA=64Mi STRESS_ITERATIONS=200000 -- "$build/asan/t_stress"
 run asan-fork $Q1G FORK_CHILDREN=100 -- "$build/asan/t_fork"
+dir=$(share_dir 25)
+run asan-compute-share-4-processes HCS_CONFIG=$dir/quota.conf EXPECT_SHARE=25 COMPUTE_PROCS=4 \
+  -- "$build/asan/t_compute"
 
 # valgrind (memcheck) with the normal build preloaded; fewer stress iterations (it is ~50x slower).
 if command -v valgrind >/dev/null; then

@@ -3,6 +3,8 @@
  * launches, graph launches, cooperative launches and the per-thread-default-stream entry
  * points alike). Run with HCS_CONFIG whose compute_percent is set. */
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../include/hcs_abi.h"
 #include "check.h"
@@ -42,9 +44,40 @@ static double busy_fraction(int how)
 	return (double)(fakeBusyNanos() - busy0) / (double)(end - start);
 }
 
+/* COMPUTE_PROCS processes of one container launching at once share the budget: together
+ * they keep the device about `EXPECT_SHARE` busy, not that much each. */
+static int together(int processes, double expect)
+{
+	int results[2];
+	if (pipe(results))
+		return 2;
+	for (int i = 0; i < processes; i++) {
+		if (fork() == 0) {
+			double fraction = busy_fraction(0);
+			_exit(write(results[1], &fraction, sizeof(fraction)) == sizeof(fraction) ? 0 : 1);
+		}
+	}
+	double total = 0;
+	for (int i = 0; i < processes; i++) {
+		double fraction = 0;
+		CHECK(read(results[0], &fraction, sizeof(fraction)) == sizeof(fraction), "result %d", i);
+		total += fraction;
+		wait(NULL);
+	}
+	printf("# %d processes together: device busy %.1f%% (share %.0f%%)\n", processes,
+	       total * 100, expect * 100);
+	CHECK(total > expect - 0.07 && total < expect + 0.07,
+	      "%d processes at a %.0f%% share kept the device %.1f%% busy together", processes,
+	      expect * 100, total * 100);
+	return check_done("compute-share-shared");
+}
+
 int main(void)
 {
 	double expect = atof(getenv("EXPECT_SHARE")) / 100.0;
+	const char *processes = getenv("COMPUTE_PROCS");
+	if (processes)
+		return together(atoi(processes), expect);
 	const char *names[] = {"cuLaunchKernel", "cuGetProcAddress launch", "cuGraphLaunch",
 			       "cuLaunchCooperativeKernel", "cuGetProcAddress per-thread launch",
 			       "cuGraphLaunch_ptsz"};
