@@ -174,9 +174,10 @@ static void claim_slot(void)
 	}
 	my_slot = free_slot;
 	pthread_mutex_unlock(&region->lock);
-	if (my_slot < 0)
-		hcs_log("all %d process slots are in use; this process's usage counts in the totals "
-			"only", HCS_MAX_PROCS);
+	static int said;
+	if (my_slot < 0 && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		hcs_log("all %d process slots of the container are held by live processes; this "
+			"process's allocations are refused until one exits", HCS_MAX_PROCS);
 }
 
 static void setup_region(void)
@@ -280,6 +281,14 @@ int hcs_reserve(int ordinal, uint64_t size)
 		return refuse();
 	if (ordinal < 0 || ordinal >= HCS_MAX_DEVICES || !ready())
 		return 0;
+	/* Usage is kept per process so that a dead one's can be dropped; a process without a
+	 * slot (all held by live processes) could not be counted for long: it is refused, and
+	 * tries for a slot again at each allocation. */
+	if (__builtin_expect(my_slot < 0, 0)) {
+		claim_slot();
+		if (my_slot < 0)
+			return -1;
+	}
 	uint64_t limit = hcs_limit_of(ordinal);
 	lock_region();
 	if (size > limit || region->used[ordinal] > limit - size) {
@@ -290,8 +299,7 @@ int hcs_reserve(int ordinal, uint64_t size)
 		}
 	}
 	region->used[ordinal] += size;
-	if (my_slot >= 0)
-		region->procs[my_slot].used[ordinal] += size;
+	region->procs[my_slot].used[ordinal] += size;
 	pthread_mutex_unlock(&region->lock);
 	return 0;
 }

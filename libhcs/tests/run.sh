@@ -64,6 +64,8 @@ dir=$(quota_dir GPU-fake-0 $((1 << 30)))
 run multi-process HCS_CONFIG=$dir/quota.conf LD_PRELOAD=$lib -- "$build/t_multiproc"
 test -f "$dir/usage.shm" && record usage-region-file 0 "RESULT r 1 0" || record usage-region-file 1 "RESULT r 0 1"
 run stress HCS_VRAM_QUOTA=64Mi LD_PRELOAD=$lib -- "$build/t_stress"
+dir=$(quota_dir GPU-fake-0 $((1 << 30)))
+run more-processes-than-slots HCS_CONFIG=$dir/quota.conf LD_PRELOAD=$lib -- "$build/t_slots"
 run fork-private $Q1G LD_PRELOAD=$lib -- "$build/t_fork"
 dir=$(quota_dir GPU-fake-0 $((1 << 30)))
 run fork-shared HCS_CONFIG=$dir/quota.conf LD_PRELOAD=$lib -- "$build/t_fork"
@@ -172,6 +174,8 @@ run asan-fail-closed EXPECT_LIMIT=refused -- "$build/asan/t_quota"
 rm -rf "$container"
 run asan-stress HCS_VRAM_QUOTA=64Mi STRESS_ITERATIONS=200000 -- "$build/asan/t_stress"
 run asan-fork $Q1G FORK_CHILDREN=100 -- "$build/asan/t_fork"
+dir=$(quota_dir GPU-fake-0 $((1 << 30)))
+run asan-more-processes-than-slots HCS_CONFIG=$dir/quota.conf -- "$build/asan/t_slots"
 dir=$(share_dir 25)
 run asan-compute-share-4-processes HCS_CONFIG=$dir/quota.conf EXPECT_SHARE=25 COMPUTE_PROCS=4 \
   -- "$build/asan/t_compute"
