@@ -1,6 +1,7 @@
 /* The few vendor ABI types and codes libhcs needs, declared here so that no vendor SDK is
- * needed to build. Each matches the vendor's public header (CUDA 12 cuda.h, NVML nvml.h,
- * HIP hip_runtime_api.h, CANN acl/acl_rt.h and runtime/rt.h, Cambricon cnrt.h and cn_api.h). */
+ * needed to build. Each matches the vendor's public header (CUDA 12/13 cuda.h, NVML nvml.h,
+ * HIP hip_runtime_api.h, CANN acl/acl_rt.h and runtime/rt.h, Cambricon cnrt.h and cn_api.h).
+ * At the end: the usage region libhcs shares with hcsd (HCS's own format). */
 #ifndef HCS_ABI_H
 #define HCS_ABI_H
 
@@ -228,5 +229,99 @@ _Static_assert(offsetof(hipMemAllocationProp, location) == 8, "as in hip_runtime
 _Static_assert(sizeof(hipPitchedPtr) == 32 && sizeof(hipExtent) == 24, "as in HIP");
 _Static_assert(offsetof(aclrtPhysicalMemProp, location) == 12 &&
 		       sizeof(aclrtPhysicalMemProp) == 32, "as in acl_rt.h");
+
+/* ------------------------------------------------------------------------------------------
+ * The container's usage region: HCS's own contract between hcsd (which creates it) and
+ * libhcs (which every process of the container maps MAP_SHARED to share the quota).
+ *
+ * Where: beside quota.conf, `usage.shm` (in a container /run/hcs/usage.shm, a file hcsd
+ * creates before the container starts, owned by the container's uid and gid, mode 0600, as
+ * its own bind mount or in a directory the container cannot write). libhcs opens it O_RDWR
+ * without following symbolic links; it creates one itself only where none exists and it may
+ * (a bare process with HCS_CONFIG, or an older hcsd), by writing it whole under a temporary
+ * name and linking it into place, so no process ever sees half a region.
+ *
+ * Layout: little-endian, 35,392 bytes, fixed offsets (struct hcs_region below):
+ *   0  header (64 bytes, written once by its creator, never changed)
+ *        0  magic "HCSUSAGE"            8  version 3          12 header size 64
+ *       16  region size 35392 (u64)   24  max devices 16    28  max processes 256
+ *       32  process slot size 136     36  slots offset 576  40  20 reserved bytes, zero
+ *       60  CRC-32 of bytes 0..59 (IEEE 802.3, as zlib.crc32 / Python's zlib.crc32)
+ *  64  lock state (i32): 0 = the mutex is not set up yet, a pid = that process is setting it
+ *      up, -1 = ready. The first process to use the region sets up the mutex (robust,
+ *      process-shared) and stores -1.
+ *  72  processes reclaimed (u64)  80  allocations refused for want of a slot (u64)
+ * 128  the mutex (64 bytes; libhcs's pthread_mutex_t, opaque to anyone else)
+ * 192  used bytes per device ordinal, the container's total (16 x u64)
+ * 320  compute budget per device: {i64 window start (CLOCK_MONOTONIC ns), u64 busy ns}
+ * 576  process slots, 256 x {i32 pid, u32 reserved, 16 x u64 used}
+ *
+ * An initialised empty region is exactly these 64 header bytes followed by 35,328 zero bytes:
+ *   48 43 53 55 53 41 47 45 03 00 00 00 40 00 00 00
+ *   40 8a 00 00 00 00 00 00 10 00 00 00 00 01 00 00
+ *   88 00 00 00 40 02 00 00 00 00 00 00 00 00 00 00
+ *   00 00 00 00 00 00 00 00 00 00 00 00 03 36 9a 3b
+ * In Python:
+ *   header = struct.pack("<8sIIQIIII20x", b"HCSUSAGE", 3, 64, 35392, 16, 256, 136, 576)
+ *   region = header + struct.pack("<I", zlib.crc32(header)) + bytes(35392 - 64)
+ * `hcs-region check FILE` (libhcs/build/hcs-region) says whether libhcs accepts a file;
+ * `hcs-region init FILE` writes the bytes above.
+ *
+ * libhcs refuses (every allocation, with one line on stderr) a region it cannot open or map,
+ * of the wrong size or type, or whose header does not match this one byte for byte (magic,
+ * version, sizes, CRC): it never re-initialises an existing region, since the processes using
+ * it may be alive. hcsd may read used[] and the slots for metrics; only libhcs writes them.
+ * ------------------------------------------------------------------------------------------ */
+#define HCS_REGION_MAGIC "HCSUSAGE"
+#define HCS_REGION_VERSION 3
+#define HCS_REGION_MAX_DEVICES 16
+#define HCS_REGION_MAX_PROCS 256
+#define HCS_REGION_LOCK_READY (-1)
+
+struct hcs_region_header {
+	char magic[8];
+	uint32_t version;
+	uint32_t header_size;
+	uint64_t region_size;
+	uint32_t max_devices;
+	uint32_t max_procs;
+	uint32_t slot_size;
+	uint32_t slots_offset;
+	uint8_t reserved[20];
+	uint32_t crc32;
+};
+
+struct hcs_region_budget {
+	int64_t window_start;
+	uint64_t busy_ns;
+};
+
+struct hcs_region_proc {
+	int32_t pid;
+	uint32_t reserved;
+	uint64_t used[HCS_REGION_MAX_DEVICES];
+};
+
+struct hcs_region {
+	struct hcs_region_header header;
+	int32_t lock_state;
+	uint32_t reserved0;
+	uint64_t reclaimed_processes;
+	uint64_t refused_without_slot;
+	uint8_t reserved1[40];
+	uint8_t lock[64] __attribute__((aligned(64)));
+	uint64_t used[HCS_REGION_MAX_DEVICES];
+	struct hcs_region_budget compute[HCS_REGION_MAX_DEVICES];
+	struct hcs_region_proc procs[HCS_REGION_MAX_PROCS];
+};
+
+_Static_assert(sizeof(struct hcs_region_header) == 64, "region header: 64 bytes");
+_Static_assert(offsetof(struct hcs_region, lock_state) == 64, "region layout");
+_Static_assert(offsetof(struct hcs_region, lock) == 128, "region layout");
+_Static_assert(offsetof(struct hcs_region, used) == 192, "region layout");
+_Static_assert(offsetof(struct hcs_region, compute) == 320, "region layout");
+_Static_assert(offsetof(struct hcs_region, procs) == 576, "region layout");
+_Static_assert(sizeof(struct hcs_region_proc) == 136, "region layout");
+_Static_assert(sizeof(struct hcs_region) == 35392, "region layout");
 
 #endif

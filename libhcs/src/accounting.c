@@ -1,5 +1,6 @@
 /* The usage region: one per container (a file beside quota.conf, mapped MAP_SHARED by every
- * process of the container) or one per process (HCS_VRAM_QUOTA). Layout in docs/libhcs.md.
+ * process of the container) or one per process (HCS_VRAM_QUOTA). Format in hcs_abi.h and
+ * region.c; what is counted and how is here.
  *
  * A process-shared robust mutex guards it. Totals per device are kept beside per-process
  * usage; a process that dies (even by SIGKILL) keeps its slot until someone notices: at the
@@ -13,42 +14,28 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "region.h"
 
-#define HCS_REGION_MAGIC 0x4843535245474e31ULL /* "HCSREGN1" */
-#define HCS_REGION_VERSION 2
-#define HCS_MAX_PROCS 256
-
-struct hcs_proc {
-	int32_t pid;
-	uint32_t reserved;
-	uint64_t used[HCS_MAX_DEVICES];
-};
-
-struct hcs_region {
-	uint64_t magic;
-	uint32_t version;
-	uint32_t max_devices;
-	uint32_t max_procs;
-	uint32_t reserved;
-	uint64_t reclaimed_processes;
-	uint64_t used[HCS_MAX_DEVICES];
-	struct hcs_budget compute[HCS_MAX_DEVICES]; /* the container's compute share, shared */
-	pthread_mutex_t lock;
-	uint8_t lock_padding[64 - sizeof(pthread_mutex_t) % 64];
-	struct hcs_proc procs[HCS_MAX_PROCS];
-};
+#define HCS_MAX_PROCS HCS_REGION_MAX_PROCS
+_Static_assert(HCS_MAX_DEVICES == HCS_REGION_MAX_DEVICES, "one device count");
+_Static_assert(sizeof(pthread_mutex_t) <= sizeof(((struct hcs_region *)0)->lock), "mutex fits");
 
 static struct hcs_region *region;
 static bool region_shared;
 static int my_slot = -1;
 static pid_t my_pid;
 static pthread_once_t region_once = PTHREAD_ONCE_INIT;
+
+static inline pthread_mutex_t *mutex_of(struct hcs_region *r)
+{
+	return (pthread_mutex_t *)(void *)r->lock;
+}
 
 static void init_mutex(pthread_mutex_t *lock, bool shared)
 {
@@ -61,40 +48,13 @@ static void init_mutex(pthread_mutex_t *lock, bool shared)
 	pthread_mutexattr_destroy(&attr);
 }
 
-static void fresh(struct hcs_region *r, bool shared)
+/* A process-private region (a bare process with HCS_VRAM_QUOTA): the same format, in memory. */
+static void fresh(struct hcs_region *r)
 {
 	memset(r, 0, sizeof(*r));
-	r->version = HCS_REGION_VERSION;
-	r->max_devices = HCS_MAX_DEVICES;
-	r->max_procs = HCS_MAX_PROCS;
-	init_mutex(&r->lock, shared);
-	__atomic_store_n(&r->magic, HCS_REGION_MAGIC, __ATOMIC_RELEASE);
-}
-
-static struct hcs_region *map_shared(const char *path)
-{
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		hcs_log("cannot open %s (%s); usage is counted per process", path, strerror(errno));
-		return NULL;
-	}
-	/* flock serialises creation between the container's first processes. */
-	flock(fd, LOCK_EX);
-	struct stat st;
-	struct hcs_region *r = MAP_FAILED;
-	if (fstat(fd, &st) == 0 &&
-	    (st.st_size == (off_t)sizeof(*r) || ftruncate(fd, sizeof(*r)) == 0))
-		r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (r != MAP_FAILED && (st.st_size != (off_t)sizeof(*r) || r->magic != HCS_REGION_MAGIC ||
-				r->version != HCS_REGION_VERSION))
-		fresh(r, true);
-	flock(fd, LOCK_UN);
-	close(fd);
-	if (r == MAP_FAILED) {
-		hcs_log("cannot map %s (%s); usage is counted per process", path, strerror(errno));
-		return NULL;
-	}
-	return r;
+	hcs_region_header_init(&r->header);
+	init_mutex(mutex_of(r), false);
+	r->lock_state = HCS_REGION_LOCK_READY;
 }
 
 /* A zombie (killed, not yet reaped) or a dying process holds no device memory any more: its
@@ -125,12 +85,36 @@ static bool alive(int32_t pid)
 	return !exited(pid);
 }
 
+/* The mutex of a shared region is set up once, by the first process that uses the region (its
+ * creator may be hcsd, which writes the region from Python): lock_state 0 -> our pid while we
+ * set it up -> ready (-1). A process that died while setting it up is taken over from. False
+ * when it does not become ready within two seconds. */
+static bool setup_lock(struct hcs_region *r)
+{
+	int32_t me = (int32_t)getpid();
+	struct timespec pause = {0, 1000000};
+	for (int waited = 0; waited < 2000; waited++) {
+		int32_t state = __atomic_load_n(&r->lock_state, __ATOMIC_ACQUIRE);
+		if (state == HCS_REGION_LOCK_READY)
+			return true;
+		bool takeover = state == 0 || (state > 0 && state != me && !alive(state));
+		if (takeover && __atomic_compare_exchange_n(&r->lock_state, &state, me, false,
+							    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			init_mutex(mutex_of(r), true);
+			__atomic_store_n(&r->lock_state, HCS_REGION_LOCK_READY, __ATOMIC_RELEASE);
+			return true;
+		}
+		nanosleep(&pause, NULL);
+	}
+	return false;
+}
+
 /* With the lock held: drop dead processes' usage and recompute totals from the slots. */
 static void reclaim_dead(void)
 {
 	uint64_t totals[HCS_MAX_DEVICES] = {0};
 	for (int s = 0; s < HCS_MAX_PROCS; s++) {
-		struct hcs_proc *p = &region->procs[s];
+		struct hcs_region_proc *p = &region->procs[s];
 		if (!p->pid)
 			continue;
 		if (p->pid != my_pid && !alive(p->pid)) {
@@ -146,11 +130,11 @@ static void reclaim_dead(void)
 
 static void lock_region(void)
 {
-	int rc = pthread_mutex_lock(&region->lock);
+	int rc = pthread_mutex_lock(mutex_of(region));
 	if (rc == EOWNERDEAD) {
 		/* The owner died mid-update: its slot and the totals may disagree. */
 		reclaim_dead();
-		pthread_mutex_consistent(&region->lock);
+		pthread_mutex_consistent(mutex_of(region));
 	}
 }
 
@@ -173,19 +157,38 @@ static void claim_slot(void)
 		region->procs[free_slot].pid = my_pid;
 	}
 	my_slot = free_slot;
-	pthread_mutex_unlock(&region->lock);
+	pthread_mutex_unlock(mutex_of(region));
 	static int said;
 	if (my_slot < 0 && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
 		hcs_log("all %d process slots of the container are held by live processes; this "
 			"process's allocations are refused until one exits", HCS_MAX_PROCS);
 }
 
+/* A shared region that cannot be used refuses every allocation (fail closed): counting per
+ * process instead would give each process the container's whole quota. */
+static void refuse_region(const char *why)
+{
+	snprintf(hcs_cfg.refusal, sizeof(hcs_cfg.refusal), "%s", why);
+	__atomic_store_n(&hcs_cfg.refuse_all, true, __ATOMIC_RELEASE);
+}
+
 static void setup_region(void)
 {
-	if (hcs_cfg.shared)
-		region = map_shared(hcs_cfg.region_path);
-	region_shared = region != NULL;
-	if (!region) {
+	if (hcs_cfg.shared) {
+		char why[900];
+		region = hcs_region_open(hcs_cfg.region_path, true, why, sizeof(why));
+		if (region && !setup_lock(region)) {
+			snprintf(why, sizeof(why), "the lock of %s was never set up",
+				 hcs_cfg.region_path);
+			munmap(region, sizeof(*region));
+			region = NULL;
+		}
+		if (!region) {
+			refuse_region(why);
+			return;
+		}
+		region_shared = true;
+	} else {
 		region = mmap(NULL, sizeof(*region), PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (region == MAP_FAILED) {
@@ -194,7 +197,7 @@ static void setup_region(void)
 			hcs_log("cannot allocate the usage region; VRAM quota not enforced");
 			return;
 		}
-		fresh(region, false);
+		fresh(region);
 	}
 	claim_slot();
 }
@@ -207,7 +210,7 @@ static inline bool ready(void)
 
 /* The compute budget of a device, for the limiter to read and change under the region lock
  * (so all processes of the container draw on one budget). NULL without a region. */
-struct hcs_budget *hcs_budget_lock(int device)
+struct hcs_region_budget *hcs_budget_lock(int device)
 {
 	if (device < 0 || device >= HCS_MAX_DEVICES || !ready())
 		return NULL;
@@ -217,7 +220,7 @@ struct hcs_budget *hcs_budget_lock(int device)
 
 void hcs_budget_unlock(void)
 {
-	pthread_mutex_unlock(&region->lock);
+	pthread_mutex_unlock(mutex_of(region));
 }
 
 void hcs_accounting_fork(enum hcs_fork_phase phase)
@@ -228,19 +231,21 @@ void hcs_accounting_fork(enum hcs_fork_phase phase)
 	bool private_region = region && !region_shared;
 	if (phase == HCS_FORK_PREPARE) {
 		if (private_region)
-			pthread_mutex_lock(&region->lock);
+			pthread_mutex_lock(mutex_of(region));
 	} else if (phase == HCS_FORK_PARENT) {
 		if (private_region)
-			pthread_mutex_unlock(&region->lock);
+			pthread_mutex_unlock(mutex_of(region));
 	} else if (region) {
 		if (private_region)
-			fresh(region, false);
+			fresh(region);
 		claim_slot();
 	}
 }
 
 uint64_t hcs_limit_of(int ordinal)
 {
+	if (ordinal >= 0 && hcs_cfg.shared)
+		ready(); /* a shared region that cannot be used refuses everything: no room */
 	if (ordinal >= 0 && hcs_cfg.refuse_all)
 		return 0;
 	if (ordinal < 0 || ordinal >= HCS_MAX_DEVICES)
@@ -279,28 +284,32 @@ int hcs_reserve(int ordinal, uint64_t size)
 {
 	if (__builtin_expect(hcs_cfg.refuse_all, 0))
 		return refuse();
-	if (ordinal < 0 || ordinal >= HCS_MAX_DEVICES || !ready())
+	if (ordinal < 0 || ordinal >= HCS_MAX_DEVICES)
 		return 0;
+	if (!ready())
+		return hcs_cfg.refuse_all ? refuse() : 0;
 	/* Usage is kept per process so that a dead one's can be dropped; a process without a
 	 * slot (all held by live processes) could not be counted for long: it is refused, and
 	 * tries for a slot again at each allocation. */
 	if (__builtin_expect(my_slot < 0, 0)) {
 		claim_slot();
-		if (my_slot < 0)
+		if (my_slot < 0) {
+			__atomic_add_fetch(&region->refused_without_slot, 1, __ATOMIC_RELAXED);
 			return -1;
+		}
 	}
 	uint64_t limit = hcs_limit_of(ordinal);
 	lock_region();
 	if (size > limit || region->used[ordinal] > limit - size) {
 		reclaim_dead(); /* maybe a dead process still holds what we need */
 		if (size > limit || region->used[ordinal] > limit - size) {
-			pthread_mutex_unlock(&region->lock);
+			pthread_mutex_unlock(mutex_of(region));
 			return -1;
 		}
 	}
 	region->used[ordinal] += size;
 	region->procs[my_slot].used[ordinal] += size;
-	pthread_mutex_unlock(&region->lock);
+	pthread_mutex_unlock(mutex_of(region));
 	return 0;
 }
 
@@ -315,5 +324,5 @@ void hcs_unreserve(int ordinal, uint64_t size)
 		uint64_t *mine = &region->procs[my_slot].used[ordinal];
 		*mine -= size < *mine ? size : *mine;
 	}
-	pthread_mutex_unlock(&region->lock);
+	pthread_mutex_unlock(mutex_of(region));
 }

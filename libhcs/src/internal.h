@@ -30,7 +30,7 @@ struct hcs_config {
 	int compute_percent[HCS_MAX_DEVICES];
 	char uuid[HCS_MAX_DEVICES][HCS_UUID_LEN];
 	char region_path[512];
-	char refusal[256];        /* why everything is refused, said once at the first refusal */
+	char refusal[1024];       /* why everything is refused, said once at the first refusal */
 };
 extern struct hcs_config hcs_cfg;
 void hcs_config_load(void);
@@ -46,12 +46,9 @@ void hcs_unreserve(int ordinal, uint64_t size);
 uint64_t hcs_limit_of(int ordinal);             /* UINT64_MAX when unlimited */
 uint64_t hcs_used_of(int ordinal);
 int hcs_ordinal_of_uuid(const char *uuid);      /* -1 if the uuid has no limit entry */
-/* A device's compute budget in the region: the container's busy time in the current window. */
-struct hcs_budget {
-	int64_t window_start; /* CLOCK_MONOTONIC ns; 0: no window yet */
-	uint64_t busy_ns;     /* device time the container's kernels took in it (and carried over) */
-};
-struct hcs_budget *hcs_budget_lock(int device); /* NULL without a region; else unlock after */
+/* A device's compute budget in the region (the container's busy time in the current window),
+ * to read and change under the region lock; NULL without a region, else unlock after. */
+struct hcs_region_budget *hcs_budget_lock(int device);
 void hcs_budget_unlock(void);
 
 /* fork: each module takes its process-local locks before fork (PREPARE), releases them in the

@@ -92,7 +92,7 @@ void hcs_throttle(int device, int share)
 		for (int d = 0; d < HCS_MAX_DEVICES; d++) {
 			if (!busy_ns[d] && d != device)
 				continue;
-			struct hcs_budget *b = hcs_budget_lock(d);
+			struct hcs_region_budget *b = hcs_budget_lock(d);
 			if (!b)
 				return;
 			b->busy_ns += busy_ns[d];

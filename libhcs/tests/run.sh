@@ -156,6 +156,53 @@ else
 fi
 rm -rf "$container"
 
+# The usage region as hcsd makes it: written from the specification in hcs_abi.h (here by
+# region_spec.py, in Python as hcsd does), accepted by libhcs byte for byte; damaged ones are
+# refused, never re-initialised.
+tool=$root/build/hcs-region
+python3 region_spec.py "$work/python.shm" && "$tool" init "$work/tool.shm"
+cmp -s "$work/python.shm" "$work/tool.shm" && record region-python-bytes 0 "RESULT b 1 0" ||
+  record region-python-bytes 1 "the Python-written region differs from hcs-region init"
+output=$("$tool" check "$work/python.shm" 2>&1) && record region-python-accepted 0 "RESULT c 1 0" ||
+  record region-python-accepted 1 "$output"
+for variant in magic checksum version size lock; do
+  python3 region_spec.py "$work/$variant.shm" $variant
+  if output=$("$tool" check "$work/$variant.shm" 2>&1); then
+    record "region-$variant-refused" 1 "hcs-region accepted a damaged region ($variant)"
+  else
+    enter_container "$one_gib"; cp "$work/$variant.shm" "$container/usage.shm"
+    one_line "region-$variant-refused" 1 env LD_LIBRARY_PATH="$fakes" EXPECT_LIMIT=refused \
+      LD_PRELOAD=$lib "$build/t_quota"
+  fi
+done
+enter_container "$one_gib"
+run region-never-reinitialised REGION=$container/usage.shm QUOTA_PROGRAM=$build/t_quota \
+  LD_PRELOAD=$lib -- "$build/t_region"
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
+  # hcsd pre-creates the region for the container's user in a directory that user cannot
+  # write; two processes of that user share the quota through it.
+  for user in 1000:1000 1000730000:0; do
+    enter_container "$one_gib"
+    python3 region_spec.py "$container/usage.shm"
+    chown "$user" "$container/usage.shm"; chmod 0600 "$container/usage.shm"
+    as=(setpriv --reuid="${user%:*}" --regid="${user#*:}" --clear-groups)
+    if "${as[@]}" touch "$container/other" 2>/dev/null; then
+      record "non-root-$user" 1 "the test directory is writable by $user"
+    else
+      run "non-root-$user-two-processes" LD_PRELOAD=$lib -- "${as[@]}" "$build/t_multiproc"
+      cmp -s -n 64 "$container/usage.shm" "$work/python.shm" &&
+        record "non-root-$user-header-kept" 0 "RESULT h 1 0" ||
+        record "non-root-$user-header-kept" 1 "the region header hcsd wrote was rewritten"
+    fi
+  done
+  enter_container "$one_gib"
+  one_line non-root-cannot-create-region 1 setpriv --reuid=1000 --regid=1000 --clear-groups \
+    env LD_LIBRARY_PATH="$fakes" EXPECT_LIMIT=refused LD_PRELOAD=$lib "$build/t_quota"
+else
+  echo "SKIPPED non-root region runs: they need root and setpriv"; skipped=$((skipped + 3))
+fi
+rm -rf "$container"
+
 # AddressSanitizer + UndefinedBehaviorSanitizer builds.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -171,6 +218,9 @@ enter_container "$one_gib"
 run asan-container HCS_CONFIG=$big/quota.conf EXPECT_LIMIT=$((1 << 30)) -- "$build/asan/t_quota"
 enter_container 'version=7\n'
 run asan-fail-closed EXPECT_LIMIT=refused -- "$build/asan/t_quota"
+enter_container "$one_gib"
+run asan-region-never-reinitialised REGION=$container/usage.shm \
+  QUOTA_PROGRAM=$build/asan/t_quota -- "$build/asan/t_region"
 rm -rf "$container"
 run asan-stress HCS_VRAM_QUOTA=64Mi STRESS_ITERATIONS=200000 -- "$build/asan/t_stress"
 run asan-fork $Q1G FORK_CHILDREN=100 -- "$build/asan/t_fork"
@@ -196,10 +246,15 @@ if command -v valgrind >/dev/null; then
   run valgrind-fail-closed EXPECT_LIMIT=refused LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_quota"
   enter_container "$one_gib"
   run valgrind-container HCS_VRAM_QUOTA=100Gi EXPECT_LIMIT=$((1 << 30)) LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_quota"
+  enter_container "$one_gib"; python3 region_spec.py "$container/usage.shm"
+  run valgrind-python-region LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_multiproc"
+  enter_container "$one_gib"
+  run valgrind-region-never-reinitialised REGION=$container/usage.shm \
+    QUOTA_PROGRAM=$build/t_quota LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_region"
   rm -rf "$container"
   run valgrind-fork $Q1G FORK_CHILDREN=30 LD_PRELOAD=$lib -- "${vg[@]}" "$build/t_fork"
 else
-  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 11))
+  echo "SKIPPED valgrind runs: valgrind is not installed (apt install valgrind)"; skipped=$((skipped + 13))
 fi
 
 if [ "$skipped" -gt 0 ]; then
