@@ -242,10 +242,8 @@ void hcs_accounting_fork(enum hcs_fork_phase phase)
 	}
 }
 
-uint64_t hcs_limit_of(int ordinal)
+static inline uint64_t limit_of(int ordinal)
 {
-	if (ordinal >= 0 && hcs_cfg.shared)
-		ready(); /* a shared region that cannot be used refuses everything: no room */
 	if (ordinal >= 0 && hcs_cfg.refuse_all)
 		return 0;
 	if (ordinal < 0 || ordinal >= HCS_MAX_DEVICES)
@@ -253,6 +251,13 @@ uint64_t hcs_limit_of(int ordinal)
 	if (hcs_cfg.uniform)
 		return hcs_cfg.uniform_limit;
 	return ordinal < hcs_cfg.ndevices ? hcs_cfg.limit[ordinal] : UINT64_MAX;
+}
+
+uint64_t hcs_limit_of(int ordinal)
+{
+	if (ordinal >= 0 && hcs_cfg.shared)
+		ready(); /* a shared region that cannot be used refuses everything: no room */
+	return limit_of(ordinal);
 }
 
 uint64_t hcs_used_of(int ordinal)
@@ -298,7 +303,7 @@ int hcs_reserve(int ordinal, uint64_t size)
 			return -1;
 		}
 	}
-	uint64_t limit = hcs_limit_of(ordinal);
+	uint64_t limit = limit_of(ordinal);
 	lock_region();
 	if (size > limit || region->used[ordinal] > limit - size) {
 		reclaim_dead(); /* maybe a dead process still holds what we need */
