@@ -231,8 +231,9 @@ _Static_assert(offsetof(aclrtPhysicalMemProp, location) == 12 &&
 		       sizeof(aclrtPhysicalMemProp) == 32, "as in acl_rt.h");
 
 /* ------------------------------------------------------------------------------------------
- * The container's usage region: HCS's own contract between hcsd (which creates it) and
- * libhcs (which every process of the container maps MAP_SHARED to share the quota).
+ * The container's usage region: HCS's own contract between hcsd (which creates it, and whose
+ * watchdog reads the totals) and libhcs (which every process of the container maps MAP_SHARED
+ * to share the quota).
  *
  * Where: beside quota.conf, `usage.shm` (in a container /run/hcs/usage.shm, a file hcsd
  * creates before the container starts, owned by the container's uid and gid, mode 0600, as
@@ -241,29 +242,28 @@ _Static_assert(offsetof(aclrtPhysicalMemProp, location) == 12 &&
  * (a bare process with HCS_CONFIG, or an older hcsd), by writing it whole under a temporary
  * name and linking it into place, so no process ever sees half a region.
  *
- * Layout: little-endian, 35,392 bytes, fixed offsets (struct hcs_region below):
- *   0  header (64 bytes, written once by its creator, never changed)
- *        0  magic "HCSUSAGE"            8  version 3          12 header size 64
- *       16  region size 35392 (u64)   24  max devices 16    28  max processes 256
- *       32  process slot size 136     36  slots offset 576  40  20 reserved bytes, zero
- *       60  CRC-32 of bytes 0..59 (IEEE 802.3, as zlib.crc32 / Python's zlib.crc32)
- *  64  lock state (i32): 0 = the mutex is not set up yet, a pid = that process is setting it
+ * Layout: little-endian, 35,328 bytes, fixed offsets (struct hcs_region below):
+ *   0  header (32 bytes, written once by its creator, never changed)
+ *        0  magic 0x4843535245474e31 (u64; the bytes "1NGERSCH")   8  version 3
+ *       12  max devices 16          16  max processes 256          20  process slot size 136
+ *       24  region size 35328       28  CRC-32 of bytes 0..27 (IEEE 802.3, as zlib.crc32)
+ *  32  used bytes per device ordinal, the container's total (16 x u64; the ordinal is the
+ *      device's position in quota.conf). Magic, version, device count and this array keep the
+ *      offsets of version 1, which hcsd's watchdog reads.
+ * 160  lock state (i32): 0 = the mutex is not set up yet, a pid = that process is setting it
  *      up, -1 = ready. The first process to use the region sets up the mutex (robust,
  *      process-shared) and stores -1.
- *  72  processes reclaimed (u64)  80  allocations refused for want of a slot (u64)
- * 128  the mutex (64 bytes; libhcs's pthread_mutex_t, opaque to anyone else)
- * 192  used bytes per device ordinal, the container's total (16 x u64)
- * 320  compute budget per device: {i64 window start (CLOCK_MONOTONIC ns), u64 busy ns}
- * 576  process slots, 256 x {i32 pid, u32 reserved, 16 x u64 used}
+ * 168  processes reclaimed (u64)  176  allocations refused for want of a slot (u64)
+ * 192  the mutex (64 bytes; libhcs's pthread_mutex_t, opaque to anyone else)
+ * 256  compute budget per device: {i64 window start (CLOCK_MONOTONIC ns), u64 busy ns}
+ * 512  process slots, 256 x {i32 pid, u32 reserved, 16 x u64 used}
  *
- * An initialised empty region is exactly these 64 header bytes followed by 35,328 zero bytes:
- *   48 43 53 55 53 41 47 45 03 00 00 00 40 00 00 00
- *   40 8a 00 00 00 00 00 00 10 00 00 00 00 01 00 00
- *   88 00 00 00 40 02 00 00 00 00 00 00 00 00 00 00
- *   00 00 00 00 00 00 00 00 00 00 00 00 03 36 9a 3b
+ * An initialised empty region is exactly these 32 header bytes followed by 35,296 zero bytes:
+ *   31 4e 47 45 52 53 43 48 03 00 00 00 10 00 00 00
+ *   00 01 00 00 88 00 00 00 00 8a 00 00 be 0c d7 bd
  * In Python:
- *   header = struct.pack("<8sIIQIIII20x", b"HCSUSAGE", 3, 64, 35392, 16, 256, 136, 576)
- *   region = header + struct.pack("<I", zlib.crc32(header)) + bytes(35392 - 64)
+ *   header = struct.pack("<QIIIII", 0x4843535245474E31, 3, 16, 256, 136, 35328)
+ *   region = header + struct.pack("<I", zlib.crc32(header)) + bytes(35328 - 32)
  * `hcs-region check FILE` (libhcs/build/hcs-region) says whether libhcs accepts a file;
  * `hcs-region init FILE` writes the bytes above.
  *
@@ -272,22 +272,19 @@ _Static_assert(offsetof(aclrtPhysicalMemProp, location) == 12 &&
  * version, sizes, CRC): it never re-initialises an existing region, since the processes using
  * it may be alive. hcsd may read used[] and the slots for metrics; only libhcs writes them.
  * ------------------------------------------------------------------------------------------ */
-#define HCS_REGION_MAGIC "HCSUSAGE"
+#define HCS_REGION_MAGIC 0x4843535245474e31ULL
 #define HCS_REGION_VERSION 3
 #define HCS_REGION_MAX_DEVICES 16
 #define HCS_REGION_MAX_PROCS 256
 #define HCS_REGION_LOCK_READY (-1)
 
 struct hcs_region_header {
-	char magic[8];
+	uint64_t magic;
 	uint32_t version;
-	uint32_t header_size;
-	uint64_t region_size;
 	uint32_t max_devices;
 	uint32_t max_procs;
 	uint32_t slot_size;
-	uint32_t slots_offset;
-	uint8_t reserved[20];
+	uint32_t region_size;
 	uint32_t crc32;
 };
 
@@ -304,24 +301,24 @@ struct hcs_region_proc {
 
 struct hcs_region {
 	struct hcs_region_header header;
+	uint64_t used[HCS_REGION_MAX_DEVICES];
 	int32_t lock_state;
 	uint32_t reserved0;
 	uint64_t reclaimed_processes;
 	uint64_t refused_without_slot;
-	uint8_t reserved1[40];
+	uint8_t reserved1[8];
 	uint8_t lock[64] __attribute__((aligned(64)));
-	uint64_t used[HCS_REGION_MAX_DEVICES];
 	struct hcs_region_budget compute[HCS_REGION_MAX_DEVICES];
 	struct hcs_region_proc procs[HCS_REGION_MAX_PROCS];
 };
 
-_Static_assert(sizeof(struct hcs_region_header) == 64, "region header: 64 bytes");
-_Static_assert(offsetof(struct hcs_region, lock_state) == 64, "region layout");
-_Static_assert(offsetof(struct hcs_region, lock) == 128, "region layout");
-_Static_assert(offsetof(struct hcs_region, used) == 192, "region layout");
-_Static_assert(offsetof(struct hcs_region, compute) == 320, "region layout");
-_Static_assert(offsetof(struct hcs_region, procs) == 576, "region layout");
+_Static_assert(sizeof(struct hcs_region_header) == 32, "region header: 32 bytes");
+_Static_assert(offsetof(struct hcs_region, used) == 32, "region layout (version 1's too)");
+_Static_assert(offsetof(struct hcs_region, lock_state) == 160, "region layout");
+_Static_assert(offsetof(struct hcs_region, lock) == 192, "region layout");
+_Static_assert(offsetof(struct hcs_region, compute) == 256, "region layout");
+_Static_assert(offsetof(struct hcs_region, procs) == 512, "region layout");
 _Static_assert(sizeof(struct hcs_region_proc) == 136, "region layout");
-_Static_assert(sizeof(struct hcs_region) == 35392, "region layout");
+_Static_assert(sizeof(struct hcs_region) == 35328, "region layout");
 
 #endif

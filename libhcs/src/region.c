@@ -28,14 +28,12 @@ uint32_t hcs_crc32(const void *data, size_t length)
 void hcs_region_header_init(struct hcs_region_header *header)
 {
 	memset(header, 0, sizeof(*header));
-	memcpy(header->magic, HCS_REGION_MAGIC, sizeof(header->magic));
+	header->magic = HCS_REGION_MAGIC;
 	header->version = HCS_REGION_VERSION;
-	header->header_size = sizeof(struct hcs_region_header);
-	header->region_size = sizeof(struct hcs_region);
 	header->max_devices = HCS_REGION_MAX_DEVICES;
 	header->max_procs = HCS_REGION_MAX_PROCS;
 	header->slot_size = sizeof(struct hcs_region_proc);
-	header->slots_offset = offsetof(struct hcs_region, procs);
+	header->region_size = sizeof(struct hcs_region);
 	header->crc32 = hcs_crc32(header, offsetof(struct hcs_region_header, crc32));
 }
 
@@ -46,7 +44,7 @@ int hcs_region_check(const struct hcs_region *r, size_t size, char *why, size_t 
 	const struct hcs_region_header *h = &r->header;
 	if (size != sizeof(struct hcs_region))
 		snprintf(why, why_len, "%zu bytes, expected %zu", size, sizeof(struct hcs_region));
-	else if (memcmp(h->magic, expected.magic, sizeof(h->magic)) != 0)
+	else if (h->magic != expected.magic)
 		snprintf(why, why_len, "no region magic");
 	else if (h->crc32 != hcs_crc32(h, offsetof(struct hcs_region_header, crc32)))
 		snprintf(why, why_len, "header checksum mismatch");

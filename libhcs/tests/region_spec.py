@@ -3,8 +3,8 @@
     python3 region_spec.py PATH [VARIANT]
 
 VARIANT (default `valid`) damages one thing, for the tests that libhcs refuses it: `magic`,
-`checksum` (a reserved header byte changed, the CRC left as it was), `version` (version 2
-with a correct CRC), `size` (one byte short), `lock` (an impossible lock state).
+`checksum` (a header field changed, the CRC left as it was), `version` (version 2 with a
+correct CRC), `size` (one byte short), `lock` (an impossible lock state).
 """
 
 from __future__ import annotations
@@ -13,26 +13,27 @@ import struct
 import sys
 import zlib
 
-REGION_SIZE = 35392
+REGION_SIZE = 35328
+MAGIC = 0x4843535245474E31
 
 
 def header(version: int = 3) -> bytes:
-    """The 64 header bytes: fields, 20 reserved zero bytes, CRC-32 of the first 60."""
-    fields = struct.pack("<8sIIQIIII20x", b"HCSUSAGE", version, 64, REGION_SIZE, 16, 256, 136, 576)
+    """The 32 header bytes: magic, version, devices, processes, slot size, size, CRC-32."""
+    fields = struct.pack("<QIIIII", MAGIC, version, 16, 256, 136, REGION_SIZE)
     return fields + struct.pack("<I", zlib.crc32(fields))
 
 
 def region(variant: str = "valid") -> bytes:
     """An initialised empty region, damaged as `variant` says."""
-    data = bytearray(header(2 if variant == "version" else 3) + bytes(REGION_SIZE - 64))
+    data = bytearray(header(2 if variant == "version" else 3) + bytes(REGION_SIZE - 32))
     if variant == "magic":
-        data[0:8] = b"HCSREGN1"
+        data[0:8] = b"HCSUSAGE"
     elif variant == "checksum":
-        data[40] = 1
+        data[16] = 1  # 257 processes
     elif variant == "size":
         del data[-1]
     elif variant == "lock":
-        data[64:68] = struct.pack("<i", -7)
+        data[160:164] = struct.pack("<i", -7)
     elif variant not in ("valid", "version"):
         raise SystemExit(f"unknown variant {variant}")
     return bytes(data)

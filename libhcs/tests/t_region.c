@@ -61,7 +61,7 @@ int main(void)
 		return check_done("region");
 	CHECK(cuMemAlloc_v2(&mine, 300 * MiB) == 0, "a live process holds 300Mi");
 	static const struct { off_t offset; char byte; const char *what; } damages[] = {
-		{0, 'X', "magic"}, {40, 1, "a reserved header byte (checksum)"}, {8, 2, "version"},
+		{0, 'X', "magic"}, {16, 1, "the process count (checksum)"}, {8, 2, "version"},
 	};
 	for (size_t i = 0; i < sizeof(damages) / sizeof(damages[0]); i++) {
 		CHECK(read_region(path, before) == 0, "read the region");
@@ -69,7 +69,7 @@ int main(void)
 		damage(path, damages[i].offset, damages[i].byte);
 		CHECK(newcomer(program) == 0, "damaged %s: a new process refuses every allocation",
 		      damages[i].what);
-		size_t differ = 64;
+		size_t differ = sizeof(struct hcs_region_header);
 		if (read_region(path, after) == 0)
 			while (differ < sizeof(after) && before[differ] == after[differ])
 				differ++;
