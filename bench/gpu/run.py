@@ -108,8 +108,9 @@ print(f"mem_get_info free={free} total={total}")
 
 def discovery() -> list[dict[str, object]]:
     from hcsd.discovery.backends.nvidia import NvidiaBackend
+    from hcsd.discovery.settings import DiscoverySection
 
-    backend = NvidiaBackend()
+    backend = NvidiaBackend(DiscoverySection())  # the defaults: the loader finds NVML
     devices = backend.discover()
     return [
         {
