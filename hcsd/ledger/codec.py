@@ -14,7 +14,7 @@ import msgpack
 
 from hcsd.model import Allocation, FrontEnd, Grant, PodRef
 
-__all__ = ["decode", "decode_allocation", "encode", "encode_allocation"]
+__all__ = ["decode", "decode_allocation", "encode", "encode_allocation", "payload_size"]
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -27,6 +27,22 @@ def decode(payload: bytes) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise ValueError("record is not a map")
     return record
+
+
+def payload_size(data: bytes) -> int | None:
+    """Bytes taken by the one msgpack object `data` starts with; None if it holds no whole one.
+
+    Replay uses it to tell a record cut short by a crash (never a whole object) from one whose
+    length field was damaged (a whole object, with the record's checksum, is there).
+    """
+    unpacker = msgpack.Unpacker(max_buffer_size=max(len(data), 1))
+    unpacker.feed(data)
+    try:
+        unpacker.skip()
+    except (msgpack.UnpackException, ValueError):
+        return None
+    size: int = unpacker.tell()
+    return size
 
 
 def encode_allocation(allocation: Allocation) -> dict[str, Any]:

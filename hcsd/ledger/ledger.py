@@ -116,9 +116,16 @@ class Ledger:
         """Take the directory lock, load the snapshot, replay the journal, drop a torn tail."""
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
         self._lock()
+        try:
+            return self._replay()
+        except BaseException:
+            self.close()  # a refused state directory is not left locked by this process
+            raise
+
+    def _replay(self) -> ReplayReport:
         snapshot_seq = self._load_snapshot()
         data = self.fs.read(self._journal_path) or b""
-        scan = scan_journal(data, self._journal_path)
+        scan = scan_journal(data, self._journal_path, codec.payload_size)
         replayed = 0
         for position, payload in enumerate(scan.payloads):
             try:

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -22,6 +23,8 @@ import pytest
 
 from hcsd.ledger import Ledger
 from hcsd.ledger.ledger import Capacity
+from hcsd.model import Allocation, Grant
+from tests.integration.test_daemon import Daemon
 
 pytestmark = pytest.mark.slow
 
@@ -110,3 +113,53 @@ def test_sigkill_at_random_instants_loses_and_doubles_nothing(tmp_path: Path) ->
         f"{KILLS} kills, {acknowledged_total} acknowledged operations, "
         f"{in_flight_applied} in-flight operations found durable"
     )
+
+
+A100 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
+
+
+@pytest.mark.parametrize("length", [0x7FFFFFFF, "bit 20"], ids=["huge", "one-bit"])
+def test_hcsd_refuses_to_start_on_a_damaged_middle_length(
+    tmp_path: Path, length: int | str
+) -> None:
+    """Five acknowledged allocations, record 3's length damaged: refuse, keep every byte."""
+    ledger = Ledger(str(tmp_path / "state"))
+    ledger.open()
+    ledger.set_capacities({A100: Capacity(80 * 2**30)})
+    for i in range(5):
+        ledger.allocate(Allocation(f"job-{i}", (Grant(A100, 2**30),)))
+    ledger.close()
+    journal = tmp_path / "state" / "journal"
+    good = journal.read_bytes()
+    offset = 8
+    for _ in range(2):
+        offset += 8 + struct.unpack_from("<I", good, offset)[0]
+    (real,) = struct.unpack_from("<I", good, offset)
+    damaged = bytearray(good)
+    struct.pack_into("<I", damaged, offset, length if isinstance(length, int) else real ^ 1 << 20)
+    journal.write_bytes(bytes(damaged))
+
+    daemon = Daemon(tmp_path)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "hcsd.daemon.main", "--config", str(daemon.config)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _, stderr = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+            pytest.fail(f"hcsd started on a damaged journal:\n{stderr}")
+        assert process.returncode == 1, stderr
+        assert f"failed to open the ledger: {journal}: record at offset {offset} " in stderr
+        assert "refusing to guess" in stderr and "torn" not in stderr
+        assert journal.read_bytes() == bytes(damaged)  # nothing truncated, nothing reset
+
+        journal.write_bytes(good)  # the operator restores the file: everything is there
+        daemon.start()
+        held = json.loads(daemon.hcsctl("--json", "allocations").stdout)
+        assert sorted(a["container_id"] for a in held) == [f"job-{i}" for i in range(5)]
+    finally:
+        daemon.close()

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 from dataclasses import replace
 from pathlib import Path
 
@@ -146,6 +147,99 @@ def test_corruption_mid_journal_is_reported_not_skipped(tmp_path: Path) -> None:
     with pytest.raises(LedgerCorrupt, match=r"offset 8 fails its checksum and is followed by"):
         open_ledger(tmp_path)
     assert journal.read_bytes() == before  # nothing was "repaired" away
+
+
+def five_records(tmp_path: Path) -> tuple[bytes, list[tuple[int, int]]]:
+    """A journal of five acknowledged allocations and (offset, length) of each record."""
+    ledger = open_ledger(tmp_path)
+    for cid in "abcde":
+        ledger.allocate(alloc(cid, ("g0", 1)))
+    ledger.close()
+    data = (tmp_path / "journal").read_bytes()
+    records, offset = [], 8
+    while offset < len(data):
+        (length,) = struct.unpack_from("<I", data, offset)
+        records.append((offset, length))
+        offset += 8 + length
+    assert len(records) == 5
+    return data, records
+
+
+def damage(data: bytes, offset: int, field: str) -> bytes:
+    """One field of the record at `offset` damaged: `length=<value>`, `length^<bit>`, …"""
+    out = bytearray(data)
+    (length,) = struct.unpack_from("<I", out, offset)
+    if field.startswith("length="):
+        struct.pack_into("<I", out, offset, int(field[7:], 0))
+    elif field.startswith("length^"):
+        struct.pack_into("<I", out, offset, length ^ (1 << int(field[7:])))
+    elif field == "checksum":
+        out[offset + 4] ^= 0x01
+    elif field == "payload":
+        out[offset + 8 + length // 2] ^= 0x40
+    else:
+        raise AssertionError(field)
+    return bytes(out)
+
+
+LENGTH_DAMAGE = ["length=0x7FFFFFFF", "length=0", *(f"length^{bit}" for bit in range(32))]
+
+
+@pytest.mark.parametrize("field", [*LENGTH_DAMAGE, "checksum", "payload"])
+def test_any_damage_to_a_middle_record_is_corruption(tmp_path: Path, field: str) -> None:
+    """Records after it were acknowledged: nothing may be dropped or truncated."""
+    data, records = five_records(tmp_path)
+    broken = damage(data, records[2][0], field)
+    (tmp_path / "journal").write_bytes(broken)
+    with pytest.raises(LedgerCorrupt, match=f"record at offset {records[2][0]} "):
+        open_ledger(tmp_path)
+    assert (tmp_path / "journal").read_bytes() == broken
+
+
+@pytest.mark.parametrize("field", LENGTH_DAMAGE)
+def test_a_damaged_length_of_the_last_record_is_corruption(tmp_path: Path, field: str) -> None:
+    """The whole record is there: a crash cannot produce that with a wrong length."""
+    data, records = five_records(tmp_path)
+    broken = damage(data, records[4][0], field)
+    (tmp_path / "journal").write_bytes(broken)
+    with pytest.raises(LedgerCorrupt, match=f"record at offset {records[4][0]} "):
+        open_ledger(tmp_path)
+    assert (tmp_path / "journal").read_bytes() == broken
+
+
+@pytest.mark.parametrize("field", ["checksum", "payload"])
+def test_a_last_record_failing_its_checksum_at_the_end_is_torn(tmp_path: Path, field: str) -> None:
+    """What a crash leaves when the file grew before the record's data reached the disk."""
+    data, records = five_records(tmp_path)
+    (tmp_path / "journal").write_bytes(damage(data, records[4][0], field))
+    again = open_ledger(tmp_path)
+    assert set(state(again)) == set("abcd")
+    assert again.report.torn_bytes == 8 + records[4][1]
+    again.close()
+    assert (tmp_path / "journal").read_bytes() == data[: records[4][0]]
+
+
+def test_every_cut_of_the_last_record_is_a_torn_tail(tmp_path: Path) -> None:
+    data, records = five_records(tmp_path)
+    last = records[4][0]
+    for cut in range(last + 1, len(data)):
+        (tmp_path / "journal").write_bytes(data[:cut])
+        again = open_ledger(tmp_path)
+        assert set(state(again)) == set("abcd"), cut
+        assert again.report.torn_bytes == cut - last
+        again.close()
+
+
+def test_a_last_record_whose_data_never_reached_the_disk_is_torn(tmp_path: Path) -> None:
+    """The file's size was made durable, its new bytes were not: they read as zeros."""
+    data, records = five_records(tmp_path)
+    last, length = records[4]
+    for written in (0, 1, 3, 4, 8, 8 + length // 2):
+        zeroed = data[: last + written] + bytes(len(data) - last - written)
+        (tmp_path / "journal").write_bytes(zeroed)
+        again = open_ledger(tmp_path)
+        assert set(state(again)) == set("abcd"), written
+        again.close()
 
 
 def test_corrupt_snapshot_is_reported(tmp_path: Path) -> None:
