@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 
 __all__ = ["FileSystem", "OsFileSystem", "write_atomic"]
 
@@ -44,41 +45,78 @@ class FileSystem:
     def close(self, fd: int) -> None:
         os.close(fd)
 
-    def replace(self, source: str, target: str) -> None:
-        os.replace(source, target)
+    def replace(self, source: str, target: str, dir_fd: int) -> None:
+        """Rename `source` over `target`, both names inside the directory `dir_fd`."""
+        os.replace(source, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
-    def sync_dir(self, path: str) -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    def sync_dir(self, dir_fd: int) -> None:
+        os.fsync(dir_fd)
 
-    def remove(self, path: str) -> None:
+    def remove(self, name: str, dir_fd: int) -> None:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            os.unlink(name, dir_fd=dir_fd)
 
 
 class OsFileSystem(FileSystem):
     """The real file system."""
 
 
-def write_atomic(fs: FileSystem, path: str, data: bytes) -> None:
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def write_atomic(fs: FileSystem, path: str, data: bytes, *, mode: int = 0o600) -> None:
     """Temp file in the same directory → fsync → rename → fsync the directory.
 
     The last step makes the rename itself durable; without it a crash can bring back the old
     file after we acknowledged the new one.
+
+    The directory may be one a container can write (its quota directory), so nothing here
+    follows a name it could have planted: the directory is opened `O_NOFOLLOW`, the temp file
+    is created `O_EXCL|O_NOFOLLOW` relative to it (a planted symlink, fifo or directory is never
+    opened), and the rename happens inside that same directory fd (a symlink at `path` is
+    replaced, not followed). `mode` is set on the descriptor, whatever the umask.
     """
-    directory = os.path.dirname(path) or "."
-    temporary = f"{path}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    directory, name = os.path.split(path)
+    dir_fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        fs.write(fd, data)
-        os.fsync(fd)
-    except BaseException:
+        fd, temporary = _create_temporary(dir_fd, name)
+        try:
+            os.fchmod(fd, mode)
+            fs.write(fd, data)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            fs.remove(temporary, dir_fd)
+            raise
         os.close(fd)
-        fs.remove(temporary)
-        raise
-    os.close(fd)
-    fs.replace(temporary, path)
-    fs.sync_dir(directory)
+        try:
+            fs.replace(temporary, name, dir_fd)
+        except BaseException:
+            fs.remove(temporary, dir_fd)
+            raise
+        fs.sync_dir(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _create_temporary(dir_fd: int, name: str) -> tuple[int, str]:
+    """Create `<name>.tmp` afresh; returns its fd and the name it got.
+
+    Something already at `<name>.tmp` is a leftover of a crash, or was planted: it is unlinked
+    (which never follows a symlink) and the name created again. One that cannot be unlinked (a
+    directory) is left alone, and the temp file gets a random name beside it instead.
+    """
+    temporary = f"{name}.tmp"
+    try:
+        return os.open(temporary, _CREATE, 0o600, dir_fd=dir_fd), temporary
+    except FileExistsError:
+        pass
+    try:
+        os.unlink(temporary, dir_fd=dir_fd)
+        return os.open(temporary, _CREATE, 0o600, dir_fd=dir_fd), temporary
+    except (FileNotFoundError, FileExistsError, IsADirectoryError, PermissionError):
+        pass
+    while True:
+        temporary = f"{name}.tmp-{secrets.token_hex(8)}"
+        with contextlib.suppress(FileExistsError):
+            return os.open(temporary, _CREATE, 0o600, dir_fd=dir_fd), temporary

@@ -362,7 +362,7 @@ def test_failed_roll_back_stops_writes_until_restart(tmp_path: Path) -> None:
 
 def test_failed_compaction_keeps_the_journal(tmp_path: Path) -> None:
     class SnapshotFails(FileSystem):
-        def replace(self, source: str, target: str) -> None:
+        def replace(self, source: str, target: str, dir_fd: int) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
     ledger = open_ledger(tmp_path, fs=SnapshotFails(), compact_after=3)
