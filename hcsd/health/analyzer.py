@@ -9,7 +9,13 @@ them back linearly, 100 points per `quiet_period`. The state follows the score w
 - HEALTHY otherwise.
 A rising rate of correctable errors (this trend window against the previous one) costs extra
 points, so a device that is about to fail is degraded before it does.
-The clock is injected: tests drive time, the daemon passes time.monotonic.
+The clock is injected: tests drive time, the daemon passes time.monotonic. It must not go
+backwards: the trend window relies on events arriving in time order.
+
+Every event costs O(1) amortised, whatever the rate: the trend window keeps its timestamps in
+two queues (this window, the one before) whose lengths are the counts, and each timestamp moves
+from one to the next and out at most once; `tick` does the same expiry, so a long quiet spell
+is cleared a second at a time rather than all at once by the next event.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from dataclasses import dataclass, field
 from hcsd.health.events import HealthEvent, Severity
 from hcsd.model import HealthState
 
-__all__ = ["AnalyzerSettings", "DeviceHealth", "HealthAnalyzer"]
+__all__ = ["AnalyzerSettings", "DeviceHealth", "HealthAnalyzer", "TrendWindow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +47,31 @@ class AnalyzerSettings:
     slow_penalty: float = 25.0
 
 
+class TrendWindow:
+    """Correctable-error times in the current trend window and in the one before it.
+
+    `recent` holds times >= now - window, `earlier` those in [now - 2 window, now - window);
+    the lengths are the counts the trend rule needs, so nothing is ever recounted.
+    """
+
+    __slots__ = ("earlier", "recent")
+
+    def __init__(self) -> None:
+        self.recent: collections.deque[float] = collections.deque()
+        self.earlier: collections.deque[float] = collections.deque()
+
+    def add(self, now: float, window: float) -> None:
+        self.recent.append(now)
+        self.expire(now, window)
+
+    def expire(self, now: float, window: float) -> None:
+        recent, earlier = self.recent, self.earlier
+        while recent and recent[0] < now - window:
+            earlier.append(recent.popleft())
+        while earlier and earlier[0] < now - 2 * window:
+            earlier.popleft()
+
+
 @dataclass(slots=True)
 class DeviceHealth:
     score_at: float = 100.0  # score right after the last change
@@ -49,7 +80,7 @@ class DeviceHealth:
     last_fault: float | None = None
     last_fatal: float | None = None
     reason: str = ""
-    correctable: collections.deque[float] = field(default_factory=collections.deque)
+    trend: TrendWindow = field(default_factory=TrendWindow)
 
 
 class HealthAnalyzer:
@@ -119,6 +150,7 @@ class HealthAnalyzer:
         now = self.clock()
         changed = []
         for uuid, health in self._devices.items():
+            health.trend.expire(now, self.settings.trend_window)
             before = health.state
             if self._update_state(uuid, now) is not before:
                 changed.append(uuid)
@@ -126,12 +158,8 @@ class HealthAnalyzer:
 
     def _trend_penalty(self, health: DeviceHealth, now: float) -> float:
         s = self.settings
-        window = health.correctable
-        window.append(now)
-        while window and window[0] < now - 2 * s.trend_window:
-            window.popleft()
-        recent = sum(1 for t in window if t >= now - s.trend_window)
-        earlier = len(window) - recent
+        health.trend.add(now, s.trend_window)
+        recent, earlier = len(health.trend.recent), len(health.trend.earlier)
         if recent >= s.trend_min_events and recent >= 2 * max(earlier, 1):
             health.last_fault = now
             health.reason = (
