@@ -117,9 +117,10 @@ class HealthWatcher:
         try:
             while True:
                 if loop.time() >= next_poll:
-                    for poller in (self.aer, self.counters):
-                        if poller is not None:
-                            poller.poll(self.on_event)
+                    if self.aer is not None:
+                        self.aer.poll(self.on_event)  # sysfs reads: quick, on the loop
+                    if self.counters is not None:
+                        await self.counters.poll(self.on_event)  # vendor calls: off the loop
                     next_poll = loop.time() + self.settings.aer_poll_interval
                 for uuid in self.analyzer.tick():
                     self._apply(uuid, None)
@@ -127,6 +128,8 @@ class HealthWatcher:
         finally:
             if self.source is not None:
                 self.source.stop()
+            if self.counters is not None:
+                self.counters.close()
 
     def on_event(self, event: HealthEvent) -> None:
         self.events[(event.vendor, event.code, event.severity.name.lower())] += 1

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -32,17 +36,18 @@ def write(path: Path, cor: int, unc: int) -> None:
     path.write_text(NODE.format(cor=cor, unc=unc))
 
 
-def test_increases_become_events_classified_by_name(tmp_path: Path) -> None:
+async def test_increases_become_events_classified_by_name(tmp_path: Path) -> None:
     node = tmp_path / "node.toml"
     write(node, 0, 0)
     poller = CounterPoller([SimulatedBackend(node)], {"gpu-a": "0000:17:00.0"}.get, interval=5.0)
     got: list[HealthEvent] = []
-    poller.poll(got.append)
+    await poller.poll(got.append)
     assert got == []  # first poll: baseline only
     write(node, 3, 0)
-    poller.poll(got.append)
+    await poller.poll(got.append)
     write(node, 1, 1)  # a reset moved ecc_correctable down: baseline, not an event
-    poller.poll(got.append)
+    await poller.poll(got.append)
+    poller.close()
     assert [(e.code, e.severity, e.bus_id) for e in got] == [
         ("ecc_correctable", Severity.CORRECTABLE, "0000:17:00.0"),
         ("ecc_uncorrectable", Severity.FATAL, "0000:17:00.0"),
@@ -50,7 +55,7 @@ def test_increases_become_events_classified_by_name(tmp_path: Path) -> None:
     assert got[0].message == "ecc_correctable rose from 0 to 3"
 
 
-def test_a_failing_backend_is_reported_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_failing_backend_is_reported_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
     class Broken(DiscoveryBackend):
         name = "broken"
 
@@ -61,11 +66,12 @@ def test_a_failing_backend_is_reported_not_fatal(caplog: pytest.LogCaptureFixtur
             raise OSError("library went away")
 
     poller = CounterPoller([Broken()], lambda uuid: None, interval=5.0)
-    poller.poll(lambda event: None)
+    await poller.poll(lambda event: None)
+    poller.close()
     assert "health: broken counters unavailable: library went away" in caplog.text
 
 
-def test_watcher_marks_the_device_unhealthy_from_counters(tmp_path: Path) -> None:
+async def test_watcher_marks_the_device_unhealthy_from_counters(tmp_path: Path) -> None:
     node = tmp_path / "node.toml"
     write(node, 0, 0)
     backend = SimulatedBackend(node)
@@ -76,10 +82,96 @@ def test_watcher_marks_the_device_unhealthy_from_counters(tmp_path: Path) -> Non
         service, HealthSection(source="off"), backends=[backend], sysfs=str(tmp_path)
     )
     assert watcher.counters is not None
-    watcher.counters.poll(watcher.on_event)
+    await watcher.counters.poll(watcher.on_event)
     write(node, 0, 2)
-    watcher.counters.poll(watcher.on_event)
+    await watcher.counters.poll(watcher.on_event)
+    watcher.counters.close()
     device = service.device("gpu-a")
     assert device is not None and device.health_state is HealthState.UNHEALTHY
     assert watcher.events[("simulated", "ecc_uncorrectable", "fatal")] == 1
     ledger.close()
+
+
+class Hanging(DiscoveryBackend):
+    """A vendor library stuck in a call (a dying device) until `release` is set."""
+
+    name = "hanging"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+
+    def discover(self) -> list[object]:  # type: ignore[override]
+        return []
+
+    def health_counters(self) -> dict[str, dict[str, int]]:
+        self.calls += 1
+        self.release.wait(timeout=30)
+        return {"gpu-a": {"ecc_uncorrectable": 99}}
+
+
+async def test_a_hung_vendor_call_is_skipped_and_the_other_backends_still_count(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    node = tmp_path / "node.toml"
+    write(node, 0, 0)
+    hanging = Hanging()
+    poller = CounterPoller(
+        [hanging, SimulatedBackend(node)],
+        {"gpu-a": "0000:17:00.0"}.get,
+        interval=5.0,
+        timeout=0.2,
+    )
+    got: list[HealthEvent] = []
+    try:
+        started = time.monotonic()
+        await poller.poll(got.append)
+        assert time.monotonic() - started < 1.0
+        assert "health: hanging counters did not answer within 0.2s; skipping" in caplog.text
+        write(node, 0, 1)
+        await poller.poll(got.append)  # the simulated backend still counts
+        assert [(e.vendor, e.code) for e in got] == [("simulated", "ecc_uncorrectable")]
+        assert hanging.calls == 1 and poller.timeouts == 1  # skipped, not called again
+        hanging.release.set()
+        await asyncio.sleep(0.1)
+        await poller.poll(got.append)
+        assert "health: hanging counters call came back within" in caplog.text
+        assert hanging.calls == 2  # polled afresh; the stale result was dropped
+    finally:
+        hanging.release.set()
+        poller.close()
+
+
+async def test_a_hung_vendor_call_does_not_block_the_event_loop(tmp_path: Path) -> None:
+    """The watcher's own loop polls a library that hangs for 2 s: other tasks keep running."""
+    node = tmp_path / "node.toml"
+    write(node, 0, 0)
+    hanging = Hanging()
+    ledger = Ledger(str(tmp_path / "state"))
+    ledger.open()
+    service = NodeService(discover_all("n", [SimulatedBackend(node)]), ledger)
+    watcher = HealthWatcher(
+        service,
+        HealthSection(source="off", tick_interval=0.05),
+        backends=[hanging],
+        sysfs=str(tmp_path),
+    )
+    watcher.start(asyncio.get_running_loop())
+    timer = threading.Timer(2.0, hanging.release.set)
+    timer.start()
+    running = asyncio.create_task(watcher.run())
+    worst = 0.0
+    try:
+        for _ in range(50):  # 2.5 s of 50 ms heartbeats
+            before = time.monotonic()
+            await asyncio.sleep(0.05)
+            worst = max(worst, time.monotonic() - before - 0.05)
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        timer.cancel()
+        hanging.release.set()
+        ledger.close()
+    assert hanging.calls >= 1
+    assert worst < 0.5, f"the event loop stalled for {worst:.2f}s"
