@@ -3,6 +3,10 @@
 Rendered on each scrape from the service's live state, so there is no second copy of the
 numbers to keep in step. The HTTP side answers only GET /metrics and /healthz, reads at most a
 few KiB of request head, and closes: it binds to loopback by default and needs nothing more.
+
+Any local user can connect, so the port is served by `BoundedServer` (hcsd/daemon/serving.py):
+at most `max_connections` open at once, the rest waiting in the kernel's accept queue, and each
+closed once `idle_timeout` seconds have passed, whatever it is doing.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hcsd import __version__
+from hcsd.daemon.serving import BoundedServer
 from hcsd.health.watching import HealthWatcher
 from hcsd.refusals import Reason
 from hcsd.sections import Section, checks, setting
@@ -200,6 +205,11 @@ class MetricsSection(Section):
     )
 
 
+MAX_CONNECTIONS = 16  # Prometheus scrapes one at a time; a few spare for curl and probes
+IDLE_TIMEOUT = 5.0
+MAX_HEAD = 8192
+
+
 class MetricsServer:
     def __init__(
         self,
@@ -207,6 +217,9 @@ class MetricsServer:
         settings: MetricsSection,
         watcher: HealthWatcher | None = None,
         vram: Watchdog | None = None,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         self.service = service
         self.watcher = watcher
@@ -214,23 +227,27 @@ class MetricsServer:
         host, _, port = settings.listen.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
-        self._server: asyncio.Server | None = None
+        self.server = BoundedServer(
+            self._serve,
+            self.host,
+            self.port,
+            name="metrics",
+            max_connections=max_connections,
+            idle_timeout=idle_timeout,
+            limit=MAX_HEAD,
+        )
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
-        sockets = list(self._server.sockets)
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        await self.server.start()
+        self.port = self.server.port
         log.info("metrics on http://%s:%d/metrics", self.host, self.port)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        await self.server.stop()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+            head = await reader.readuntil(b"\r\n\r\n")
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
             parts = request_line.split()
             if len(parts) != 3 or parts[0] != "GET":
@@ -242,13 +259,6 @@ class MetricsServer:
                 await _respond(writer, 200, "text/plain", "ok\n")
             else:
                 await _respond(writer, 404, "text/plain", "try /metrics\n")
-        except (
-            asyncio.LimitOverrunError,
-            asyncio.IncompleteReadError,
-            TimeoutError,
-            ConnectionError,
-        ):
-            pass
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError):

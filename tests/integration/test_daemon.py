@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 from tests.conftest import MIXED_NODE
 
 pytestmark = pytest.mark.slow
+_NOFILE = resource.RLIMIT_NOFILE
 
 
 def free_port() -> int:
@@ -55,15 +57,17 @@ class Daemon:
             f'nri_prelaunch_socket = "{self.dir}/nri-prelaunch.sock"\n{extra}'
         )
 
-    def start(self, watchdog_usec: int = 0) -> list[str]:
+    def start(self, watchdog_usec: int = 0, max_files: int | None = None) -> list[str]:
         env = dict(os.environ, NOTIFY_SOCKET=self.notify_path, JOURNAL_STREAM="8:1")
         if watchdog_usec:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
+        limit = (max_files, max_files) if max_files is not None else None
         self.process = subprocess.Popen(
             [sys.executable, "-m", "hcsd.daemon.main", "--config", str(self.config)],
             env=env,
             stderr=self.log,
             stdout=self.log,
+            preexec_fn=None if limit is None else lambda: resource.setrlimit(_NOFILE, limit),  # noqa: PLW1509 - LimitNOFILE= as systemd sets it
         )
         return self.wait_notify("READY=1")
 
@@ -76,6 +80,10 @@ class Daemon:
             if needle in message:
                 return seen
         raise AssertionError(f"no {needle} from hcsd; got {seen}; log:\n{self.logs()}")
+
+    def open_files(self) -> int:
+        assert self.process is not None
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
 
     def logs(self) -> str:
         self.log.flush()
@@ -202,6 +210,52 @@ def test_metrics_endpoint(daemon: Daemon) -> None:
     with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as s:
         s.sendall(b"POST /metrics HTTP/1.1\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.1 405")
+
+
+def closed_by_peer(s: socket.socket) -> bool:
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except OSError:  # still waiting in the accept queue, or never connected
+        return False
+
+
+def test_a_connection_flood_on_the_metrics_port_costs_few_descriptors(daemon: Daemon) -> None:
+    """300 held connections against a 256-descriptor limit: hcsd serves on, logs little.
+
+    hcsd takes 16 at a time (the rest wait in the kernel's accept queue) and closes each after
+    the 5 s idle timeout."""
+    daemon.start(max_files=256)
+    baseline = daemon.open_files()
+    log_size = len(daemon.logs())
+    flood: list[socket.socket] = []
+    most = baseline
+    try:
+        for _ in range(300):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", daemon.port))  # loopback only; a full queue just waits
+            flood.append(s)
+            most = max(most, daemon.open_files())
+        time.sleep(0.5)
+        most = max(most, daemon.open_files())
+        status = daemon.hcsctl("status")
+        assert status.returncode == 0, status.stderr  # the API still answers
+        assert most - baseline <= 20, f"{most - baseline} descriptors for held connections"
+        time.sleep(6)  # past the idle timeout: hcsd closed those it took, took the next ones
+        assert daemon.open_files() - baseline <= 20
+        assert sum(map(closed_by_peer, flood)) >= 16
+    finally:
+        for s in flood:
+            s.close()
+    time.sleep(1)
+    assert daemon.open_files() <= baseline + 4
+    with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/metrics", timeout=10) as r:
+        assert r.status == 200 and "hcs_allocations 0" in r.read().decode()
+    logged = daemon.logs()[log_size:]
+    assert len(logged) < 4096, logged[:2000]
+    assert "out of system resource" not in logged and "Too many open files" not in logged
 
 
 def test_sighup_reloads_and_keeps_running_on_a_bad_file(daemon: Daemon) -> None:
