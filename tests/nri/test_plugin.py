@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
+import stat
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -358,3 +360,37 @@ def test_an_open_key_file_refuses_assignments_with_the_fix(
     key.chmod(0o600)
     assert injector.create(info) is not None  # fixed: the same pod starts
     ledger.close()
+
+
+async def test_prelaunch_socket_is_0600_and_the_umask_never_changes_under_other_tasks(
+    nri: Setup, tmp_path: Path
+) -> None:
+    """Other tasks keep creating files while the socket is set up: they see the usual umask."""
+    usual = os.umask(0o022)
+    seen: set[int] = set()
+
+    async def observe() -> None:
+        while True:
+            current = os.umask(0o022)
+            os.umask(current)
+            seen.add(current)
+            await asyncio.sleep(0)
+
+    path = tmp_path / "prelaunch" / "nri-prelaunch.sock"
+    watcher = asyncio.create_task(observe())
+    nri.plugin.prelaunch_socket = str(path)
+    serving = asyncio.create_task(nri.plugin.serve_prelaunched())
+    try:
+        for _ in range(200):
+            await asyncio.sleep(0)
+            if path.exists():
+                break
+        assert stat.S_IMODE(path.lstat().st_mode) == 0o600 and stat.S_ISSOCK(path.lstat().st_mode)
+        _, writer = await asyncio.open_unix_connection(str(path))  # it serves
+        writer.close()
+    finally:
+        serving.cancel()
+        watcher.cancel()
+        await asyncio.gather(serving, watcher, return_exceptions=True)
+        os.umask(usual)
+    assert seen == {0o022}

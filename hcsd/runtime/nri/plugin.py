@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -125,11 +126,18 @@ class NriPlugin:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(socket_path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # The umask is process-wide: set it around the bind alone, with no await in between,
+        # or every file other tasks create meanwhile (quota directories) gets mode 0600.
         old_umask = os.umask(0o177)
         try:
-            server = await asyncio.start_unix_server(self._prelaunched, socket_path)
+            listener.bind(socket_path)
+        except OSError:
+            listener.close()
+            raise
         finally:
             os.umask(old_umask)
+        server = await asyncio.start_unix_server(self._prelaunched, sock=listener)
         log.info("nri: accepting pre-launched plugin connections on %s", socket_path)
         async with server:
             await server.serve_forever()
