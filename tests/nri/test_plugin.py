@@ -316,6 +316,21 @@ async def test_bad_requests_fail_container_creation_with_the_reason(
     assert nri.service.allocation("bad") is None
 
 
+@pytest.mark.parametrize(
+    "cid", ["c1\n", "c1\n\n", "../c1", "c1/..", ".hidden", "c" * 129], ids=repr
+)
+async def test_unsafe_container_ids_get_no_directory_and_hold_nothing(nri: Setup, cid: str) -> None:
+    with pytest.raises(TtrpcError):
+        await nri.peer.call(
+            "CreateContainer",
+            container_request(cid, annotations={"hcs.io/vram": "1Gi"}),
+            api.CreateContainerResponse,
+        )
+    assert nri.service.allocation(cid) is None
+    containers = nri.run_dir / "containers"
+    assert not containers.exists() or list(containers.iterdir()) == []
+
+
 async def test_unknown_methods_get_unimplemented(nri: Setup) -> None:
     with pytest.raises(TtrpcError) as info:
         await nri.peer.call("PostStartContainer", container_request("x"), api.Empty)
