@@ -129,6 +129,14 @@ def test_hcsd_under_systemd(packages: dict[str, Path], debian_root: Path, tmp_pa
     verify = [v for v in results.get("verify", "").split("|") if v and "'man" not in v]
     assert not verify, verify
     assert results.get("active") == "active" and results.get("substate") == "running"
+    # The resource limits are in force and ProtectKernelTunables leaves the eBPF source working.
+    assert results.get("nofile") == "16384" and results.get("tasks_max") == "256"
+    assert results.get("memory_max") == str(2**30) and results.get("kernel_tunables") == "yes"
+    assert results.get("health_source") == "ebpf"
+    # A metrics-port flood by an unprivileged user: few descriptors, API and /metrics answer.
+    assert int(results.get("flood_fds", "9999")) <= 20 and results.get("flood_api") == "yes"
+    assert results.get("flood_metrics_after") == "200" and results.get("flood_same_pid") == "yes"
+    assert int(results.get("flood_log_lines", "9999")) <= 12
     assert results.get("kill9_restarted") == "yes" and results.get("ledger_intact") == "yes"
     assert results.get("watchdog_restarted") == "yes"
     assert int(results.get("watchdog_logged", "0")) >= 1

@@ -25,6 +25,27 @@ say status=$(show StatusText | tr ' ' '_')
 sleep 10
 pid=$(show MainPID)
 say idle_rss_kib=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
+say nofile=$(awk '/Max open files/ {print $4}' /proc/$pid/limits) tasks_max=$(show TasksMax) memory_max=$(show MemoryMax) kernel_tunables=$(show ProtectKernelTunables)
+say health_source=$(show StatusText | sed 's/.*health from \([^,]*\),.*/\1/')
+
+# 2,000 connections held on the metrics port by an unprivileged user: hcsd keeps few of them.
+fds_before=$(ls /proc/$pid/fd | wc -l)
+runuser -u nobody -- python3 -c '
+import resource, socket, time
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = []
+for _ in range(2000):
+    s = socket.socket(); s.setblocking(False); s.connect_ex(("127.0.0.1", 9400)); held.append(s)
+time.sleep(3)
+' &
+flood=$!
+sleep 2
+say flood_fds=$(( $(ls /proc/$pid/fd | wc -l) - fds_before )) flood_api=$(hcsctl status >/dev/null 2>&1 && echo yes || echo no)
+wait $flood
+sleep 6
+say flood_metrics_after=$(python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:9400/metrics", timeout=10).status)' 2>&1 | tail -1) flood_active=$(systemctl is-active hcsd) flood_same_pid=$([ "$(show MainPID)" = "$pid" ] && echo yes || echo no)
+say flood_log_lines=$(journalctl -u hcsd --no-pager -o cat _PID=$pid | grep -c 'metrics:\|out of system resource')
 
 hcsctl allocate --container e2e-vm --vram 1Gi >/dev/null && say allocated=yes
 before=$(hcsctl --json allocations | md5sum | cut -d' ' -f1)
