@@ -296,13 +296,16 @@ class ApiServer:
         directory = os.path.dirname(self.socket_path) or "."
         os.makedirs(directory, mode=0o755, exist_ok=True)
         _remove_stale_socket(self.socket_path)
+        # grpc binds (and so creates the socket file) in add_insecure_port: the umask is set
+        # around that call alone and restored before the await, so no other task of hcsd ever
+        # creates a file under it.
         old_umask = os.umask(0o177)
         try:
             self._server.add_insecure_port(f"unix:{self.socket_path}")
-            await self._server.start()
         finally:
             os.umask(old_umask)
         os.chmod(self.socket_path, 0o600)
+        await self._server.start()
         log.info("API listening on %s", self.socket_path)
 
     async def stop(self, grace: float) -> None:

@@ -258,6 +258,42 @@ async def test_stale_socket_is_replaced(tmp_path: Path, mixed_inventory: Invento
     assert not os.path.exists(path)
 
 
+async def test_the_socket_is_0600_and_the_umask_never_changes_under_other_tasks(
+    tmp_path: Path, mixed_inventory: Inventory
+) -> None:
+    """Other tasks keep creating files while the API starts: they see the usual umask."""
+    import asyncio
+    import stat
+
+    usual = os.umask(0o022)
+    seen: set[int] = set()
+
+    async def observe() -> None:
+        while True:
+            current = os.umask(0o022)
+            os.umask(current)
+            seen.add(current)
+            await asyncio.sleep(0)
+
+    ledger = Ledger(str(tmp_path / "state"))
+    ledger.open()
+    path = tmp_path / "api" / "hcsd.sock"
+    server = ApiServer(NodeService(mixed_inventory, ledger), str(path))
+    watcher = asyncio.create_task(observe())
+    try:
+        await asyncio.sleep(0)
+        await server.start()
+        await asyncio.sleep(0)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        await server.stop(0)
+        ledger.close()
+        os.umask(usual)
+    assert seen == {0o022}
+
+
 @pytest.mark.parametrize(
     "container_id",
     [
