@@ -20,6 +20,7 @@ from hcsd.contract.names import (
     RESOURCE_DEVICES,
     RESOURCE_TFLOPS,
     RESOURCE_VRAM,
+    model_names,
 )
 from hcsd.model import Request, TopologyPreference, Vendor
 from hcsd.quantity import QuantityError, parse_bytes, parse_quantity
@@ -129,7 +130,12 @@ def demand_of(pod: Mapping[str, Any]) -> Demand | None:
         )
     except ValueError as e:
         raise DemandError(f"{ANNOTATION_VENDORS}: {e}") from e
-    models = frozenset(m.lower() for m in _words(annotations.get(ANNOTATION_MODELS, "")))
+    try:
+        models = frozenset(
+            m.lower() for m in model_names(str(annotations.get(ANNOTATION_MODELS, "")))
+        )
+    except ValueError as e:
+        raise DemandError(str(e)) from e
     substitution_text = str(annotations.get(ANNOTATION_SUBSTITUTION, "false")).strip().lower()
     if substitution_text not in ("true", "false"):
         raise DemandError(

@@ -82,3 +82,25 @@ def container_id_problem(container_id: str) -> str | None:
         f"container id {container_id[:140]!r} is not 1-128 characters of letters, digits, "
         "'_', '.' and '-' starting with a letter or digit"
     )
+
+
+# A chip model as a user names it in `hcs.io/models` (the profile database's names and aliases:
+# "A100-SXM4-80GB", "A100 80GB", "910B"): letters, digits, spaces and `._+-/`, at most 64
+# characters, at most 16 names. Anything else (a newline above all: it would forge a log line
+# or a journald entry) is refused with the annotation's name, never passed on.
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+/-]{0,63}")
+MAX_MODELS = 16
+
+
+def model_names(text: str) -> frozenset[str]:
+    """The names listed in `hcs.io/models` (comma-separated); ValueError says what is wrong."""
+    names = [word.strip() for word in text.split(",") if word.strip()]
+    if len(names) > MAX_MODELS:
+        raise ValueError(f"{ANNOTATION_MODELS}: at most {MAX_MODELS} models, got {len(names)}")
+    for name in names:
+        if not MODEL_NAME.fullmatch(name):
+            raise ValueError(
+                f"{ANNOTATION_MODELS}: {name[:70]!r} is not a model name (letters, digits, "
+                "spaces and ._+-/, at most 64 characters)"
+            )
+    return frozenset(names)

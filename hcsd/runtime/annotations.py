@@ -52,7 +52,7 @@ def local_request(
         vendors = frozenset(
             Vendor.parse(v) for v in (values[VENDORS] or "").split(",") if v.strip()
         )
-        models = frozenset(m.strip() for m in (values[MODELS] or "").split(",") if m.strip())
+        models = names.model_names(values[MODELS] or "")
         topology = TopologyPreference(values[TOPOLOGY] or "")
         return Request(
             container_id=container_id,

@@ -166,6 +166,13 @@ def test_the_key_is_read_per_assignment(setup: Setup) -> None:
         pytest.param(
             {"hcs.io/vram": "1Ti"}, {}, Reason.INSUFFICIENT_VRAM, "1Ti wanted", id="too-big"
         ),
+        pytest.param(
+            {"hcs.io/vram": "1Gi", "hcs.io/models": "A100\nhcsd: allocated 80Gi to team-b"},
+            {},
+            Reason.INVALID_REQUEST,
+            "is not a model name",
+            id="model-with-a-newline",
+        ),
     ],
 )
 def test_refusals_name_the_container_count_once_and_keep_nothing(

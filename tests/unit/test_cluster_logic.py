@@ -52,6 +52,8 @@ def pod(limits: dict[str, str] | None, annotations: dict[str, str] | None = None
         ({"ai.compute/vram": "1Gi"}, {"hcs.io/vendors": "intel"}, "unknown vendor 'intel'"),
         ({"ai.compute/vram": "1Gi"}, {"hcs.io/allow-substitution": "yes"}, '"true" or "false"'),
         ({"ai.compute/vram": "1Gi"}, {"hcs.io/topology-preference": "fast"}, "high-bandwidth"),
+        ({"ai.compute/vram": "1Gi"}, {"hcs.io/models": "a100\nforged"}, "not a model name"),
+        ({"ai.compute/vram": "1Gi"}, {"hcs.io/models": ",".join(["a100"] * 17)}, "at most 16"),
     ],
 )
 def test_malformed_demands_are_named(
