@@ -18,6 +18,7 @@ __all__ = [
     "HealthState",
     "Link",
     "LinkKind",
+    "NodeMode",
     "PodRef",
     "Request",
     "SpreadPolicy",
@@ -222,6 +223,18 @@ class VramViolation:
     action: str  # "warned", "killed", or "kill_failed"
     pod: PodRef = field(default_factory=PodRef)
     container_name: str = ""
+
+
+class NodeMode(enum.StrEnum):
+    """Where requests for a Kubernetes pod's containers may come from (`node.mode`)."""
+
+    # Local `hcs.io/*` annotations and scheduler assignments alike: a host without the
+    # cluster side (Docker, nerdctl, CRI without an extender).
+    STANDALONE = "standalone"
+    # A node the scheduler extender places pods on: a pod's containers get devices only from
+    # its signed assignment, so no pod takes devices the scheduler and ComputeQuota never saw.
+    # Containers outside any pod (no pod uid) keep local annotations.
+    CLUSTER = "cluster"
 
 
 class SpreadPolicy(enum.StrEnum):

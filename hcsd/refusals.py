@@ -31,6 +31,7 @@ class Code(enum.IntEnum):
 
     INVALID_ARGUMENT = 3
     ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
     RESOURCE_EXHAUSTED = 8
     FAILED_PRECONDITION = 9
     UNAVAILABLE = 14
@@ -53,6 +54,7 @@ class Reason(enum.StrEnum):
     WRITE_FAILED = "write_failed"  # the ledger could not make the record durable
     PREPARE_FAILED = "prepare_failed"  # the container's files could not be prepared
     NOT_INJECTED = "not_injected"  # the runtime left hcsd's devices or quota edits out
+    NO_ASSIGNMENT = "no_assignment"  # a pod's local request on a node in cluster mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,9 @@ RULES: Mapping[Reason, Rule] = MappingProxyType(
         Reason.PREPARE_FAILED: _PERMANENT_NO_ROOM,
         # The node's runtime set-up, not the request, is wrong: retrying cannot help.
         Reason.NOT_INJECTED: Rule(Code.FAILED_PRECONDITION, temporary=False),
+        # The pod may not ask this node directly: only the scheduler's assignment gives it
+        # devices (node.mode = "cluster").
+        Reason.NO_ASSIGNMENT: Rule(Code.PERMISSION_DENIED, temporary=False),
     }
 )
 

@@ -36,6 +36,7 @@ from hcsd.model import FrontEnd, PodRef
 from hcsd.refusals import METADATA_KEY, Reason, Refusal
 from hcsd.runtime.injector import ContainerInfo, Injector
 from hcsd.runtime.presence import ContainerView
+from hcsd.runtime.quota import ContainerUser
 from hcsd.service import NodeService, WatchOverflow
 
 __all__ = ["ApiServer", "HcsdServicer", "SocketInUse", "grpc_code"]
@@ -128,6 +129,11 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
             container_annotations=dict(request.container_annotations),
             pod_annotations=dict(request.pod_annotations),
             front_end=front_end,
+            user=(
+                ContainerUser(request.user.uid, request.user.gid)
+                if request.HasField("user")
+                else None
+            ),
         )
         edits = self.injector.create(info)
         if edits is None:

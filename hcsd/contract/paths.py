@@ -12,7 +12,7 @@ CONFIG_FILE = "/etc/hcsd/hcsd.toml"
 KEY_FILE = "/etc/hcsd/assignment.key"  # installed by hcs-syncer, read by hcsd
 SIMULATED_NODE_FILE = "/etc/hcsd/nodes/mixed.toml"
 STATE_DIR = "/var/lib/hcsd"  # the ledger
-RUN_DIR = "/run/hcsd"  # sockets, per-container quota directories, the preload file
+RUN_DIR = "/run/hcsd"  # sockets, per-container quota files, the preload file
 SOCKET = f"{RUN_DIR}/hcsd.sock"  # hcsd's API (gRPC), root only
 NRI_PRELAUNCH_SOCKET = f"{RUN_DIR}/nri-prelaunch.sock"
 LIBHCS = "/usr/lib/hcs/libhcs.so"
@@ -23,7 +23,10 @@ NRI_PLUGIN_DIR = "/opt/nri/plugins"  # where the runtime starts pre-launched plu
 OCI_HOOK_FILE = "/usr/share/containers/oci/hooks.d/hcs.json"  # CRI-O's default hooks_dir
 
 # --- inside a container -------------------------------------------------------------------------
-CONTAINER_DIR = "/run/hcs"  # the container's quota directory
-CONTAINER_QUOTA_FILE = f"{CONTAINER_DIR}/quota.conf"  # HCS_CONFIG points here
+# Two single-file mounts, never a host directory: libhcs reads the quota at this fixed path
+# and maps the usage region beside it (libhcs/include/hcs_abi.h).
+CONTAINER_DIR = "/run/hcs"
+CONTAINER_QUOTA_FILE = f"{CONTAINER_DIR}/quota.conf"  # read-only; HCS_CONFIG points here too
+CONTAINER_REGION_FILE = f"{CONTAINER_DIR}/usage.shm"  # read-write, made by hcsd
 LIBHCS_IN_CONTAINER = LIBHCS
 PRELOAD_FILE = "/etc/ld.so.preload"

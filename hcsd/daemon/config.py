@@ -21,6 +21,7 @@ from hcsd.daemon.metrics import MetricsSection
 from hcsd.discovery.settings import DiscoverySection
 from hcsd.health.settings import HealthSection
 from hcsd.ledger.ledger import LedgerSection
+from hcsd.model import NodeMode
 from hcsd.runtime.settings import RuntimeSection
 from hcsd.sections import Section, checks, read_section, section, setting, tables, values
 from hcsd.watchdog.settings import WatchdogSection
@@ -53,6 +54,16 @@ class NodeSection(Section):
 
     name: str = setting(
         "", "Node name reported to the cluster; empty = the host name.", checks.string
+    )
+    mode: NodeMode = setting(
+        NodeMode.STANDALONE,
+        'Where a Kubernetes pod\'s devices may come from. "standalone": its own hcs.io/* '
+        'annotations or a scheduler assignment. "cluster" (a node the HCS scheduler extender '
+        "places pods on): only its signed assignment; a pod asking with hcs.io/* annotations "
+        "is refused (no_assignment), so no pod takes devices the scheduler and ComputeQuota "
+        "never saw. Containers outside a pod keep their annotations either way.",
+        checks.enum(NodeMode),
+        reload=True,
     )
 
     def resolved_name(self) -> str:

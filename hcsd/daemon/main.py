@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from hcsd import __version__
 from hcsd.api.server import ApiServer, SocketInUse
@@ -57,6 +58,7 @@ class Daemon:
         self.service: NodeService | None = None
         self.backends: list[DiscoveryBackend] = []
         self._cdi_preload: ContainerEdits | None = None  # libhcs in every CDI spec entry
+        self.injector: Injector | None = None
 
     def _open_state(self) -> tuple[Inventory, Ledger]:
         """Discovery and ledger replay: what must work before anything is served."""
@@ -191,10 +193,13 @@ class Daemon:
             InjectorSettings(
                 node_name=config.node.resolved_name(),
                 run_dir=config.daemon.run_dir,
+                mode=config.node.mode,
                 runtime=config.runtime,
                 key_loader=key,
             ),
         )
+        self.injector = injector
+        log.info("node mode %s", config.node.mode.value)
         if config.runtime.cdi_dir:
             self._cdi_preload = injector.quota.preload_edits()
             publish_spec(
@@ -247,10 +252,21 @@ def _apply_policy(daemon: Daemon, config: Config) -> None:
     daemon.service.set_policy(config.allocator.policy)
 
 
+def _apply_mode(daemon: Daemon, config: Config) -> None:
+    """A node joins or leaves a cluster without a restart (which, with hcsd a required NRI
+    plugin, would hold up every container creation on the node meanwhile)."""
+    injector = daemon.injector
+    assert injector is not None
+    if injector.settings.mode is not config.node.mode:
+        injector.settings = replace(injector.settings, mode=config.node.mode)
+        log.info("node mode %s", config.node.mode.value)
+
+
 #: How SIGHUP applies each key marked `reload`; a test checks there is a step for every one.
 RELOAD_STEPS: dict[str, Callable[[Daemon, Config], None]] = {
     "daemon.log_level": lambda daemon, config: set_level(config.daemon.log_level),
     "allocator.policy": _apply_policy,
+    "node.mode": _apply_mode,
 }
 
 

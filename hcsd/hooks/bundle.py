@@ -16,6 +16,7 @@ from hcsd.api.v1 import hcsd_pb2 as pb
 __all__ = [
     "apply_edits",
     "container_spec",
+    "container_user",
     "is_sandbox",
     "load_config",
     "prepare_request",
@@ -72,7 +73,47 @@ def prepare_request(
         container_annotations=annotations,
         pod_annotations=annotations,
         front_end=front_end,
+        user=container_user(config),
     )
+
+
+def container_user(config: dict[str, Any]) -> pb.ContainerUser | None:
+    """Who the container's processes run as on the host: `process.user`, mapped through the
+    user namespace's `uidMappings`/`gidMappings` when the config has one; None when that
+    cannot be told (no user, an id no mapping covers)."""
+    process = config.get("process") if isinstance(config.get("process"), dict) else None
+    user = (process or {}).get("user")
+    if not isinstance(user, dict):
+        return None
+    uid, gid = user.get("uid", 0), user.get("gid", 0)
+    if not _is_id(uid) or not _is_id(gid):
+        return None
+    linux = config.get("linux") if isinstance(config.get("linux"), dict) else {}
+    namespaces = (linux or {}).get("namespaces") or []
+    if any(isinstance(n, dict) and n.get("type") == "user" for n in namespaces):
+        host_uid = _mapped(uid, (linux or {}).get("uidMappings"))
+        host_gid = _mapped(gid, (linux or {}).get("gidMappings"))
+        if host_uid is None or host_gid is None:
+            return None
+        uid, gid = host_uid, host_gid
+    return pb.ContainerUser(uid=uid, gid=gid)
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32 - 1
+
+
+def _mapped(inside: int, mappings: object) -> int | None:
+    """The host id of `inside` under OCI id mappings (containerID, hostID, size)."""
+    for m in mappings if isinstance(mappings, list) else []:
+        if not isinstance(m, dict) or not all(
+            _is_id(m.get(k)) for k in ("containerID", "hostID", "size")
+        ):
+            continue
+        if m["containerID"] <= inside < m["containerID"] + m["size"]:
+            host = int(m["hostID"] + inside - m["containerID"])
+            return host if _is_id(host) else None
+    return None
 
 
 def container_spec(config: dict[str, Any]) -> pb.ContainerSpec:

@@ -9,7 +9,7 @@ from hcsd.contract import names
 from hcsd.model import PodRef, Request, TopologyPreference, Vendor
 from hcsd.quantity import QuantityError, parse_bytes, parse_quantity
 
-__all__ = ["KEYS", "RequestError", "local_request"]
+__all__ = ["KEYS", "RequestError", "local_request", "requested_keys"]
 
 VRAM = names.ANNOTATION_VRAM
 TFLOPS = names.ANNOTATION_TFLOPS
@@ -18,6 +18,7 @@ VENDORS = names.ANNOTATION_VENDORS
 MODELS = names.ANNOTATION_MODELS
 TOPOLOGY = names.ANNOTATION_TOPOLOGY
 KEYS = (VRAM, TFLOPS, DEVICES, VENDORS, MODELS, TOPOLOGY)
+REQUESTING = (VRAM, TFLOPS, DEVICES)  # the keys that make a request; the rest only narrow it
 
 
 class RequestError(ValueError):
@@ -27,6 +28,13 @@ class RequestError(ValueError):
 def _lookup(key: str, container: Mapping[str, str], pod: Mapping[str, str]) -> str | None:
     value = container.get(key, pod.get(key))
     return value.strip() if value is not None else None
+
+
+def requested_keys(
+    container_annotations: Mapping[str, str], pod_annotations: Mapping[str, str]
+) -> list[str]:
+    """The annotations that make a local request, on the container or its pod (empty: none)."""
+    return [k for k in REQUESTING if k in container_annotations or k in pod_annotations]
 
 
 def local_request(

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field, replace
 
 from hcsd.contract.assignment import ANNOTATION, AssignmentError, verify
 from hcsd.contract.names import container_id_problem
-from hcsd.model import Allocation, Device, FrontEnd, PodRef
+from hcsd.model import Allocation, Device, FrontEnd, NodeMode, PodRef
 from hcsd.refusals import Reason, Refusal
-from hcsd.runtime.annotations import RequestError, local_request
+from hcsd.runtime.annotations import RequestError, local_request, requested_keys
 from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.presence import ContainerView, RunningContainer, asks_for_devices, missing_edits
-from hcsd.runtime.quota import QuotaFiles
+from hcsd.runtime.quota import ContainerUser, QuotaFiles
 from hcsd.runtime.settings import RuntimeSection
 from hcsd.runtime.vendors import vendor_edits
 from hcsd.service import NodeService
@@ -42,6 +42,8 @@ class ContainerInfo:
     container_annotations: Mapping[str, str] = field(default_factory=dict)
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
     front_end: FrontEnd = FrontEnd.UNKNOWN  # who asks: recorded with the allocation
+    # Who its processes run as on the host, when the runtime says (owner of its usage region)
+    user: ContainerUser | None = None
 
     @property
     def label(self) -> str:
@@ -61,6 +63,8 @@ class InjectorSettings:
     # Called per assignment when set: the daemon's key file, re-read when hcs-syncer installs
     # or rotates it (wins over `assignment_key`).
     key_loader: Callable[[], bytes] | None = None
+    # `node.mode`: in cluster mode a pod's containers get devices only from an assignment
+    mode: NodeMode = NodeMode.STANDALONE
 
 
 class Injector:
@@ -90,7 +94,7 @@ class Injector:
             edits = merge(
                 [
                     vendor_edits(devices, self.settings.runtime.driver_paths),
-                    self.quota.prepare(info.container_id, held.grants, devices),
+                    self.quota.prepare(info.container_id, held.grants, devices, info.user),
                 ]
             )
         except (OSError, ValueError) as e:
@@ -191,7 +195,9 @@ class Injector:
             held = self.service.allocation(info.container_id)
             if held is not None and held.front_end is not front_end:
                 continue
-            if container.view.has_preload(self.quota.preload_file):
+            if container.view.has_quota_edits(
+                self.quota.preload_file, self.quota.quota_file(info.container_id)
+            ):
                 continue
             if held is None and not asks_for_devices(info):
                 continue
@@ -246,6 +252,17 @@ class Injector:
             )
             held, _ = self.service.hold(allocation)
             return held
+        asked = requested_keys(info.container_annotations, info.pod_annotations)
+        if asked and self.settings.mode is NodeMode.CLUSTER and info.pod.uid:
+            raise self.service.refuse(
+                Refusal(
+                    Reason.NO_ASSIGNMENT,
+                    f"{info.label}: asks for devices with {', '.join(asked)} but has no "
+                    'scheduler assignment, and this node runs with node.mode = "cluster": a '
+                    "pod gets devices here only through its hcs.io/assignment (request "
+                    "ai.compute/* resources and let the scheduler place it)",
+                )
+            )
         try:
             request = local_request(
                 info.container_id,

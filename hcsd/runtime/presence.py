@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from hcsd.contract import paths
 from hcsd.contract.assignment import ANNOTATION, AssignmentError, parse
-from hcsd.runtime.annotations import DEVICES, TFLOPS, VRAM
+from hcsd.runtime.annotations import requested_keys
 from hcsd.runtime.edits import ContainerEdits
 
 if TYPE_CHECKING:  # the injector imports this module
@@ -25,9 +25,15 @@ if TYPE_CHECKING:  # the injector imports this module
 
 __all__ = ["ContainerView", "RunningContainer", "asks_for_devices", "missing_edits"]
 
-# Where hcsd's quota edits land in a container: libhcs, the preload file, the quota directory
-# (or files under it). Driver mounts are not among them: a vendor's CDI spec may supply those.
-_QUOTA_DESTINATIONS = (paths.LIBHCS_IN_CONTAINER, paths.PRELOAD_FILE, paths.CONTAINER_DIR)
+# Where hcsd's quota edits land in a container: libhcs, the preload file, the quota file and
+# the usage region (two single-file mounts). Driver mounts are not among them: a vendor's CDI
+# spec may supply those.
+_QUOTA_DESTINATIONS = (
+    paths.LIBHCS_IN_CONTAINER,
+    paths.PRELOAD_FILE,
+    paths.CONTAINER_QUOTA_FILE,
+    paths.CONTAINER_REGION_FILE,
+)
 _QUOTA_ENV = ("HCS_CONFIG",)
 
 
@@ -51,10 +57,16 @@ class ContainerView:
         variables = dict(e.partition("=")[::2] for e in env)
         return cls(frozenset(device_paths), dict(mounts), variables)
 
-    def has_preload(self, preload_file: str) -> bool:
-        """Whether hcsd's preload file is mounted over /etc/ld.so.preload: present in every
-        container hcsd's edits reached, and a mount no tenant sets up without a host path."""
-        return self.mounts.get(paths.PRELOAD_FILE) == preload_file
+    def has_quota_edits(self, preload_file: str, quota_file: str) -> bool:
+        """Whether hcsd's preload file is mounted over /etc/ld.so.preload and the container's
+        own quota file at /run/hcs/quota.conf: present in every container hcsd's edits
+        reached, and mounts no tenant sets up without host paths. (The CDI spec's entries
+        have the preload file and no quota file: a container of those has no quota.)"""
+        return (
+            bool(quota_file)
+            and self.mounts.get(paths.PRELOAD_FILE) == preload_file
+            and self.mounts.get(paths.CONTAINER_QUOTA_FILE) == quota_file
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +75,6 @@ class RunningContainer:
 
     info: ContainerInfo
     view: ContainerView
-
-
-def _is_quota_destination(path: str) -> bool:
-    return path in _QUOTA_DESTINATIONS or path.startswith(paths.CONTAINER_DIR + "/")
 
 
 def missing_edits(edits: ContainerEdits, view: ContainerView) -> list[str]:
@@ -79,7 +87,7 @@ def missing_edits(edits: ContainerEdits, view: ContainerView) -> list[str]:
     missing += [
         f"mount {m.container_path}"
         for m in edits.mounts
-        if _is_quota_destination(m.container_path)
+        if m.container_path in _QUOTA_DESTINATIONS
         and view.mounts.get(m.container_path) != m.host_path
     ]
     missing += [
@@ -98,8 +106,4 @@ def asks_for_devices(info: ContainerInfo) -> bool:
             return bool(parse(text).containers.get(info.container_name))
         except AssignmentError:
             return True  # unreadable: the injector would have refused it, not left it alone
-    return any(
-        key in annotations
-        for key in (VRAM, TFLOPS, DEVICES)
-        for annotations in (info.container_annotations, info.pod_annotations)
-    )
+    return bool(requested_keys(info.container_annotations, info.pod_annotations))

@@ -18,7 +18,7 @@ import pytest
 from hcsd.contract.assignment import sign
 from hcsd.discovery import Inventory
 from hcsd.ledger import FileSystem, Ledger
-from hcsd.model import Allocation, FrontEnd, Grant, PodRef
+from hcsd.model import Allocation, FrontEnd, Grant, NodeMode, PodRef
 from hcsd.runtime.injector import Injector, InjectorSettings
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.nri.ttrpc import Code, TtrpcError
@@ -58,6 +58,7 @@ async def plugin_setup(
     *,
     fs: FileSystem | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    mode: NodeMode = NodeMode.STANDALONE,
 ) -> AsyncIterator[Setup]:
     ledger = Ledger(str(tmp_path / "state"), fs=fs)
     ledger.open()
@@ -74,6 +75,7 @@ async def plugin_setup(
             run_dir=str(tmp_path / "run"),
             runtime=RuntimeSection(libhcs_path=str(libhcs)),
             assignment_key=KEY,
+            mode=mode,
         ),
     )
     plugin = NriPlugin(injector, clock=clock)
@@ -90,16 +92,18 @@ def container_request(
     annotations: dict[str, str] | None = None,
     pod_annotations: dict[str, str] | None = None,
     uid: str = "pod-uid-1",
+    **container: object,
 ) -> api.ContainerRequest:
+    """A CreateContainer request; `container` adds fields of the Container (user, linux)."""
     return api.ContainerRequest(
         pod=api.PodSandbox(
-            id="sandbox-1",
-            name="trainer",
-            namespace="team-a",
+            id="sandbox-1" if uid else "",
+            name="trainer" if uid else "",
+            namespace="team-a" if uid else "",
             uid=uid,
             annotations=pod_annotations or {},
         ),
-        container=api.Container(id=cid, name="main", annotations=annotations or {}),
+        container=api.Container(id=cid, name="main", annotations=annotations or {}, **container),
     )
 
 
@@ -151,9 +155,19 @@ async def test_local_annotation_gets_devices_env_mounts_and_quota(nri: Setup) ->
     assert env["CUDA_VISIBLE_DEVICES"] == A100_0 and env["HCS_CONFIG"] == "/run/hcs/quota.conf"
     mounts = {m.destination: (m.source, list(m.options)) for m in adjust.mounts}
     assert mounts["/etc/ld.so.preload"][1][:2] == ["rbind", "ro"]
-    assert mounts["/run/hcs"][0] == str(nri.run_dir / "containers" / "c1")
+    directory = nri.run_dir / "containers" / "c1"
+    # Single files, never the directory: the quota read-only, the usage region read-write.
+    assert "/run/hcs" not in mounts
+    assert mounts["/run/hcs/quota.conf"] == (
+        str(directory / "quota.conf"),
+        ["rbind", "ro", "nosuid", "nodev"],
+    )
+    assert mounts["/run/hcs/usage.shm"] == (
+        str(directory / "usage.shm"),
+        ["rbind", "rw", "nosuid", "nodev"],
+    )
     assert mounts["/usr/lib/hcs/libhcs.so"][1][1] == "ro"
-    quota = (nri.run_dir / "containers" / "c1" / "quota.conf").read_text()
+    quota = (directory / "quota.conf").read_text()
     assert "device.0.vram_limit=8589934592" in quota and f"device.0.uuid={A100_0}" in quota
     held = nri.service.allocation("c1")
     assert held is not None and held.pod == PodRef("team-a", "trainer", "pod-uid-1")

@@ -80,7 +80,7 @@ async def test_each_session_collects_its_own_chunks(nri: Setup) -> None:
     one's partial list must not end up in the other's reconcile."""
     held(nri, "a", FrontEnd.NRI)
     held(nri, "b", FrontEnd.NRI)
-    a, b = (running(cid, mounts=[preload_mount(nri)]) for cid in ("a", "b"))
+    a, b = (running(cid, mounts=quota_mounts(nri, cid)) for cid in ("a", "b"))
     second, session = await connect(nri.plugin)
     try:
         await nri.peer.call(
@@ -105,8 +105,16 @@ async def synchronize_from(peer: object, *containers: api.Container) -> None:
     )
 
 
-def preload_mount(setup: Setup) -> api.Mount:
-    return api.Mount(destination=paths.PRELOAD_FILE, source=str(setup.run_dir / "ld.so.preload"))
+def quota_mounts(setup: Setup, cid: str) -> list[api.Mount]:
+    """hcsd's preload file over /etc/ld.so.preload and the container's own quota file at
+    /run/hcs/quota.conf: what a container hcsd's edits reached has."""
+    return [
+        api.Mount(destination=paths.PRELOAD_FILE, source=str(setup.run_dir / "ld.so.preload")),
+        api.Mount(
+            destination=paths.CONTAINER_QUOTA_FILE,
+            source=str(setup.run_dir / "containers" / cid / "quota.conf"),
+        ),
+    ]
 
 
 async def test_containers_running_without_their_edits_are_released_counted_and_logged(
@@ -128,7 +136,7 @@ async def test_containers_running_without_their_edits_are_released_counted_and_l
             nri,
             running("late", name="late"),
             running("missed", name="missed", annotations={"hcs.io/vram": "8Gi"}),
-            running("fine", name="fine", mounts=[preload_mount(nri)]),
+            running("fine", name="fine", mounts=quota_mounts(nri, "fine")),
             running("plain", name="plain"),
             running("wrapped", name="wrapped"),
             api.Container(

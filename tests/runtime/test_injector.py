@@ -270,7 +270,10 @@ def test_stop_releases_and_remove_also_deletes_the_quota_directory(setup: Setup)
 def seen(cid: str, setup: Setup) -> RunningContainer:
     """A running container as NRI lists it, with hcsd's edits in place."""
     preload = str(setup.run_dir / "ld.so.preload")
-    view = ContainerView.of(mounts=[("/etc/ld.so.preload", preload)])
+    quota = str(setup.run_dir / "containers" / cid / "quota.conf")
+    view = ContainerView.of(
+        mounts=[("/etc/ld.so.preload", preload), ("/run/hcs/quota.conf", quota)]
+    )
     return RunningContainer(replace(info(cid), front_end=FrontEnd.NRI), view)
 
 

@@ -387,7 +387,15 @@ def test_every_reloadable_key_has_a_reload_step() -> None:
     from hcsd.daemon.config import reloadable_keys
     from hcsd.daemon.main import RELOAD_STEPS
 
-    assert set(RELOAD_STEPS) == reloadable_keys() == {"daemon.log_level", "allocator.policy"}
+    assert (
+        set(RELOAD_STEPS)
+        == reloadable_keys()
+        == {
+            "daemon.log_level",
+            "allocator.policy",
+            "node.mode",
+        }
+    )
 
 
 def test_the_simulated_run_config_still_loads(tmp_path: Path) -> None:

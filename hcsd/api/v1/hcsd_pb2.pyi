@@ -21,7 +21,7 @@ HEALTH_STATE_UNHEALTHY: HealthState
 HEALTH_STATE_LOST: HealthState
 
 class PrepareContainerRequest(_message.Message):
-    __slots__ = ("container_id", "container_name", "pod", "container_annotations", "pod_annotations", "front_end", "spec")
+    __slots__ = ("container_id", "container_name", "pod", "container_annotations", "pod_annotations", "front_end", "spec", "user")
     class ContainerAnnotationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class PrepareContainerRequest(_message.Message):
     POD_ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     FRONT_END_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     container_id: str
     container_name: str
     pod: PodRef
@@ -50,7 +51,16 @@ class PrepareContainerRequest(_message.Message):
     pod_annotations: _containers.ScalarMap[str, str]
     front_end: str
     spec: ContainerSpec
-    def __init__(self, container_id: _Optional[str] = ..., container_name: _Optional[str] = ..., pod: _Optional[_Union[PodRef, _Mapping]] = ..., container_annotations: _Optional[_Mapping[str, str]] = ..., pod_annotations: _Optional[_Mapping[str, str]] = ..., front_end: _Optional[str] = ..., spec: _Optional[_Union[ContainerSpec, _Mapping]] = ...) -> None: ...
+    user: ContainerUser
+    def __init__(self, container_id: _Optional[str] = ..., container_name: _Optional[str] = ..., pod: _Optional[_Union[PodRef, _Mapping]] = ..., container_annotations: _Optional[_Mapping[str, str]] = ..., pod_annotations: _Optional[_Mapping[str, str]] = ..., front_end: _Optional[str] = ..., spec: _Optional[_Union[ContainerSpec, _Mapping]] = ..., user: _Optional[_Union[ContainerUser, _Mapping]] = ...) -> None: ...
+
+class ContainerUser(_message.Message):
+    __slots__ = ("uid", "gid")
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    uid: int
+    gid: int
+    def __init__(self, uid: _Optional[int] = ..., gid: _Optional[int] = ...) -> None: ...
 
 class ContainerSpec(_message.Message):
     __slots__ = ("device_paths", "mounts", "env")

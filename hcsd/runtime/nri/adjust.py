@@ -7,8 +7,9 @@ from hcsd.runtime.edits import ContainerEdits
 from hcsd.runtime.injector import ContainerInfo
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
 from hcsd.runtime.presence import ContainerView, RunningContainer
+from hcsd.runtime.quota import ContainerUser
 
-__all__ = ["adjustment", "container_info", "running_container"]
+__all__ = ["adjustment", "container_info", "container_user", "running_container"]
 
 DEVICE_MODE = 0o666
 
@@ -49,7 +50,19 @@ def container_info(pod: api.PodSandbox, container: api.Container) -> ContainerIn
         container_annotations=dict(container.annotations),
         pod_annotations=dict(pod.annotations),
         front_end=FrontEnd.NRI,
+        user=container_user(container),
     )
+
+
+def container_user(container: api.Container) -> ContainerUser | None:
+    """The host uid and gid the container runs as; None when the request does not tell: NRI
+    before v0.12 carries no user, and in a user namespace the spec's ids are the container's,
+    while NRI does not carry the mapping to the host's."""
+    if not container.HasField("user"):
+        return None
+    if any(ns.type == "user" for ns in container.linux.namespaces):
+        return None
+    return ContainerUser(container.user.uid, container.user.gid)
 
 
 def running_container(pod: api.PodSandbox, container: api.Container) -> RunningContainer:

@@ -190,7 +190,7 @@ class PodSandbox(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., uid: _Optional[str] = ..., namespace: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., runtime_handler: _Optional[str] = ...) -> None: ...
 
 class Container(_message.Message):
-    __slots__ = ("id", "pod_sandbox_id", "name", "state", "labels", "annotations", "args", "env", "mounts")
+    __slots__ = ("id", "pod_sandbox_id", "name", "state", "labels", "annotations", "args", "env", "mounts", "linux", "user")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +214,8 @@ class Container(_message.Message):
     ARGS_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    LINUX_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     id: str
     pod_sandbox_id: str
     name: str
@@ -223,7 +225,33 @@ class Container(_message.Message):
     args: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.RepeatedScalarFieldContainer[str]
     mounts: _containers.RepeatedCompositeFieldContainer[Mount]
-    def __init__(self, id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ContainerState, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Iterable[str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ...) -> None: ...
+    linux: LinuxContainer
+    user: User
+    def __init__(self, id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ContainerState, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Iterable[str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., linux: _Optional[_Union[LinuxContainer, _Mapping]] = ..., user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+
+class LinuxContainer(_message.Message):
+    __slots__ = ("namespaces",)
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    namespaces: _containers.RepeatedCompositeFieldContainer[LinuxNamespace]
+    def __init__(self, namespaces: _Optional[_Iterable[_Union[LinuxNamespace, _Mapping]]] = ...) -> None: ...
+
+class LinuxNamespace(_message.Message):
+    __slots__ = ("type", "path")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    path: str
+    def __init__(self, type: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class User(_message.Message):
+    __slots__ = ("uid", "gid", "additional_gids")
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    ADDITIONAL_GIDS_FIELD_NUMBER: _ClassVar[int]
+    uid: int
+    gid: int
+    additional_gids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, uid: _Optional[int] = ..., gid: _Optional[int] = ..., additional_gids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Mount(_message.Message):
     __slots__ = ("destination", "type", "source", "options")

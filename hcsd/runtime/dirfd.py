@@ -1,0 +1,186 @@
+"""File operations relative to a directory descriptor, for directories hcsd must not trust.
+
+The per-container directories under `<run_dir>/containers/` hold files that are bind-mounted
+into containers; a container may have changed their modes, owners and sizes, and directories
+left by an older hcsd (which mounted the whole directory into the container) may hold anything
+a container could make: symbolic links, FIFOs, device nodes, sparse files of terabytes,
+sub-directories without write permission. So no path is ever joined and followed: each
+directory is opened with `O_DIRECTORY|O_NOFOLLOW` relative to its parent's descriptor, each
+file relative to its directory's, creation is `O_CREAT|O_EXCL|O_NOFOLLOW`, and nothing but a
+directory or a regular file (for reading) is ever opened. hcsd runs without CAP_DAC_OVERRIDE,
+so removal restores write permission on directories it owns, and reports instead of raising
+what it cannot remove.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["Owner", "open_dir", "opened_dir", "read_file", "remove_tree", "write_file"]
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_REOPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # through /proc/self/fd
+MAX_DEPTH = 32  # deeper trees are reported, not walked (a container could nest without end)
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Who a new file belongs to (uid, gid)."""
+
+    uid: int
+    gid: int
+
+
+def open_dir(name: str, dir_fd: int | None = None, *, create: int | None = None) -> int:
+    """A descriptor of directory `name` (relative to `dir_fd`), never through a symbolic link;
+    made with mode `create` when missing and `create` is given (the mode is set exactly,
+    whatever the umask, on a directory this process owns)."""
+    try:
+        fd = os.open(name, _DIRECTORY, dir_fd=dir_fd)
+    except FileNotFoundError:
+        if create is None:
+            raise
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, create, dir_fd=dir_fd)
+        fd = os.open(name, _DIRECTORY, dir_fd=dir_fd)
+    if create is not None:
+        info = os.fstat(fd)
+        if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) != create:
+            os.fchmod(fd, create)
+    return fd
+
+
+@contextlib.contextmanager
+def opened_dir(name: str, dir_fd: int | None = None, *, create: int | None = None) -> Iterator[int]:
+    """`open_dir` as a context manager that closes the descriptor."""
+    fd = open_dir(name, dir_fd, create=create)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_file(dir_fd: int, name: str, limit: int) -> bytes | None:
+    """Up to `limit` bytes of regular file `name`; None when it is missing or anything but a
+    regular file (a FIFO is opened non-blocking and refused, a link not followed)."""
+    # The checked inode is reopened through its descriptor's /proc link (which O_NOFOLLOW
+    # would refuse): no second lookup of the name, so no race with a swap.
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(path_fd).st_mode):
+            return None  # never open a device node or FIFO for reading
+        fd = os.open(f"/proc/self/fd/{path_fd}", flags)
+    except OSError:
+        return None
+    finally:
+        os.close(path_fd)
+    try:
+        return os.pread(fd, limit, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def write_file(
+    dir_fd: int, name: str, data: bytes, *, mode: int, owner: Owner | None = None
+) -> None:
+    """Replace `name` atomically: a new file beside it (`O_EXCL|O_NOFOLLOW`: a link planted at
+    the temporary name is removed, never followed), its mode and owner set, fsync, rename over
+    `name`, fsync the directory. Raises OSError (PermissionError for an owner that cannot be
+    set) with nothing left behind."""
+    temporary = f"{name}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary, dir_fd=dir_fd)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o600, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if owner is not None:
+            os.fchown(fd, owner.uid, owner.gid)
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=dir_fd)
+        raise
+    os.close(fd)
+    try:
+        os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except IsADirectoryError:  # a directory planted at the name: it goes, the file takes its place
+        remove_tree(dir_fd, name)
+        os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    os.fsync(dir_fd)
+
+
+def remove_tree(dir_fd: int, name: str) -> list[str]:
+    """Remove `name` (relative to `dir_fd`) and everything under it, whatever a container left
+    there; the problems met, each as `path: why` (empty: all gone). Directories this process
+    owns get their write permission back; anything else that cannot go is reported and left,
+    and the rest of the tree is still removed."""
+    problems: list[str] = []
+    _remove(dir_fd, name, name, 0, problems)
+    return problems
+
+
+def _remove(dir_fd: int, name: str, shown: str, depth: int, problems: list[str]) -> None:
+    try:
+        path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        problems.append(f"{shown}: {e.strerror}")
+        return
+    try:
+        info = os.fstat(path_fd)
+        if not stat.S_ISDIR(info.st_mode):
+            os.close(path_fd)
+            path_fd = -1
+            _unlink(dir_fd, name, shown, problems, directory=False)
+            return
+        if depth >= MAX_DEPTH:
+            problems.append(f"{shown}: nested deeper than {MAX_DEPTH} directories, left")
+            return
+        if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o700 != 0o700:
+            # A container's chmod 0555 must not keep it: the owner may always chmod, through
+            # the descriptor's inode (no second lookup of the name).
+            with contextlib.suppress(OSError):
+                os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
+        try:
+            child_fd = os.open(f"/proc/self/fd/{path_fd}", _REOPEN_DIRECTORY)
+            try:
+                entries = os.listdir(child_fd)
+                for entry in entries:
+                    _remove(child_fd, entry, f"{shown}/{entry}", depth + 1, problems)
+            finally:
+                os.close(child_fd)
+        except OSError as e:
+            problems.append(f"{shown}: {e.strerror}")
+            return
+    finally:
+        if path_fd >= 0:
+            os.close(path_fd)
+    _unlink(dir_fd, name, shown, problems, directory=True)
+
+
+def _unlink(dir_fd: int, name: str, shown: str, problems: list[str], *, directory: bool) -> None:
+    try:
+        if directory:
+            os.rmdir(name, dir_fd=dir_fd)
+        else:
+            os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        problems.append(f"{shown}: {e.strerror}")

@@ -1,0 +1,82 @@
+"""The files a container's libhcs reads, as CreateContainer leaves them: readable by any uid,
+the usage region made by hcsd (byte for byte version 3's empty region) and owned by the user
+the runtime says the container runs as."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from hcsd.contract import region
+from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+from tests.nri.test_plugin import Setup, container_request
+
+
+async def create(nri: Setup, cid: str, **container: object) -> Path:
+    await nri.peer.call(
+        "CreateContainer",
+        container_request(cid, annotations={"hcs.io/vram": "1Gi"}, **container),
+        api.CreateContainerResponse,
+    )
+    return nri.run_dir / "containers" / cid
+
+
+def mode_and_owner(path: Path) -> tuple[int, int, int]:
+    info = path.stat()
+    return stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
+
+
+async def test_what_libhcs_reads_is_readable_by_every_uid(nri: Setup) -> None:
+    """glibc skips an unreadable /etc/ld.so.preload silently: a non-root container would run
+    without libhcs, with the whole device."""
+    directory = await create(nri, "c1", user=api.User(uid=1000, gid=1000))
+    assert mode_and_owner(nri.run_dir / "ld.so.preload") == (0o644, 0, 0)
+    assert mode_and_owner(directory / "quota.conf") == (0o644, 0, 0)
+    # No host directory is mounted; nobody but hcsd lists these.
+    assert mode_and_owner(directory)[0] == mode_and_owner(directory.parent)[0] == 0o711
+
+
+@pytest.mark.parametrize(
+    ("container", "expected"),
+    [
+        pytest.param({"user": api.User(uid=1000, gid=1000)}, (0o644, 1000, 1000), id="uid-1000"),
+        pytest.param(
+            {"user": api.User(uid=1000680000, gid=0)}, (0o644, 1000680000, 0), id="openshift"
+        ),
+        pytest.param({"user": api.User(uid=0, gid=0)}, (0o644, 0, 0), id="root"),
+        # NRI before v0.12 carries no user: any uid may write it.
+        pytest.param({}, (0o666, 0, 0), id="unknown"),
+        # In a user namespace the ids are the container's; NRI does not carry the mapping.
+        pytest.param(
+            {
+                "user": api.User(uid=1000, gid=1000),
+                "linux": api.LinuxContainer(namespaces=[api.LinuxNamespace(type="user")]),
+            },
+            (0o666, 0, 0),
+            id="user-namespace",
+        ),
+    ],
+)
+async def test_the_region_is_made_empty_for_the_containers_user(
+    nri: Setup, container: dict[str, object], expected: tuple[int, int, int]
+) -> None:
+    directory = await create(nri, "c1", **container)
+    assert (directory / "usage.shm").read_bytes() == region.empty_region()
+    assert mode_and_owner(directory / "usage.shm") == expected
+
+
+async def test_a_region_in_use_is_kept_and_a_damaged_one_replaced(nri: Setup) -> None:
+    """Preparing a container again (its OCI hook after NRI, a same-id restart) must not reset
+    the counters of processes that may be running; a region libhcs would refuse is made anew."""
+    directory = await create(nri, "c1", user=api.User(uid=1000, gid=1000))
+    used = bytearray(region.empty_region())
+    used[region.USED_OFFSET : region.USED_OFFSET + 8] = (5 << 30).to_bytes(8, "little")
+    (directory / "usage.shm").write_bytes(used)
+    await create(nri, "c1", user=api.User(uid=1000, gid=1000))
+    assert (directory / "usage.shm").read_bytes() == used
+    used[0] ^= 0xFF  # the magic
+    (directory / "usage.shm").write_bytes(used)
+    await create(nri, "c1", user=api.User(uid=1000, gid=1000))
+    assert (directory / "usage.shm").read_bytes() == region.empty_region()
