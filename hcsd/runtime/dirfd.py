@@ -106,9 +106,9 @@ def write_file(
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)  # before fchown: the mode of another uid's file takes CAP_FOWNER
         if owner is not None:
             os.fchown(fd, owner.uid, owner.gid)
-        os.fchmod(fd, mode)
         os.fsync(fd)
     except BaseException:
         os.close(fd)

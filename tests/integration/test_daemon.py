@@ -44,6 +44,8 @@ class Daemon:
         self.notify.settimeout(10)
         self.log = open(tmp_path / "hcsd.log", "w+")  # noqa: SIM115
         self.process: subprocess.Popen[bytes] | None = None
+        # Put before the command (tests/capabilities.setpriv_prefix: the unit's capabilities)
+        self.prefix: list[str] = []
 
     def write_config(self, policy: str, extra: str = '[health]\nsource = "off"\n') -> None:
         self.config.write_text(
@@ -63,7 +65,7 @@ class Daemon:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
         limit = (max_files, max_files) if max_files is not None else None
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "hcsd.daemon.main", "--config", str(self.config)],
+            [*self.prefix, sys.executable, "-m", "hcsd.daemon.main", "--config", str(self.config)],
             env=env,
             stderr=self.log,
             stdout=self.log,

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.hooks.bundle import container_user
 from tests.integration.test_daemon import Daemon
 
 pytestmark = [
@@ -29,7 +31,7 @@ pytestmark = [
 
 BIN = Path(sys.executable).parent
 A100_0 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
-APPLETS = ("sh", "cat", "stat", "env", "ls", "echo")
+APPLETS = ("sh", "cat", "stat", "env", "ls", "echo", "id", "test")
 
 
 @pytest.fixture
@@ -103,6 +105,71 @@ def test_runc_wrapper_injects_devices_env_mounts_and_quota(hcsd: Daemon, tmp_pat
     assert json.loads(hcsd.hcsctl("--json", "allocations").stdout) == []
 
 
+def test_runc_wrapper_gives_the_region_to_the_containers_user(hcsd: Daemon, tmp_path: Path) -> None:
+    """A non-root container (process.user 1000:1000) reads its quota and preload files and
+    writes the usage region hcsd made for it."""
+    script = (
+        "id -u; cat /run/hcs/quota.conf > /dev/null && echo quota-readable; "
+        "test -r /etc/ld.so.preload && echo preload-readable; "
+        "test -w /run/hcs/usage.shm && echo region-writable"
+    )
+    bundle = make_bundle(tmp_path, {"hcs.io/vram": "8Gi"}, script)
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"]["user"] = {"uid": 1000, "gid": 1000}
+    (bundle / "config.json").write_text(json.dumps(config))
+    result = runtime(hcsd, tmp_path, "run", "--keep", "--bundle", str(bundle), "job-u")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        "1000",
+        "quota-readable",
+        "preload-readable",
+        "region-writable",
+    ]
+    region = hcsd.dir / "containers" / "job-u" / "usage.shm"
+    assert (region.stat().st_uid, region.stat().st_gid) == (1000, 1000)
+    assert runtime(hcsd, tmp_path, "delete", "job-u").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        pytest.param({"process": {"user": {"uid": 1000, "gid": 100}}}, (1000, 100), id="user"),
+        pytest.param({"process": {}}, None, id="no-user"),
+        pytest.param({"process": {"user": {"uid": "1000", "gid": 1}}}, None, id="malformed"),
+        pytest.param(
+            {
+                "process": {"user": {"uid": 1000, "gid": 1000}},
+                "linux": {
+                    "namespaces": [{"type": "user"}],
+                    "uidMappings": [{"containerID": 0, "hostID": 100000, "size": 65536}],
+                    "gidMappings": [{"containerID": 0, "hostID": 200000, "size": 65536}],
+                },
+            },
+            (101000, 201000),
+            id="user-namespace",
+        ),
+        pytest.param(
+            {
+                "process": {"user": {"uid": 70000, "gid": 0}},
+                "linux": {
+                    "namespaces": [{"type": "user"}],
+                    "uidMappings": [{"containerID": 0, "hostID": 100000, "size": 65536}],
+                    "gidMappings": [{"containerID": 0, "hostID": 200000, "size": 65536}],
+                },
+            },
+            None,
+            id="unmapped",
+        ),
+    ],
+)
+def test_the_hooks_tell_hcsd_who_the_container_runs_as_on_the_host(
+    config: dict[str, object], expected: tuple[int, int] | None
+) -> None:
+    user = container_user(config)
+    assert (None if user is None else (user.uid, user.gid)) == expected
+    assert user is None or isinstance(user, pb.ContainerUser)
+
+
 def test_runc_wrapper_refusal_fails_creation_with_the_reason(hcsd: Daemon, tmp_path: Path) -> None:
     bundle = make_bundle(tmp_path, {"hcs.io/vram": "1Ti"}, "true")
     result = runtime(hcsd, tmp_path, "run", "--bundle", str(bundle), "too-big")
@@ -144,8 +211,9 @@ def test_oci_hook_refuses_a_container_whose_devices_were_not_injected(
     assert "hcsd's edits were not injected: /dev/nvidia-uvm, /dev/nvidia-uvm-tools, " in (
         result.stderr
     )
-    assert "/dev/nvidia0, /dev/nvidiactl, mount /etc/ld.so.preload, mount /run/hcs" in (
-        result.stderr
+    assert (
+        "/dev/nvidia0, /dev/nvidiactl, mount /etc/ld.so.preload, mount /run/hcs/quota.conf, "
+        in (result.stderr)
     )
     assert "(refused: not_injected)" in result.stderr
     assert json.loads(hcsd.hcsctl("--json", "allocations").stdout) == []  # released
@@ -184,7 +252,8 @@ def test_oci_hook_refuses_devices_without_the_quota_edits(hcsd: Daemon, tmp_path
     assert result.returncode != 0, result.stdout
     assert (
         "hcs-oci-hook: cdi-only: hcsd's edits were not injected: mount /etc/ld.so.preload, "
-        "mount /run/hcs, mount /usr/lib/hcs/libhcs.so, env HCS_CONFIG"
+        "mount /run/hcs/quota.conf, mount /run/hcs/usage.shm, mount /usr/lib/hcs/libhcs.so, "
+        "env HCS_CONFIG"
     ) in result.stderr
     assert "/dev/nvidia0" not in result.stderr.split("(")[0]  # the devices were there
     assert "(refused: not_injected)" in result.stderr

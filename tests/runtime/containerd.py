@@ -470,11 +470,21 @@ class Containerd:
         annotations: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
         image: str = BUSYBOX_IMAGE,
+        mounts: Sequence[tuple[Path, str]] = (),
+        user: tuple[int, int] | None = None,
     ) -> str:
         """Create a container in `pod_id`; its id, or CrictlError with the runtime's text.
 
         The default command sleeps for an hour so that a started container stays running.
+        `mounts` are read-only host paths (host, container), as a pod's hostPath volumes;
+        `user` is (uid, gid), as a pod's `runAsUser` and `runAsGroup`.
         """
+        linux: dict[str, Any] = {}
+        if user is not None:
+            linux["security_context"] = {
+                "run_as_user": {"value": user[0]},
+                "run_as_group": {"value": user[1]},
+            }
         if pod_id not in self._pod_configs:
             raise ContainerdError(
                 f"failed to create container {name}: pod {pod_id} was not run here"
@@ -488,7 +498,11 @@ class Containerd:
             "annotations": dict(annotations or {}),
             "labels": dict(labels or {}),
             "log_path": f"{name}.log",
-            "linux": {},
+            "mounts": [
+                {"host_path": str(host), "container_path": inside, "readonly": True}
+                for host, inside in mounts
+            ],
+            "linux": linux,
         }
         path = self.dir / "pods" / f"{pod_id[:12]}_{name}.json"
         path.write_text(json.dumps(config, indent=1))

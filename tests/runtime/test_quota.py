@@ -1,0 +1,197 @@
+"""The per-container quota files on the host, handled as hcsd's unit handles them: without
+CAP_DAC_OVERRIDE or CAP_FOWNER (tests/capabilities.py), whatever a container left behind.
+
+An older hcsd mounted the whole per-container directory at /run/hcs, so directories on an
+upgraded node may hold what a root container made there: a `chmod 0555`, sub-directories,
+symbolic links, FIFOs, sparse files of a terabyte. Removing one must succeed or be reported,
+and never stop the reconcile of the others; a planted link must never redirect a write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hcsd.contract import region
+from hcsd.discovery import Inventory
+from hcsd.ledger import Ledger
+from hcsd.model import Allocation, FrontEnd, Grant
+from hcsd.runtime.dirfd import MAX_DEPTH
+from hcsd.runtime.injector import Injector, InjectorSettings
+from hcsd.runtime.quota import ContainerUser, QuotaFiles
+from hcsd.runtime.settings import RuntimeSection
+from hcsd.service import NodeService
+from hcsd.watchdog.accounted import AccountedUsage
+from tests.capabilities import as_unit
+from tests.conftest import GiB
+
+A100_0 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
+PRELOAD = b"/usr/lib/hcs/libhcs.so\n"
+
+
+@dataclass
+class Node:
+    injector: Injector
+    service: NodeService
+    quota: QuotaFiles
+    run_dir: Path
+
+    def container(self, cid: str) -> Path:
+        return self.run_dir / "containers" / cid
+
+
+@pytest.fixture
+def node(tmp_path: Path, mixed_inventory: Inventory) -> Iterator[Node]:
+    ledger = Ledger(str(tmp_path / "state"))
+    ledger.open()
+    service = NodeService(mixed_inventory, ledger)
+    libhcs = tmp_path / "libhcs.so"
+    libhcs.write_bytes(b"\x7fELF")
+    settings = InjectorSettings(
+        node_name="sim",
+        run_dir=str(tmp_path / "run"),
+        runtime=RuntimeSection(libhcs_path=str(libhcs)),
+    )
+    injector = Injector(service, settings)
+    yield Node(injector, service, injector.quota, tmp_path / "run")
+    ledger.close()
+
+
+def prepare(node: Node, cid: str, user: ContainerUser | None = None) -> None:
+    device = node.service.device(A100_0)
+    assert device is not None
+    node.quota.prepare(cid, [Grant(A100_0, GiB)], [device], user)
+
+
+def leftover(directory: Path, outside: Path, *, depth: int = 8) -> None:
+    """What a root container could leave in the directory an older hcsd mounted at /run/hcs."""
+    directory.mkdir(parents=True)
+    (directory / "quota.conf").write_text("version=1\n")
+    (directory / "usage.shm").write_bytes(b"\0" * 64)
+    os.mkfifo(directory / "fifo")
+    (directory / "outside").symlink_to(outside)
+    (directory / "outside-dir").symlink_to(outside.parent, target_is_directory=True)
+    with open(directory / "huge", "wb") as f:
+        f.truncate(1 << 40)  # sparse: a terabyte that takes no room
+    nested = directory
+    for level in range(depth):
+        nested = nested / f"d{level}"
+        nested.mkdir()
+        (nested / "file").write_text("x")
+    for path in sorted(directory.rglob("d*"), key=lambda p: len(p.parts), reverse=True):
+        path.chmod(0o555)
+    directory.chmod(0o555)  # `chmod 0555 /run/hcs` from inside
+
+
+def test_a_directory_a_container_made_read_only_is_removed(node: Node, tmp_path: Path) -> None:
+    """The unit has no CAP_DAC_OVERRIDE: shutil.rmtree failed here with PermissionError, and
+    the Synchronize that tried it failed with it."""
+    outside = tmp_path / "precious"
+    outside.write_text("keep")
+    leftover(node.container("c1"), outside)
+    assert as_unit(lambda: node.quota.remove("c1")) is True
+    assert not node.container("c1").exists()
+    assert outside.read_text() == "keep" and (tmp_path / "run").is_dir()
+
+
+def test_what_cannot_be_removed_is_reported_and_the_reconcile_goes_on(
+    node: Node, tmp_path: Path
+) -> None:
+    """A sub-directory owned by another uid and read-only: hcsd cannot empty it (no
+    CAP_FOWNER). It is logged and left; the other leftovers and allocations are reconciled."""
+    outside = tmp_path / "precious"
+    outside.write_text("keep")
+    stuck = node.container("stuck")
+    stuck.mkdir(parents=True)
+    foreign = stuck / "theirs"
+    foreign.mkdir()
+    (foreign / "file").write_text("x")
+    os.chown(foreign, 1000, 1000)
+    foreign.chmod(0o555)
+    leftover(node.container("other"), outside)
+    grants = (Grant(A100_0, GiB),)
+    node.service.hold(Allocation("gone", grants, source="local", front_end=FrontEnd.NRI))
+    prepare(node, "gone")
+
+    def reconcile() -> tuple[list[str], bool, list[str]]:
+        messages: list[str] = []
+        handler = logging.Handler()
+        handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+        logging.getLogger("hcsd").addHandler(handler)
+        logging.getLogger("hcsd").setLevel(logging.INFO)
+        released = node.injector.reconcile([], FrontEnd.NRI)
+        return released, node.service.allocation("gone") is None, messages
+
+    released, gone, messages = as_unit(reconcile)
+    assert released == ["gone"] and gone
+    assert sorted(p.name for p in (node.run_dir / "containers").iterdir()) == ["stuck"]
+    assert (foreign / "file").exists()
+    left = [m for m in messages if m.startswith("stuck: cannot remove all of its quota directory")]
+    assert len(left) == 1 and "stuck/theirs/file: Permission denied" in left[0], messages
+
+
+def test_a_tree_deeper_than_the_limit_is_reported_not_walked(node: Node, tmp_path: Path) -> None:
+    leftover(node.container("deep"), tmp_path / "x", depth=MAX_DEPTH + 2)
+    assert as_unit(lambda: node.quota.remove("deep")) is False
+    assert node.container("deep").is_dir()  # the rest went; the deep chain is left
+    assert sorted(p.name for p in node.container("deep").iterdir()) == ["d0"]
+
+
+def test_a_planted_temporary_link_cannot_redirect_the_quota_write(node: Node) -> None:
+    """`quota.conf.tmp -> <run_dir>/ld.so.preload` made a same-id prepare (a runc-wrapper
+    restart) overwrite the node-wide preload file: the quota off for every container."""
+    prepare(node, "c1")
+    directory = node.container("c1")
+    (directory / "quota.conf.tmp").symlink_to(node.run_dir / "ld.so.preload")
+    (directory / "usage.shm.tmp").symlink_to(node.run_dir / "ld.so.preload")
+    (directory / "usage.shm").unlink()  # so that the region is written again too
+    as_unit(lambda: prepare(node, "c1"))
+    assert (node.run_dir / "ld.so.preload").read_bytes() == PRELOAD
+    assert "vram_limit=1073741824" in (directory / "quota.conf").read_text()
+    assert (directory / "usage.shm").read_bytes() == region.empty_region()
+    assert not (directory / "quota.conf.tmp").exists()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "mode", "link"])
+def test_a_damaged_preload_file_is_restored_at_the_next_prepare(
+    node: Node, tmp_path: Path, damage: str
+) -> None:
+    prepare(node, "c1")
+    preload = node.run_dir / "ld.so.preload"
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"")
+    if damage == "garbage":
+        preload.write_bytes(b"/nothing/here.so\n")
+    elif damage == "empty":
+        preload.write_bytes(b"")
+    elif damage == "mode":
+        preload.chmod(0o600)  # unreadable for a non-root container: no libhcs there
+    else:
+        preload.unlink()
+        preload.symlink_to(target)
+    as_unit(lambda: prepare(node, "c2"))
+    assert not preload.is_symlink() and preload.read_bytes() == PRELOAD
+    assert stat.S_IMODE(preload.stat().st_mode) == 0o644
+    assert target.read_bytes() == b""
+
+
+def test_the_unit_gives_the_region_to_the_container_and_can_still_read_it(node: Node) -> None:
+    """CAP_CHOWN makes the region the container's; 0644 lets hcsd's watchdog (no
+    CAP_DAC_READ_SEARCH) read the totals of a region another uid owns."""
+    as_unit(lambda: prepare(node, "c1", ContainerUser(1000680000, 0)))
+    info = (node.container("c1") / "usage.shm").stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (1000680000, 0, 0o644)
+    held = Allocation("c1", (Grant(A100_0, GiB),))
+    assert as_unit(lambda: AccountedUsage(node.run_dir)(held)) == {A100_0: 0}
+
+
+def test_without_cap_chown_the_region_is_writable_by_every_uid(node: Node) -> None:
+    as_unit(lambda: prepare(node, "c1", ContainerUser(1000, 1000)), without=("CAP_CHOWN",))
+    info = (node.container("c1") / "usage.shm").stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o666)
