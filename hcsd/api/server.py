@@ -75,6 +75,7 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
             started_at=s.started_at,
             orphaned_containers=[a.container_id for a in s.orphans()],
             health_source=s.health_source,
+            mode=self.injector.settings.mode.value if self.injector is not None else "",
         )
 
     async def ListDevices(

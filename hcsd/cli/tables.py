@@ -125,6 +125,8 @@ def status_lines(node: pb.Node, devices: Sequence[pb.Device]) -> str:
         f"ledger seq:  {node.ledger_seq}",
         f"health:      {node.health_source or 'off'}",
     ]
+    if node.mode:
+        lines.append(f"mode:        {node.mode}")
     if node.orphaned_containers:
         lines.append(f"orphaned:    {', '.join(node.orphaned_containers)} (devices gone)")
     return "\n".join(lines) + "\n"

@@ -282,6 +282,22 @@ def test_sighup_reloads_and_keeps_running_on_a_bad_file(daemon: Daemon) -> None:
     assert daemon.hcsctl("status").returncode == 0
 
 
+def test_sighup_switches_the_node_mode_and_status_shows_it(daemon: Daemon) -> None:
+    """A node joins a cluster without a restart (which would hold up, with hcsd a required NRI
+    plugin, every container creation meanwhile)."""
+    daemon.start()
+    assert daemon.process is not None
+    assert "mode:        standalone" in daemon.hcsctl("status").stdout
+    text = daemon.config.read_text().replace(
+        'name = "test-node"\n', 'name = "test-node"\nmode = "cluster"\n'
+    )
+    daemon.config.write_text(text)
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_notify("READY=1")
+    assert "mode:        cluster" in daemon.hcsctl("status").stdout
+    assert "node mode cluster" in daemon.logs() and "node.mode changed" not in daemon.logs()
+
+
 def test_sighup_applies_reloadable_keys_and_names_the_others(daemon: Daemon) -> None:
     daemon.start()
     assert daemon.process is not None

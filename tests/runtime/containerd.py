@@ -472,19 +472,24 @@ class Containerd:
         image: str = BUSYBOX_IMAGE,
         mounts: Sequence[tuple[Path, str]] = (),
         user: tuple[int, int] | None = None,
+        seccomp: str | None = None,
     ) -> str:
         """Create a container in `pod_id`; its id, or CrictlError with the runtime's text.
 
         The default command sleeps for an hour so that a started container stays running.
         `mounts` are read-only host paths (host, container), as a pod's hostPath volumes;
-        `user` is (uid, gid), as a pod's `runAsUser` and `runAsGroup`.
+        `user` is (uid, gid), as a pod's `runAsUser` and `runAsGroup`; `seccomp`
+        "runtime/default" is a pod's `seccompProfile: RuntimeDefault` (unset: unconfined).
         """
-        linux: dict[str, Any] = {}
+        context: dict[str, Any] = {}
         if user is not None:
-            linux["security_context"] = {
-                "run_as_user": {"value": user[0]},
-                "run_as_group": {"value": user[1]},
-            }
+            context["run_as_user"] = {"value": user[0]}
+            context["run_as_group"] = {"value": user[1]}
+        if seccomp == "runtime/default":
+            context["seccomp"] = {"profile_type": 0}  # CRI SecurityProfile.RuntimeDefault
+        elif seccomp is not None:
+            raise ContainerdError(f"failed to create container {name}: seccomp {seccomp!r}?")
+        linux: dict[str, Any] = {"security_context": context} if context else {}
         if pod_id not in self._pod_configs:
             raise ContainerdError(
                 f"failed to create container {name}: pod {pod_id} was not run here"

@@ -214,3 +214,43 @@ def test_on_a_cluster_node_a_pod_gets_devices_only_from_its_assignment(
         assert allocations(hcsd)[local]["source"] == "local"
     finally:
         hcsd.close()
+
+
+# Overmount the preload file from a new user and mount namespace: the children of `sh` there
+# would start without libhcs (a static binary needs no such trick; the watchdog sees both).
+ESCAPE = """
+echo > /tmp/none
+busybox unshare -Urm sh -c 'busybox mount -o bind /tmp/none /etc/ld.so.preload &&
+  echo "preload now: [$(cat /etc/ld.so.preload)]"'
+echo "rc=$?"
+"""
+
+
+@pytest.mark.parametrize(
+    ("seccomp", "escaped"),
+    [
+        pytest.param(None, True, id="unconfined"),
+        pytest.param("runtime/default", False, id="runtime-default"),
+    ],
+)
+def test_seccomp_runtime_default_keeps_a_tenant_from_dropping_the_preload(
+    containerd: Containerd, hcsd: Daemon, seccomp: str | None, escaped: bool
+) -> None:
+    """docs/security.md: the preload is a bind mount a tenant cannot remove, but one that may
+    create a user namespace can cover it in a mount namespace of its own. The runtime's
+    default seccomp profile refuses unshare (and namespace flags to clone) to a container
+    without CAP_SYS_ADMIN."""
+    pod = containerd.run_pod("escape", "team-e", f"uid-e-{escaped}")
+    ctr = containerd.create_container(
+        pod,
+        "main",
+        command=["sh", "-c", ESCAPE],
+        annotations={"hcs.io/vram": "1Gi"},
+        seccomp=seccomp,
+    )
+    containerd.start(ctr)
+    wait_for(lambda: "rc=" in containerd.logs(ctr), "the container ran")
+    out = containerd.logs(ctr)
+    assert ("preload now: []" in out and "rc=0" in out) is escaped, out
+    if not escaped:
+        assert "Operation not permitted" in out and "rc=1" in out, out
