@@ -23,7 +23,7 @@ from dataclasses import dataclass
 __all__ = ["Owner", "open_dir", "opened_dir", "read_file", "remove_tree", "write_file"]
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_REOPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # through /proc/self/fd
+_REOPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # /proc/self/fd, trusted paths
 MAX_DEPTH = 32  # deeper trees are reported, not walked (a container could nest without end)
 
 
@@ -35,18 +35,22 @@ class Owner:
     gid: int
 
 
-def open_dir(name: str, dir_fd: int | None = None, *, create: int | None = None) -> int:
-    """A descriptor of directory `name` (relative to `dir_fd`), never through a symbolic link;
+def open_dir(
+    name: str, dir_fd: int | None = None, *, create: int | None = None, follow: bool = False
+) -> int:
+    """A descriptor of directory `name` (relative to `dir_fd`), never through a symbolic link
+    unless `follow` (for a configured path such as the run directory, which only root set up);
     made with mode `create` when missing and `create` is given (the mode is set exactly,
     whatever the umask, on a directory this process owns)."""
+    flags = _REOPEN_DIRECTORY if follow else _DIRECTORY
     try:
-        fd = os.open(name, _DIRECTORY, dir_fd=dir_fd)
+        fd = os.open(name, flags, dir_fd=dir_fd)
     except FileNotFoundError:
         if create is None:
             raise
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, create, dir_fd=dir_fd)
-        fd = os.open(name, _DIRECTORY, dir_fd=dir_fd)
+        fd = os.open(name, flags, dir_fd=dir_fd)
     if create is not None:
         info = os.fstat(fd)
         if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) != create:
@@ -55,9 +59,11 @@ def open_dir(name: str, dir_fd: int | None = None, *, create: int | None = None)
 
 
 @contextlib.contextmanager
-def opened_dir(name: str, dir_fd: int | None = None, *, create: int | None = None) -> Iterator[int]:
+def opened_dir(
+    name: str, dir_fd: int | None = None, *, create: int | None = None, follow: bool = False
+) -> Iterator[int]:
     """`open_dir` as a context manager that closes the descriptor."""
-    fd = open_dir(name, dir_fd, create=create)
+    fd = open_dir(name, dir_fd, create=create, follow=follow)
     try:
         yield fd
     finally:

@@ -98,7 +98,7 @@ class QuotaFiles:
         text = render_quota(container_id, grants, devices).encode()
         os.makedirs(self.run_dir, mode=0o755, exist_ok=True)
         with (
-            opened_dir(self.run_dir) as run_fd,
+            opened_dir(self.run_dir, follow=True) as run_fd,
             opened_dir("containers", run_fd, create=DIRECTORY) as root_fd,
             opened_dir(container_id, root_fd, create=DIRECTORY) as fd,
         ):
@@ -153,7 +153,7 @@ class QuotaFiles:
         rewritten whenever it is not exactly what hcsd writes (content and mode)."""
         os.makedirs(self.run_dir, mode=0o755, exist_ok=True)
         name = os.path.basename(self.preload_file)
-        with opened_dir(os.path.dirname(self.preload_file)) as fd:
+        with opened_dir(os.path.dirname(self.preload_file), follow=True) as fd:
             if not self._preload_current(fd, name):
                 write_file(fd, name, PRELOAD_TEXT, mode=READABLE)
         return ContainerEdits(
@@ -177,7 +177,10 @@ class QuotaFiles:
         if not CONTAINER_ID.fullmatch(container_id):
             return True  # never a directory of ours
         try:
-            with opened_dir(self.root) as root_fd:
+            with (
+                opened_dir(self.run_dir, follow=True) as run_fd,
+                opened_dir("containers", run_fd) as root_fd,
+            ):
                 problems = remove_tree(root_fd, container_id)
         except FileNotFoundError:
             return True
@@ -194,6 +197,10 @@ class QuotaFiles:
 
     def present(self) -> list[str]:
         """The container ids that have a directory (other names are not ours)."""
-        with contextlib.suppress(OSError), opened_dir(self.root) as fd:
+        with (
+            contextlib.suppress(OSError),
+            opened_dir(self.run_dir, follow=True) as run_fd,
+            opened_dir("containers", run_fd) as fd,
+        ):
             return sorted(n for n in os.listdir(fd) if CONTAINER_ID.fullmatch(n))
         return []

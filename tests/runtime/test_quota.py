@@ -195,3 +195,27 @@ def test_without_cap_chown_the_region_is_writable_by_every_uid(node: Node) -> No
     as_unit(lambda: prepare(node, "c1", ContainerUser(1000, 1000)), without=("CAP_CHOWN",))
     info = (node.container("c1") / "usage.shm").stat()
     assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o666)
+
+
+@pytest.mark.parametrize("planted", ["fifo", "link", "directory"])
+def test_whatever_stands_at_a_file_name_is_replaced_never_opened(
+    node: Node, tmp_path: Path, planted: str
+) -> None:
+    """A FIFO at `usage.shm` must not hang hcsd (nothing but a regular file is opened), a link
+    must not be followed, a directory must not make the write fail."""
+    target = tmp_path / "target"
+    target.write_bytes(b"untouched")
+    directory = node.container("c1")
+    directory.mkdir(parents=True)
+    for name in ("quota.conf", "usage.shm"):
+        if planted == "fifo":
+            os.mkfifo(directory / name)
+        elif planted == "link":
+            (directory / name).symlink_to(target)
+        else:
+            (directory / name).mkdir()
+            (directory / name / "inside").write_text("x")
+    as_unit(lambda: prepare(node, "c1"))
+    assert (directory / "usage.shm").read_bytes() == region.empty_region()
+    assert (directory / "quota.conf").read_text().startswith("# written by hcsd")
+    assert target.read_bytes() == b"untouched"
