@@ -97,12 +97,22 @@ def read_file(dir_fd: int, name: str, limit: int) -> bytes | None:
 
 
 def write_file(
-    dir_fd: int, name: str, data: bytes, *, mode: int, owner: Owner | None = None
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    mode: int,
+    owner: Owner | None = None,
+    size: int | None = None,
 ) -> None:
     """Replace `name` atomically: a new file beside it (`O_EXCL|O_NOFOLLOW`: a link planted at
-    the temporary name is removed, never followed), its mode and owner set, fsync, rename over
-    `name`, fsync the directory. Raises OSError (PermissionError for an owner that cannot be
-    set) with nothing left behind."""
+    the temporary name is removed, never followed) holding `data` (extended with zeros to
+    `size` when given, without writing them), its mode and owner set, renamed over `name`.
+    Raises OSError (PermissionError for an owner that cannot be set) with nothing left behind.
+
+    No fsync: these files live as long as the containers that mount them, on the run
+    directory's tmpfs; a machine crash takes both. The rename alone makes a reader see the old
+    file or the new one, whole."""
     temporary = f"{name}.tmp"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(temporary, dir_fd=dir_fd)
@@ -112,10 +122,11 @@ def write_file(
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        if size is not None:
+            os.ftruncate(fd, size)
         os.fchmod(fd, mode)  # before fchown: the mode of another uid's file takes CAP_FOWNER
         if owner is not None:
             os.fchown(fd, owner.uid, owner.gid)
-        os.fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
@@ -127,7 +138,6 @@ def write_file(
     except IsADirectoryError:  # a directory planted at the name: it goes, the file takes its place
         remove_tree(dir_fd, name)
         os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    os.fsync(dir_fd)
 
 
 def remove_tree(dir_fd: int, name: str) -> list[str]:

@@ -129,7 +129,8 @@ class QuotaFiles:
             write_file(
                 dir_fd,
                 REGION_FILE,
-                region.empty_region(),
+                region.header(),
+                size=region.SIZE,  # the rest is zeros: a sparse file, as libhcs makes one
                 mode=READABLE if owner else ANY_WRITER,
                 owner=owner,
             )
@@ -145,7 +146,7 @@ class QuotaFiles:
                 owner.uid,
                 owner.gid,
             )
-            write_file(dir_fd, REGION_FILE, region.empty_region(), mode=ANY_WRITER)
+            write_file(dir_fd, REGION_FILE, region.header(), size=region.SIZE, mode=ANY_WRITER)
 
     def preload_edits(self) -> ContainerEdits:
         """libhcs and the preload file that loads it, read-only: the part of the quota edits

@@ -6,10 +6,11 @@ little-endian u64 per device ordinal with the container's usage, the ordinal bei
 position in quota.conf. Only that header is read (its layout is the documented contract; the
 process slots behind it are libhcs's business).
 
-The file lives in a directory the container writes: it is looked up without following links,
-must be a regular file before it is opened for reading, and only its first bytes are read. A
-missing, foreign or malformed file reads as "unknown", never as zero, so a container that
-deleted its region does not look as though it used nothing.
+The container writes the file (its mount at /run/hcs/usage.shm; an older hcsd mounted the
+whole directory): it is looked up without following links, must be a regular file before it
+is opened for reading, and only its first bytes are read. A missing, foreign or malformed file
+reads as "unknown", never as zero, so a container that deleted its region does not look as
+though it used nothing.
 """
 
 from __future__ import annotations

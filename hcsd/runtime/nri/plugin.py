@@ -9,9 +9,9 @@ the plugin reconnects with backoff.
 
 The runtime waits `plugin_request_timeout` (2 s by default) for each answer, then drops the
 plugin and creates the container without it. CreateContainer does one fsync'd ledger append
-and one atomic quota file write (plus, every `ledger.compact_after` records, a snapshot), so it
-takes milliseconds; one that took over SLOW_REQUEST seconds is logged as a warning with the
-container, because the next one may miss the runtime's deadline.
+and writes the container's quota file and usage region (plus, every `ledger.compact_after`
+records, a snapshot), so it takes milliseconds; one that took over SLOW_REQUEST seconds is
+logged as a warning with the container, because the next one may miss the runtime's deadline.
 
 A refusal from any handler becomes the ttrpc status of hcsd/refusals.py's table, with the
 reason (and whether a retry may succeed) in the text, which is all the runtime passes on.
