@@ -25,6 +25,7 @@ __all__ = ["Owner", "open_dir", "opened_dir", "read_file", "remove_tree", "write
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _REOPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # /proc/self/fd, trusted paths
 MAX_DEPTH = 32  # deeper trees are reported, not walked (a container could nest without end)
+MAX_ENTRIES = 100_000  # entries looked at per removal; the rest waits for the next one
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,63 +141,86 @@ def write_file(
         os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
-def remove_tree(dir_fd: int, name: str) -> list[str]:
+def remove_tree(dir_fd: int, name: str, *, budget: int = MAX_ENTRIES) -> list[str]:
     """Remove `name` (relative to `dir_fd`) and everything under it, whatever a container left
-    there; the problems met, each as `path: why` (empty: all gone). Directories this process
-    owns get their write permission back; anything else that cannot go is reported and left,
-    and the rest of the tree is still removed."""
-    problems: list[str] = []
-    _remove(dir_fd, name, name, 0, problems)
-    return problems
+    there; the problems met, each as `path: why` with names escaped (empty: all gone).
+    Directories this process owns get their write permission back; anything else that cannot
+    go is reported and left, and the rest of the tree is still removed. At most `budget`
+    entries are looked at, so that a tree of millions of files cannot stall the caller: the
+    rest is reported, for a later call."""
+    removal = _Removal(budget)
+    removal.remove(dir_fd, name, _printable(name), 0)
+    return removal.problems
 
 
-def _remove(dir_fd: int, name: str, shown: str, depth: int, problems: list[str]) -> None:
-    try:
-        path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        problems.append(f"{shown}: {e.strerror}")
-        return
-    try:
-        info = os.fstat(path_fd)
-        if not stat.S_ISDIR(info.st_mode):
+def _printable(name: str) -> str:
+    """A name as a log line may show it: control characters and the like escaped."""
+    return name if name.isprintable() else ascii(name)[1:-1]
+
+
+class _Removal:
+    def __init__(self, budget: int) -> None:
+        self.problems: list[str] = []
+        self.limit = self.budget = budget
+
+    def remove(self, dir_fd: int, name: str, shown: str, depth: int) -> None:
+        self.budget -= 1
+        try:
+            path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self.problems.append(f"{shown}: {e.strerror}")
+            return
+        try:
+            info = os.fstat(path_fd)
+            if not stat.S_ISDIR(info.st_mode):
+                self.unlink(dir_fd, name, shown, directory=False)
+                return
+            if depth >= MAX_DEPTH:
+                self.problems.append(f"{shown}: nested deeper than {MAX_DEPTH} directories, left")
+                return
+            if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o700 != 0o700:
+                # A container's chmod 0555 must not keep it: the owner may always chmod,
+                # through the descriptor's inode (no second lookup of the name).
+                with contextlib.suppress(OSError):
+                    os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
+            if not self.empty(path_fd, shown, depth):
+                return
+        finally:
             os.close(path_fd)
-            path_fd = -1
-            _unlink(dir_fd, name, shown, problems, directory=False)
-            return
-        if depth >= MAX_DEPTH:
-            problems.append(f"{shown}: nested deeper than {MAX_DEPTH} directories, left")
-            return
-        if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o700 != 0o700:
-            # A container's chmod 0555 must not keep it: the owner may always chmod, through
-            # the descriptor's inode (no second lookup of the name).
-            with contextlib.suppress(OSError):
-                os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
+        self.unlink(dir_fd, name, shown, directory=True)
+
+    def empty(self, path_fd: int, shown: str, depth: int) -> bool:
+        """Remove what the directory holds; False when it cannot even be listed."""
         try:
             child_fd = os.open(f"/proc/self/fd/{path_fd}", _REOPEN_DIRECTORY)
-            try:
-                entries = os.listdir(child_fd)
-                for entry in entries:
-                    _remove(child_fd, entry, f"{shown}/{entry}", depth + 1, problems)
-            finally:
-                os.close(child_fd)
         except OSError as e:
-            problems.append(f"{shown}: {e.strerror}")
+            self.problems.append(f"{shown}: {e.strerror}")
+            return False
+        try:
+            with os.scandir(child_fd) as entries:
+                for entry in entries:
+                    if self.budget <= 0:
+                        self.problems.append(f"{shown}: more than {self.limit} entries, left")
+                        return False
+                    self.remove(
+                        child_fd, entry.name, f"{shown}/{_printable(entry.name)}", depth + 1
+                    )
+        except OSError as e:
+            self.problems.append(f"{shown}: {e.strerror}")
+            return False
+        finally:
+            os.close(child_fd)
+        return True
+
+    def unlink(self, dir_fd: int, name: str, shown: str, *, directory: bool) -> None:
+        try:
+            if directory:
+                os.rmdir(name, dir_fd=dir_fd)
+            else:
+                os.unlink(name, dir_fd=dir_fd)
+        except FileNotFoundError:
             return
-    finally:
-        if path_fd >= 0:
-            os.close(path_fd)
-    _unlink(dir_fd, name, shown, problems, directory=True)
-
-
-def _unlink(dir_fd: int, name: str, shown: str, problems: list[str], *, directory: bool) -> None:
-    try:
-        if directory:
-            os.rmdir(name, dir_fd=dir_fd)
-        else:
-            os.unlink(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        problems.append(f"{shown}: {e.strerror}")
+        except OSError as e:
+            self.problems.append(f"{shown}: {e.strerror}")
