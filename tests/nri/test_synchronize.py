@@ -209,3 +209,24 @@ async def test_a_create_close_to_the_runtime_timeout_is_reported(
         "2000 ms)"
     )
     assert (expected in caplog.text) is warned
+
+
+async def test_the_preload_alone_is_not_hcsds_edits(nri: Setup) -> None:
+    """A container of hcsd's CDI spec has the preload file and no quota file: one that asked
+    for devices (created while hcsd was down, with the CDI name added) runs without a quota."""
+    await synchronize(
+        nri,
+        running(
+            "cdi",
+            name="cdi",
+            annotations={"hcs.io/vram": "8Gi"},
+            mounts=quota_mounts(nri, "cdi")[:1],  # the preload only
+        ),
+        running(
+            "whole",
+            name="whole",
+            annotations={"hcs.io/vram": "8Gi"},
+            mounts=quota_mounts(nri, "whole"),
+        ),
+    )
+    assert nri.service.uninjected_count == 1
