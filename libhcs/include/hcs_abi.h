@@ -236,7 +236,7 @@ _Static_assert(offsetof(aclrtPhysicalMemProp, location) == 12 &&
  * to share the quota).
  *
  * Where: beside quota.conf, `usage.shm` (in a container /run/hcs/usage.shm, a file hcsd
- * creates before the container starts, owned by the container's uid and gid, mode 0600, as
+ * creates before the container starts, owned by the container's uid and gid, mode 0644 (0666 when the uid is unknown), as
  * its own bind mount or in a directory the container cannot write). libhcs opens it O_RDWR
  * without following symbolic links; it creates one itself only where none exists and it may
  * (a bare process with HCS_CONFIG, or an older hcsd), by writing it whole under a temporary
