@@ -114,6 +114,8 @@ def test_a_resync_writes_nothing_unless_someone_else_changed_the_status(
 def test_the_heartbeat_follows_hcsd(start: Callable[..., Running], hcsd: Daemon) -> None:
     running = start("heartbeat")
     assert running.syncer.synced.wait(15)
+    # "synced" means hcsd's state is mirrored; the Lease's first write may follow a moment later.
+    until(lambda: running.syncer.writes["lease"] > 0, what="the first heartbeat")
     first = running.renewed()
     until(lambda: running.renewed() > first, timeout=3, what="a renewal")
     assert hcsd.process is not None
