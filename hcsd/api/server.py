@@ -34,9 +34,9 @@ from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
 from hcsd.contract.names import container_id_problem
 from hcsd.model import FrontEnd, PodRef
 from hcsd.refusals import METADATA_KEY, Reason, Refusal
+from hcsd.runtime.container_files import ContainerUser
 from hcsd.runtime.injector import ContainerInfo, Injector
 from hcsd.runtime.presence import ContainerView
-from hcsd.runtime.quota import ContainerUser
 from hcsd.service import NodeService, WatchOverflow
 
 __all__ = ["ApiServer", "HcsdServicer", "SocketInUse", "grpc_code"]

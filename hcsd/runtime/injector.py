@@ -22,9 +22,9 @@ from hcsd.contract.names import container_id_problem
 from hcsd.model import Allocation, Device, FrontEnd, NodeMode, PodRef
 from hcsd.refusals import Reason, Refusal
 from hcsd.runtime.annotations import RequestError, local_request, requested_keys
+from hcsd.runtime.container_files import ContainerUser, QuotaFiles
 from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.presence import ContainerView, RunningContainer, asks_for_devices, missing_edits
-from hcsd.runtime.quota import ContainerUser, QuotaFiles
 from hcsd.runtime.settings import RuntimeSection
 from hcsd.runtime.vendors import vendor_edits
 from hcsd.service import NodeService

@@ -16,7 +16,7 @@ from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
 from hcsd.model import DeviceNode, Request, Vendor
 from hcsd.runtime.cdi import CDI_KIND, SPEC_NAME, keep_spec_current, render_spec, write_spec
-from hcsd.runtime.quota import QuotaFiles
+from hcsd.runtime.container_files import QuotaFiles
 from hcsd.runtime.settings import DriverPaths
 from hcsd.service import WATCH_QUEUE, NodeService
 from tests.conftest import GiB, gpu

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from hcsd.model import FrontEnd, PodRef
+from hcsd.runtime.container_files import ContainerUser
 from hcsd.runtime.edits import ContainerEdits
 from hcsd.runtime.injector import ContainerInfo
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
 from hcsd.runtime.presence import ContainerView, RunningContainer
-from hcsd.runtime.quota import ContainerUser
 
 __all__ = ["adjustment", "container_info", "container_user", "running_container"]
 

@@ -22,9 +22,9 @@ from hcsd.contract import region
 from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
 from hcsd.model import Allocation, FrontEnd, Grant
+from hcsd.runtime.container_files import ContainerUser, QuotaFiles
 from hcsd.runtime.dirfd import MAX_DEPTH, opened_dir, remove_tree
 from hcsd.runtime.injector import Injector, InjectorSettings
-from hcsd.runtime.quota import ContainerUser, QuotaFiles
 from hcsd.runtime.settings import RuntimeSection
 from hcsd.service import NodeService
 from hcsd.watchdog.accounted import AccountedUsage
