@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hcsd.allocator import Usage
+from hcsd.cluster.compute_quota import Amounts, Quota, quota_of
 from hcsd.cluster.heartbeats import Heartbeat, Heartbeats, NodeLease, node_lease
 from hcsd.cluster.holds import Holds, PodInfo, pod_info
 from hcsd.cluster.informer import Informer
 from hcsd.cluster.kube import Kube, paths_for
 from hcsd.cluster.objects import NodeView, ObjectError, PodHold, node_view
 from hcsd.cluster.planner import Summary, shape_of, summarise
-from hcsd.cluster.quota import Amounts, Quota, quota_of
 from hcsd.contract.names import API_VERSION, COMPUTE_NODES, COMPUTE_QUOTAS, NAMESPACE
 from hcsd.model import Grant
 from hcsd.profiles.exchange import share_tflops

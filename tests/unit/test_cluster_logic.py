@@ -12,6 +12,7 @@ import pytest
 
 from hcsd.allocator import Usage
 from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.cluster.compute_quota import Amounts, QuotaError, quota_of
 from hcsd.cluster.demand import DemandError, demand_of
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.heartbeats import NodeLease
@@ -19,7 +20,6 @@ from hcsd.cluster.http import extender_args, filter_result, host_priorities
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import compute_node, node_spec, node_status, node_view
 from hcsd.cluster.planner import Plan, plan, quick_fit, summarise
-from hcsd.cluster.quota import Amounts, QuotaError, quota_of
 from hcsd.cluster.timefmt import micro_time
 from hcsd.model import HealthState
 from hcsd.profiles.database import ProfileDatabase

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from hcsd.cluster.binding import signed_assignment
+from hcsd.cluster.compute_quota import Amounts, quota_of
 from hcsd.cluster.decisions import Decider
 from hcsd.cluster.demand import demand_of
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.metrics import Metrics
 from hcsd.cluster.objects import node_view
-from hcsd.cluster.quota import Amounts, quota_of
 from hcsd.cluster.state import ClusterState
 from hcsd.model import Grant
 from hcsd.profiles.database import ProfileDatabase
