@@ -22,7 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from hcsd import __version__
-from hcsd.api.convert import (
+from hcsd.api.messages import (
     InvalidRequest,
     allocation_to_pb,
     device_to_pb,

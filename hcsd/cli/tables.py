@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hcsd.api.convert import HEALTH_NAMES
+from hcsd.api.messages import HEALTH_NAMES
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.quantity import format_bytes
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hcsd.api.convert import allocation_to_pb, device_to_pb
+from hcsd.api.messages import allocation_to_pb, device_to_pb
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cli import tables
 from hcsd.daemon.metrics import render_metrics

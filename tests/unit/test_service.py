@@ -161,7 +161,7 @@ def test_refusals_decided_elsewhere_are_counted_here(service: NodeService) -> No
 
 
 def test_every_event_kind_has_its_own_wire_kind() -> None:
-    from hcsd.api.convert import event_to_pb
+    from hcsd.api.messages import event_to_pb
     from hcsd.service import Event
 
     wire = {event_to_pb(Event(kind, 0, 0.0)).kind for kind in EventKind}
