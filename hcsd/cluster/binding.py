@@ -22,8 +22,8 @@ from typing import Any
 
 from hcsd.cluster.decisions import Decider, over_quota, plan_amounts
 from hcsd.cluster.demand import DemandError
+from hcsd.cluster.extender_metrics import Metrics
 from hcsd.cluster.kube import Kube, KubeError, paths_for
-from hcsd.cluster.metrics import Metrics
 from hcsd.cluster.objects import PodHold
 from hcsd.cluster.planner import Unfit
 from hcsd.cluster.state import ClusterState

@@ -33,8 +33,8 @@ from typing import Any
 from hcsd.cluster import planner
 from hcsd.cluster.compute_quota import Amounts, Quota
 from hcsd.cluster.demand import Demand, demand_of
+from hcsd.cluster.extender_metrics import Metrics
 from hcsd.cluster.heartbeats import stale_reason
-from hcsd.cluster.metrics import Metrics
 from hcsd.cluster.planner import Plan, Unfit, expand_models, quick_fit
 from hcsd.cluster.state import Answer, NodeSnapshot, Snapshot
 from hcsd.profiles.database import ProfileDatabase

@@ -20,8 +20,8 @@ from typing import Any
 from hcsd.cluster.binding import Binder, BindRequest
 from hcsd.cluster.decisions import NOTHING, Decider
 from hcsd.cluster.demand import Demand, DemandError
+from hcsd.cluster.extender_metrics import Metrics
 from hcsd.cluster.kube import Kube
-from hcsd.cluster.metrics import Metrics
 from hcsd.cluster.quota_status import QuotaStatusWriter
 from hcsd.cluster.state import ClusterState
 from hcsd.contract.names import NAMESPACE

@@ -15,8 +15,8 @@ from hcsd.cluster.compute_quota import Amounts, quota_of
 from hcsd.cluster.decisions import Decider
 from hcsd.cluster.demand import demand_of
 from hcsd.cluster.extender import Extender
+from hcsd.cluster.extender_metrics import Metrics
 from hcsd.cluster.kube import Kube
-from hcsd.cluster.metrics import Metrics
 from hcsd.cluster.objects import node_view
 from hcsd.cluster.state import ClusterState
 from hcsd.model import Grant
