@@ -24,7 +24,7 @@ from hcsd.refusals import Reason
 from hcsd.sections import Section, checks, setting
 from hcsd.service import NodeService
 from hcsd.watchdog import Watchdog
-from hcsd.watchdog.metrics import families
+from hcsd.watchdog.metric_families import families
 
 __all__ = ["MetricsSection", "MetricsServer", "render_metrics"]
 

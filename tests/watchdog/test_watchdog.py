@@ -17,7 +17,7 @@ import pytest
 from hcsd.model import Allocation, VramViolation
 from hcsd.watchdog import Policy, Tolerance, Watchdog, WatchdogSettings
 from hcsd.watchdog.accounted import AccountedUsage
-from hcsd.watchdog.metrics import families
+from hcsd.watchdog.metric_families import families
 from hcsd.watchdog.readers.nvml import NvmlReader
 from hcsd.watchdog.settings import WatchdogSection
 from tests.watchdog.cgroup import Container, Containers
