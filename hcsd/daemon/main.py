@@ -23,8 +23,8 @@ from hcsd import __version__
 from hcsd.api.server import ApiServer, SocketInUse
 from hcsd.contract.keys import AssignmentKeyError, KeyFile
 from hcsd.daemon import notify
-from hcsd.daemon.backends import build_backends, hotplug_watcher
 from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config
+from hcsd.daemon.discovering import build_backends, hotplug_watcher
 from hcsd.daemon.logs import configure_logging, set_level
 from hcsd.daemon.metrics import MetricsServer
 from hcsd.daemon.reference import render_default_config

@@ -341,7 +341,7 @@ def test_driver_paths_name_every_vendor() -> None:
 
 
 def test_every_backend_name_has_a_factory() -> None:
-    from hcsd.daemon.backends import BACKENDS
+    from hcsd.daemon.discovering import BACKENDS
     from hcsd.discovery.settings import BACKEND_NAMES
 
     assert set(BACKENDS) == set(BACKEND_NAMES)

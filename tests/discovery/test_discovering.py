@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hcsd.daemon.backends import build_backends, expand_auto
 from hcsd.daemon.config import ConfigError, load_config
+from hcsd.daemon.discovering import build_backends, expand_auto
 from hcsd.discovery import discover_all
 from tests.fakes import Function, make_sysfs
 from tests.fakes.nodes import nvidia_node
