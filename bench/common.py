@@ -79,7 +79,7 @@ class SimulatedDaemon:
         env = dict(os.environ, **(extra_env or {}))
         env["PYTHONPATH"] = str(ROOT)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "hcsd.daemon.main", "--config", str(config)],
+            [sys.executable, "-m", "hcsd.daemon.lifecycle", "--config", str(config)],
             env=env,
             stderr=subprocess.DEVNULL,
         )

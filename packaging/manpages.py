@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 PAGES = {
-    ("hcsd", "8"): [["hcsd.daemon.main"]],
+    ("hcsd", "8"): [["hcsd.daemon.lifecycle"]],
     ("hcsctl", "1"): [["hcsd.cli.main"], ["hcsd.cli.main", "setup"]],
     ("hcs-syncer", "8"): [["hcsd.cluster.syncer_cli"]],
     ("hcs-scheduler-extender", "8"): [["hcsd.cluster.extender_cli"]],

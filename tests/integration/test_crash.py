@@ -142,7 +142,7 @@ def test_hcsd_refuses_to_start_on_a_damaged_middle_length(
     daemon = Daemon(tmp_path)
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "hcsd.daemon.main", "--config", str(daemon.config)],
+            [sys.executable, "-m", "hcsd.daemon.lifecycle", "--config", str(daemon.config)],
             stderr=subprocess.PIPE,
             text=True,
         )

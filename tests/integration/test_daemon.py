@@ -65,7 +65,14 @@ class Daemon:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
         limit = (max_files, max_files) if max_files is not None else None
         self.process = subprocess.Popen(
-            [*self.prefix, sys.executable, "-m", "hcsd.daemon.main", "--config", str(self.config)],
+            [
+                *self.prefix,
+                sys.executable,
+                "-m",
+                "hcsd.daemon.lifecycle",
+                "--config",
+                str(self.config),
+            ],
             env=env,
             stderr=self.log,
             stdout=self.log,
@@ -384,7 +391,7 @@ def test_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
     config = tmp_path / "bad.toml"
     config.write_text("[allocator]\npolicy = 'random'\n")
     result = subprocess.run(
-        [sys.executable, "-m", "hcsd.daemon.main", "--config", str(config)],
+        [sys.executable, "-m", "hcsd.daemon.lifecycle", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -401,7 +408,7 @@ def test_busy_metrics_port_is_a_clear_start_up_error(daemon: Daemon) -> None:
         busy.bind(("127.0.0.1", daemon.port))
         busy.listen()
         process = subprocess.run(
-            [sys.executable, "-m", "hcsd.daemon.main", "--config", str(daemon.config)],
+            [sys.executable, "-m", "hcsd.daemon.lifecycle", "--config", str(daemon.config)],
             capture_output=True,
             text=True,
             timeout=30,

@@ -385,7 +385,7 @@ def test_reload_takes_only_the_reloadable_keys(tmp_path: Path) -> None:
 
 def test_every_reloadable_key_has_a_reload_step() -> None:
     from hcsd.daemon.config import reloadable_keys
-    from hcsd.daemon.main import RELOAD_STEPS
+    from hcsd.daemon.lifecycle import RELOAD_STEPS
 
     assert (
         set(RELOAD_STEPS)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hcsd.daemon.config import Config
-from hcsd.daemon.main import main
+from hcsd.daemon.lifecycle import main
 from hcsd.daemon.reference import render_markdown, render_roff
 from hcsd.sections import tables
 
