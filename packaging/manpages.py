@@ -9,7 +9,7 @@ from pathlib import Path
 
 PAGES = {
     ("hcsd", "8"): [["hcsd.daemon.lifecycle"]],
-    ("hcsctl", "1"): [["hcsd.cli.main"], ["hcsd.cli.main", "setup"]],
+    ("hcsctl", "1"): [["hcsd.cli.hcsctl"], ["hcsd.cli.hcsctl", "setup"]],
     ("hcs-syncer", "8"): [["hcsd.cluster.syncer_cli"]],
     ("hcs-scheduler-extender", "8"): [["hcsd.cluster.extender_cli"]],
 }

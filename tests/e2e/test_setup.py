@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hcsd.cli.main import main
+from hcsd.cli.hcsctl import main
 from tests.runtime.peers import CONTAINERD_17_VERSION, CONTAINERD_VERSION, PEERS
 
 # The shape `containerd config default` prints: 1.7 (version 2, NRI disabled) and 2.x (version 3).

@@ -100,7 +100,7 @@ class Daemon:
 
     def hcsctl(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "hcsd.cli.main", "--socket", self.socket, *args],
+            [sys.executable, "-m", "hcsd.cli.hcsctl", "--socket", self.socket, *args],
             capture_output=True,
             text=True,
             timeout=30,
@@ -195,7 +195,14 @@ def test_hcsctl_against_the_daemon(daemon: Daemon) -> None:
 
 def test_hcsctl_without_a_daemon_says_why(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "hcsd.cli.main", "--socket", str(tmp_path / "none.sock"), "devices"],
+        [
+            sys.executable,
+            "-m",
+            "hcsd.cli.hcsctl",
+            "--socket",
+            str(tmp_path / "none.sock"),
+            "devices",
+        ],
         capture_output=True,
         text=True,
         timeout=30,

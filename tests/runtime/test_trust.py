@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hcsd.cli.main import main as hcsctl
+from hcsd.cli.hcsctl import main as hcsctl
 from tests.integration.test_daemon import Daemon, free_port
 from tests.integration.test_hooks import make_bundle
 from tests.runtime.containerd import Containerd, CrictlError

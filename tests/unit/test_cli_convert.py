@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hcsd.cli.main import main
+from hcsd.cli.hcsctl import main
 
 
 def test_convert_needs_no_daemon(capsys: pytest.CaptureFixture[str]) -> None:
