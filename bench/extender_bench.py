@@ -32,11 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT, summary_us, write_result
 from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.cluster.commands import tune_gc
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.heartbeats import NodeLease
 from hcsd.cluster.http import serve
 from hcsd.cluster.kube import Kube
-from hcsd.cluster.main import tune_gc
 from hcsd.cluster.objects import compute_node, node_spec, node_status, node_view
 from hcsd.cluster.timefmt import micro_time
 from hcsd.contract.names import NAMESPACE, NODE_LEASE_PREFIX

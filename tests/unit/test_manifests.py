@@ -21,8 +21,8 @@ import yaml
 
 from hcsd import __version__
 from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.cluster.commands import extender_main, syncer_main
 from hcsd.cluster.compute_quota import Amounts
-from hcsd.cluster.main import extender_main, syncer_main
 from hcsd.cluster.objects import compute_node, node_spec, node_status
 from hcsd.contract import names
 from hcsd.quantity import QuantityError, parse_quantity
