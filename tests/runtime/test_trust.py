@@ -21,7 +21,7 @@ import pytest
 
 from hcsd.cli.hcsctl import main as hcsctl
 from tests.integration.test_daemon import Daemon, free_port
-from tests.integration.test_hooks import make_bundle
+from tests.integration.test_frontends import make_bundle
 from tests.runtime.containerd import Containerd, CrictlError
 from tests.runtime.peers import Binaries
 from tests.runtime.test_containerd import GPU0, KEY, NODE, ROOT, allocations, wait_for

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.hooks.bundle import container_user
+from hcsd.frontends.bundle import container_user
 from tests.integration.test_daemon import Daemon
 
 pytestmark = [

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.contract import paths
-from hcsd.hooks.bundle import container_spec, is_sandbox, load_config, prepare_request
+from hcsd.frontends.bundle import container_spec, is_sandbox, load_config, prepare_request
 from hcsd.model import FrontEnd
 
 __all__ = ["main"]

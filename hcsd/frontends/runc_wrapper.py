@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.contract import paths
-from hcsd.hooks.bundle import apply_edits, is_sandbox, load_config, prepare_request, save_config
+from hcsd.frontends.bundle import apply_edits, is_sandbox, load_config, prepare_request, save_config
 from hcsd.model import FrontEnd
 
 __all__ = ["main", "parse_runc_args"]
