@@ -5,7 +5,7 @@
 #define HCS_CUDA_H
 
 #include "backend.h"
-#include "hooks.h"
+#include "exports.h"
 
 static const char *const cuda_libraries[] = {"libcuda.so.1", "libcuda.so", NULL};
 #define HCS_OK_cuda CUDA_SUCCESS

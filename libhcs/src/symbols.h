@@ -1,5 +1,5 @@
 /* Every symbol libhcs hooks, written once. From these rows come the exported wrappers
- * (hooks.c), the version script (libhcs.map.in), the dlsym table (hooks.c), the
+ * (exports.c), the version script (libhcs.map.in), the dlsym table (exports.c), the
  * cuGetProcAddress swap table (cuda.c), each backend's real-function pointers and their
  * resolution, and the bodies of the hooks whose shape is common (backend.h).
  *

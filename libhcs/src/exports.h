@@ -1,4 +1,4 @@
-/* The exported hook symbols (defined in hooks.c from symbols.h), for code that must hand out
+/* The exported hook symbols (defined in exports.c from symbols.h), for code that must hand out
  * their addresses (dlsym, cuGetProcAddress). */
 #ifndef HCS_HOOKS_H
 #define HCS_HOOKS_H

@@ -3,7 +3,7 @@
  * rows); everything else is hidden. */
 #include <string.h>
 
-#include "hooks.h"
+#include "exports.h"
 #include "internal.h"
 
 #define FORWARD(v, ret, name, params, args, ...)                                             \
