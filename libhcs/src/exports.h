@@ -1,7 +1,7 @@
 /* The exported hook symbols (defined in exports.c from symbols.h), for code that must hand out
  * their addresses (dlsym, cuGetProcAddress). */
-#ifndef HCS_HOOKS_H
-#define HCS_HOOKS_H
+#ifndef HCS_EXPORTS_H
+#define HCS_EXPORTS_H
 
 #include "hcs_abi.h"
 #include "symbols.h"
