@@ -6,14 +6,13 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from tests.harness.daemon import Daemon, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -53,44 +52,18 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     return path
 
 
-class SimulatedDaemon:
-    """hcsd in a temporary directory on the simulated mixed node."""
+class SimulatedDaemon(Daemon):
+    """hcsd started on the simulated mixed node in a temporary directory (the tests' harness),
+    with NRI off unless `settings` turn it on; `stop` also removes the directory."""
 
-    def __init__(
-        self,
-        extra_env: dict[str, str] | None = None,
-        config_extra: str = '[health]\nsource = "off"\n',
-        *,
-        nri: bool = False,
-    ) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="hcs-bench-"))
-        self.socket = str(self.dir / "hcsd.sock")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        config = self.dir / "hcsd.toml"
-        config.write_text(
-            f'[daemon]\nsocket = "{self.socket}"\nstate_dir = "{self.dir}/state"\n'
-            f'run_dir = "{self.dir}"\n[metrics]\nlisten = "127.0.0.1:{port}"\n'
-            f'[runtime]\nnri = {"true" if nri else "false"}\ncdi_dir = "{self.dir}/cdi"\n'
-            f'nri_socket = "{self.dir}/nri.sock"\nnri_prelaunch_socket = "{self.dir}/pre.sock"\n'
-            f'[discovery]\nsimulated_node = "{ROOT}/examples/nodes/mixed.toml"\n' + config_extra
-        )
-        env = dict(os.environ, **(extra_env or {}))
-        env["PYTHONPATH"] = str(ROOT)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "hcsd.daemon.lifecycle", "--config", str(config)],
-            env=env,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 20
-        while not os.path.exists(self.socket):
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError("hcsd did not start")
-            time.sleep(0.02)
-        time.sleep(0.2)
+    def __init__(self, settings: Settings | None = None, *, watchdog_usec: int = 0) -> None:
+        directory = Path(tempfile.mkdtemp(prefix="hcs-bench-"))
+        super().__init__(directory, settings={"runtime": {"nri": False}})
+        self.configure(settings or {})
+        self.start(watchdog_usec)
 
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=15)
+    def stop(self) -> int:
+        code = super().stop()
+        self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+        return code

@@ -34,6 +34,7 @@ from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.health.analyzer import HealthAnalyzer
 from hcsd.health.events import HealthEvent, Severity
 from hcsd.health.settings import HealthSection
+from tests.harness.daemon import Settings
 
 SAMPLES = int(os.environ.get("HCS_HEALTH_SAMPLES", "120"))
 STORM_RATE = 10_000
@@ -47,9 +48,12 @@ LINES = {
     "0000:81:00.0": "pcieport 0000:80:01.0: AER: Uncorrected (Fatal) error received: 0000:81:00.0",
     "0000:b1:00.0": "pcieport 0000:b0:01.0: AER: Uncorrected (Fatal) error received: 0000:b1:00.0",
 }
-HEALTH = (
-    '[health]\nsource = "{source}"\nbpf_dir = "{bpf}"\nquiet_period = 0.3\ntick_interval = 0.05\n'
-)
+
+
+def health(source: str) -> Settings:
+    return {
+        "health": {"source": source, "bpf_dir": BPF_DIR, "quiet_period": 0.3, "tick_interval": 0.05}
+    }
 
 
 def kmsg(line: str) -> None:
@@ -58,7 +62,7 @@ def kmsg(line: str) -> None:
 
 
 def measure_latency(source: str) -> dict[str, object]:
-    daemon = SimulatedDaemon(config_extra=HEALTH.format(source=source, bpf=BPF_DIR))
+    daemon = SimulatedDaemon(health(source))
     events: queue.Queue[tuple[float, pb.Event]] = queue.Queue()
     client = Client(daemon.socket)
 
@@ -99,7 +103,7 @@ def measure_latency(source: str) -> dict[str, object]:
 
 
 def measure_storm(source: str) -> dict[str, object]:
-    daemon = SimulatedDaemon(config_extra=HEALTH.format(source=source, bpf=BPF_DIR))
+    daemon = SimulatedDaemon(health(source))
     with Client(daemon.socket) as client:
         active = client.node().health_source
     writer = (

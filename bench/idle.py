@@ -37,9 +37,9 @@ def main() -> dict[str, object]:
     # Everything on, as installed: health watching (eBPF where it loads) and the NRI plugin
     # (retrying its connection: no runtime listens here), plus a systemd-style watchdog.
     bpf = Path(__file__).resolve().parent.parent / "bpf" / "build"
-    full = f'[health]\nsource = "auto"\nbpf_dir = "{bpf}"\n'
     daemon = SimulatedDaemon(
-        {"WATCHDOG_USEC": "20000000", "NOTIFY_SOCKET": ""}, config_extra=full, nri=True
+        {"health": {"source": "auto", "bpf_dir": bpf}, "runtime": {"nri": True}},
+        watchdog_usec=20_000_000,
     )
     pid = daemon.process.pid
     try:

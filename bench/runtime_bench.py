@@ -14,10 +14,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import summary_us, write_result
-from tests.integration.test_daemon import Daemon
 from tests.runtime.containerd import Containerd
+from tests.runtime.node import runtime_hcsd, start_registered
 from tests.runtime.peers import ensure_binaries
-from tests.runtime.test_containerd import NODE
 
 CONTAINERS = 25
 
@@ -51,20 +50,9 @@ def main() -> dict[str, object]:
     daemon = None
     try:
         without = create_times(runtime, "plain", {})
-        (directory / "d").mkdir()
-        node = directory / "node.toml"
-        node.write_text(NODE)
-        daemon = Daemon(directory / "d", node_file=node)
-        text = daemon.config.read_text().replace(
-            f'nri_socket = "{daemon.dir}/nri.sock"', f'nri_socket = "{runtime.nri_socket}"'
-        )
-        libhcs = Path(__file__).resolve().parent.parent / "libhcs" / "build" / "libhcs.so"
-        text = text.replace("[runtime]\n", f'[runtime]\nlibhcs_path = "{libhcs}"\n')
-        daemon.config.write_text(text)
-        daemon.start()
-        deadline = time.monotonic() + 20
-        while "nri: registered" not in daemon.logs() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        # The runtime tests' node, without an assignment key: the containers ask by annotation.
+        daemon = runtime_hcsd(directory / "d", runtime.nri_socket, key=None)
+        start_registered(daemon)
         with_hcsd = create_times(runtime, "gpu", {"hcs.io/vram": "1Gi"})
     finally:
         if daemon is not None:

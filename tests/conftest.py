@@ -14,9 +14,8 @@ from hcsd.discovery import Inventory, discover_all
 from hcsd.discovery.backends.simulated import SimulatedBackend
 from hcsd.ledger import Ledger
 from hcsd.model import Device, HealthState, Link, LinkKind, Vendor
+from tests.harness.daemon import MIXED_NODE, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-MIXED_NODE = ROOT / "examples" / "nodes" / "mixed.toml"
 GiB = 2**30
 
 

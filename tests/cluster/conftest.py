@@ -27,11 +27,9 @@ from tests.cluster.controlplane import (
     register_node,
 )
 from tests.cluster.kube_peers import ensure_kubernetes, find_etcd
-from tests.integration.test_daemon import Daemon
+from tests.harness.daemon import LIBHCS, Daemon, build_libhcs
 
 GiB = 2**30
-REPO = Path(__file__).resolve().parents[2]
-LIBHCS = REPO / "libhcs" / "build" / "libhcs.so"
 
 
 def node_file(
@@ -88,20 +86,17 @@ NODES: dict[str, tuple[str, list[dict[str, Any]], tuple[str, float] | None]] = {
 class NodeDaemon(Daemon):
     """hcsd for one simulated node, named as its Kubernetes Node, with the cluster's key."""
 
-    def __init__(self, tmp_path: Path, name: str, node: Path, key_file: Path) -> None:
+    def __init__(self, directory: Path, name: str, node: Path, key_file: Path) -> None:
         self.name = name
         self.key_file = key_file
-        super().__init__(tmp_path, node_file=node)
-        self.write_config("binpack")
-
-    def write_config(self, policy: str, extra: str = '[health]\nsource = "off"\n') -> None:
-        super().write_config(policy, extra)
-        text = self.config.read_text().replace('name = "test-node"', f'name = "{self.name}"')
-        text = text.replace(
-            "[runtime]\n",
-            f'[runtime]\nassignment_key_file = "{self.key_file}"\nlibhcs_path = "{LIBHCS}"\n',
+        super().__init__(
+            directory,
+            node_file=node,
+            settings={
+                "node": {"name": name},
+                "runtime": {"assignment_key_file": key_file, "libhcs_path": LIBHCS},
+            },
         )
-        self.config.write_text(text)
 
 
 @dataclass
@@ -263,7 +258,7 @@ def secret_with(key: bytes) -> list[dict[str, Any]]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     binaries, etcd = _requirements()
     if not LIBHCS.exists():  # hcsd checks that what it injects exists
-        subprocess.run(["make", "-s", "-C", str(REPO / "libhcs")], check=True)
+        build_libhcs()
     work = tmp_path_factory.mktemp("cluster")
     plane = ControlPlane(binaries, etcd, work).start()
     key = secrets.token_hex(32).encode()

@@ -15,7 +15,7 @@ from hcsd.api.client import Client
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster.syncer import Syncer, SyncerSettings
 from tests.cluster.controlplane import ControlPlane
-from tests.integration.test_daemon import Daemon
+from tests.harness.daemon import Daemon
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ import pytest
 from hcsd.ledger import Ledger
 from hcsd.ledger.ledger import Capacity
 from hcsd.model import Allocation, Grant
-from tests.integration.test_daemon import Daemon
+from tests.harness.daemon import Daemon
 
 pytestmark = pytest.mark.slow
 

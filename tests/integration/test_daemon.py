@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import socket
 import subprocess
@@ -16,108 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MIXED_NODE
+from tests.harness.daemon import Daemon
 
 pytestmark = pytest.mark.slow
-_NOFILE = resource.RLIMIT_NOFILE
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Daemon:
-    def __init__(
-        self, tmp_path: Path, *, policy: str = "binpack", node_file: Path = MIXED_NODE
-    ) -> None:
-        self.dir = tmp_path
-        self.node_file = node_file
-        self.socket = str(tmp_path / "hcsd.sock")
-        self.port = free_port()
-        self.config = tmp_path / "hcsd.toml"
-        self.write_config(policy)
-        self.notify_path = str(tmp_path / "notify.sock")
-        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.notify.bind(self.notify_path)
-        self.notify.settimeout(10)
-        self.log = open(tmp_path / "hcsd.log", "w+")  # noqa: SIM115
-        self.process: subprocess.Popen[bytes] | None = None
-        # Put before the command (tests/capabilities.setpriv_prefix: the unit's capabilities)
-        self.prefix: list[str] = []
-
-    def write_config(self, policy: str, extra: str = '[health]\nsource = "off"\n') -> None:
-        self.config.write_text(
-            f'[node]\nname = "test-node"\n'
-            f'[daemon]\nsocket = "{self.socket}"\nstate_dir = "{self.dir}/state"\n'
-            f'run_dir = "{self.dir}"\nshutdown_grace = 1\n'
-            f'[metrics]\nlisten = "127.0.0.1:{self.port}"\n'
-            f'[discovery]\nbackends = ["simulated"]\nsimulated_node = "{self.node_file}"\n'
-            f'[allocator]\npolicy = "{policy}"\n'
-            f'[runtime]\nnri_socket = "{self.dir}/nri.sock"\ncdi_dir = "{self.dir}/cdi"\n'
-            f'nri_prelaunch_socket = "{self.dir}/nri-prelaunch.sock"\n{extra}'
-        )
-
-    def start(self, watchdog_usec: int = 0, max_files: int | None = None) -> list[str]:
-        env = dict(os.environ, NOTIFY_SOCKET=self.notify_path, JOURNAL_STREAM="8:1")
-        if watchdog_usec:
-            env["WATCHDOG_USEC"] = str(watchdog_usec)
-        limit = (max_files, max_files) if max_files is not None else None
-        self.process = subprocess.Popen(
-            [
-                *self.prefix,
-                sys.executable,
-                "-m",
-                "hcsd.daemon.lifecycle",
-                "--config",
-                str(self.config),
-            ],
-            env=env,
-            stderr=self.log,
-            stdout=self.log,
-            preexec_fn=None if limit is None else lambda: resource.setrlimit(_NOFILE, limit),  # noqa: PLW1509 - LimitNOFILE= as systemd sets it
-        )
-        return self.wait_notify("READY=1")
-
-    def wait_notify(self, needle: str) -> list[str]:
-        seen = []
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            message = self.notify.recv(4096).decode()
-            seen.append(message)
-            if needle in message:
-                return seen
-        raise AssertionError(f"no {needle} from hcsd; got {seen}; log:\n{self.logs()}")
-
-    def open_files(self) -> int:
-        assert self.process is not None
-        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
-
-    def logs(self) -> str:
-        self.log.flush()
-        return (self.dir / "hcsd.log").read_text()
-
-    def hcsctl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "hcsd.cli.hcsctl", "--socket", self.socket, *args],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-
-    def stop(self) -> int:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=15)
-
-    def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self.notify.close()
-        self.log.close()
 
 
 @pytest.fixture
@@ -277,7 +177,7 @@ def test_a_connection_flood_on_the_metrics_port_costs_few_descriptors(daemon: Da
 def test_sighup_reloads_and_keeps_running_on_a_bad_file(daemon: Daemon) -> None:
     daemon.start()
     assert daemon.process is not None
-    daemon.write_config("spread")
+    daemon.configure({"allocator": {"policy": "spread"}})
     daemon.process.send_signal(signal.SIGHUP)
     daemon.wait_notify("READY=1")
     # spread: two 1Gi requests land on different A100s
@@ -302,10 +202,7 @@ def test_sighup_switches_the_node_mode_and_status_shows_it(daemon: Daemon) -> No
     daemon.start()
     assert daemon.process is not None
     assert "mode:        standalone" in daemon.hcsctl("status").stdout
-    text = daemon.config.read_text().replace(
-        'name = "test-node"\n', 'name = "test-node"\nmode = "cluster"\n'
-    )
-    daemon.config.write_text(text)
+    daemon.configure({"node": {"mode": "cluster"}})
     daemon.process.send_signal(signal.SIGHUP)
     daemon.wait_notify("READY=1")
     assert "mode:        cluster" in daemon.hcsctl("status").stdout
@@ -316,10 +213,12 @@ def test_sighup_applies_reloadable_keys_and_names_the_others(daemon: Daemon) -> 
     daemon.start()
     assert daemon.process is not None
     assert "<7>" not in daemon.logs()  # info: no debug lines yet
-    text = daemon.config.read_text().replace(
-        "shutdown_grace = 1\n", 'shutdown_grace = 2\nlog_level = "debug"\n'
+    daemon.configure(
+        {
+            "daemon": {"shutdown_grace": 2, "log_level": "debug"},
+            "runtime.driver_paths": {"nvidia": ["/opt/elsewhere"]},
+        }
     )
-    daemon.config.write_text(text + '[runtime.driver_paths]\nnvidia = ["/opt/elsewhere"]\n')
     daemon.process.send_signal(signal.SIGHUP)
     daemon.wait_notify("READY=1")
     logs = daemon.logs()
@@ -327,8 +226,7 @@ def test_sighup_applies_reloadable_keys_and_names_the_others(daemon: Daemon) -> 
         assert f"reload: {key} changed; it takes effect after a restart" in logs
     assert "daemon.log_level changed" not in logs
 
-    bad = text.replace(f'socket = "{daemon.socket}"', 'socket = "x"')
-    daemon.config.write_text(bad + "[ledger]\ncompact_after = 0\n")
+    daemon.configure({"daemon": {"socket": "x"}, "ledger": {"compact_after": 0}})
     daemon.process.send_signal(signal.SIGHUP)
     daemon.wait_notify("READY=1")
     assert (
@@ -351,15 +249,11 @@ def test_driver_paths_reach_the_cdi_spec_and_the_containers(daemon: Daemon) -> N
     driver.mkdir()
     libhcs = daemon.dir / "libhcs.so"
     libhcs.write_bytes(b"placeholder: this test checks the mounts, not the library")
-    daemon.write_config(
-        "binpack",
-        f'[health]\nsource = "off"\n[runtime.driver_paths]\n'
-        f'nvidia = ["{driver}", "{daemon.dir}/absent"]\nascend = []\n',
-    )
-    daemon.config.write_text(
-        daemon.config.read_text().replace(
-            "[runtime]\n", f'[runtime]\nnri = false\nlibhcs_path = "{libhcs}"\n'
-        )
+    daemon.configure(
+        {
+            "runtime": {"nri": False, "libhcs_path": libhcs},
+            "runtime.driver_paths": {"nvidia": [str(driver), f"{daemon.dir}/absent"], "ascend": []},
+        }
     )
     daemon.start()
     spec = json.loads((daemon.dir / "cdi" / "hcs.io-device.yaml").read_text())
@@ -428,7 +322,7 @@ def test_busy_metrics_port_is_a_clear_start_up_error(daemon: Daemon) -> None:
 def test_kernel_fault_marks_the_device_unhealthy_through_the_api(
     daemon: Daemon, bpf_objects: Path, kmsg_writer: Callable[..., None]
 ) -> None:
-    daemon.write_config("binpack", f'[health]\nsource = "ebpf"\nbpf_dir = "{bpf_objects}"\n')
+    daemon.configure({"health": {"source": "ebpf", "bpf_dir": bpf_objects}})
     daemon.start()
     assert "health:      ebpf" in daemon.hcsctl("status").stdout
     kmsg_writer("NVRM: Xid (PCI:0000:17:00): 79, pid=1, GPU has fallen off the bus.")
@@ -460,12 +354,9 @@ async def test_prelaunched_plugin_relays_the_runtime_to_hcsd(daemon: Daemon) -> 
 
     from tests.nri.peer import RuntimePeer
 
-    daemon.write_config("binpack", '[health]\nsource = "off"\n')
     libhcs = daemon.dir / "libhcs.so"
     libhcs.write_bytes(b"placeholder: this test checks the relay, not the library")
-    daemon.config.write_text(
-        daemon.config.read_text().replace("[runtime]\n", f'[runtime]\nlibhcs_path = "{libhcs}"\n')
-    )
+    daemon.configure({"runtime": {"libhcs_path": libhcs}})
     daemon.start()
     wrapper = daemon.dir / "10-hcsd"
     wrapper.write_text(

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,8 @@ import pytest
 
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.frontends.bundle import container_user
-from tests.integration.test_daemon import Daemon
+from tests.harness.bundles import BIN, hcs_runtime, make_bundle
+from tests.harness.daemon import Daemon
 
 pytestmark = [
     pytest.mark.slow,
@@ -29,57 +29,21 @@ pytestmark = [
     ),
 ]
 
-BIN = Path(sys.executable).parent
 A100_0 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
-APPLETS = ("sh", "cat", "stat", "env", "ls", "echo", "id", "test")
 
 
 @pytest.fixture
 def hcsd(tmp_path: Path) -> Iterator[Daemon]:
-    (tmp_path / "hcsd").mkdir()
-    daemon = Daemon(tmp_path / "hcsd")
     libhcs = tmp_path / "libhcs.so"
     libhcs.write_bytes(b"placeholder: the bundle test checks the mount, not the library")
-    daemon.config.write_text(
-        daemon.config.read_text().replace(
-            "[runtime]\n", f'[runtime]\nnri = false\nlibhcs_path = "{libhcs}"\n'
-        )
-    )
+    daemon = Daemon(tmp_path / "hcsd", settings={"runtime": {"nri": False, "libhcs_path": libhcs}})
     daemon.start()
     yield daemon
     daemon.close()
 
 
-def make_bundle(root: Path, annotations: dict[str, str], script: str) -> Path:
-    bundle = root / "bundle"
-    rootfs = bundle / "rootfs"
-    (rootfs / "bin").mkdir(parents=True)
-    shutil.copy("/bin/busybox", rootfs / "bin" / "busybox")
-    for applet in APPLETS:
-        (rootfs / "bin" / applet).symlink_to("busybox")
-    for directory in ("dev", "proc", "sys", "etc", "run", "usr/lib/hcs", "tmp"):
-        (rootfs / directory).mkdir(parents=True, exist_ok=True)
-    (rootfs / "etc" / "ld.so.preload").write_text("")
-    subprocess.run(["runc", "spec"], cwd=bundle, check=True)
-    config = json.loads((bundle / "config.json").read_text())
-    config["process"]["terminal"] = False
-    config["process"]["args"] = ["sh", "-c", script]
-    config["root"]["readonly"] = False
-    config["annotations"] = annotations
-    (bundle / "config.json").write_text(json.dumps(config))
-    return bundle
-
-
 def runtime(daemon: Daemon, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, HCS_SOCKET=daemon.socket, HCS_RUNC=shutil.which("runc") or "runc")
-    return subprocess.run(
-        [str(BIN / "hcs-runtime"), "--root", str(root / "runc-state"), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    return hcs_runtime(daemon, root, *args, capture_output=True, text=True)
 
 
 INSPECT = (

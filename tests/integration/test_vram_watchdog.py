@@ -16,7 +16,7 @@ import pytest
 
 from hcsd.api.client import Client
 from hcsd.api.v1 import hcsd_pb2 as pb
-from tests.integration.test_daemon import Daemon
+from tests.harness.daemon import Daemon
 from tests.watchdog.cgroup import Containers
 from tests.watchdog.conftest import UUIDS, GiB, GpuNode, allocated
 from tests.watchdog.test_killing import alive, wait_dead
@@ -44,17 +44,15 @@ nodes = ["/dev/nvidia{i}:1:3"]
 def hcsd(tmp_path: Path, gpu_node: GpuNode, libhcs: Path) -> Iterator[Daemon]:
     node = tmp_path / "node.toml"
     node.write_text(NODE)
-    (tmp_path / "hcsd").mkdir()
-    daemon = Daemon(tmp_path / "hcsd", node_file=node)
-    daemon.write_config(
-        "binpack",
-        f'[health]\nsource = "off"\n[watchdog]\ninterval = {INTERVAL}\npolicy = "kill"\n',
+    daemon = Daemon(
+        tmp_path / "hcsd",
+        node_file=node,
+        settings={
+            "watchdog": {"interval": INTERVAL, "policy": "kill"},
+            "discovery": {"nvml_library": gpu_node.library},
+            "runtime": {"nri": False, "libhcs_path": libhcs},
+        },
     )
-    text = daemon.config.read_text().replace(
-        "[discovery]\n", f'[discovery]\nnvml_library = "{gpu_node.library}"\n'
-    )
-    text = text.replace("[runtime]\n", f'[runtime]\nnri = false\nlibhcs_path = "{libhcs}"\n')
-    daemon.config.write_text(text)
     daemon.start()  # inherits FAKE_NVML_CONFIG and FAKE_GPU_STATE from the gpu_node fixture
     yield daemon
     daemon.close()

@@ -5,7 +5,6 @@ runtime and hcsd restarts losing nothing."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,67 +12,20 @@ from pathlib import Path
 import pytest
 
 from hcsd.contract.assignment import sign
-from tests.integration.test_daemon import Daemon
+from tests.harness.daemon import Daemon
+from tests.harness.waiting import wait_for
 from tests.runtime.containerd import Containerd, CrictlError
+from tests.runtime.node import GPU0, KEY, allocations, runtime_hcsd, start_registered
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
-KEY = b"runtime-test-key-0123456789abcdef"  # 32 bytes or more, as every reader requires
-GPU0 = "GPU-rt-0"
-# Device nodes borrow /dev/null's numbers (1:3): runc creates a real node in the container.
-NODE = f"""
-[shared_nodes]
-nvidia = ["/dev/nvidiactl:1:3"]
-
-[[device]]
-uuid = "{GPU0}"
-vendor = "nvidia"
-model = "A100-SXM4-80GB"
-index = 0
-pci_bus_id = "0000:17:00.0"
-vram = "80Gi"
-tflops_fp16 = 312
-nodes = ["/dev/nvidia0:1:3"]
-"""
 
 
 @pytest.fixture
 def hcsd(containerd: Containerd, tmp_path: Path) -> Iterator[Daemon]:
-    libhcs = ROOT / "libhcs" / "build" / "libhcs.so"
-    subprocess.run(["make", "-s", "-C", str(ROOT / "libhcs")], check=True)
-    (tmp_path / "hcsd").mkdir()
-    node = tmp_path / "node.toml"
-    node.write_text(NODE)
-    key = tmp_path / "assignment.key"
-    key.write_bytes(KEY)
-    key.chmod(0o600)
-    daemon = Daemon(tmp_path / "hcsd", node_file=node)
-    text = daemon.config.read_text()
-    text = text.replace(
-        f'nri_socket = "{daemon.dir}/nri.sock"', f'nri_socket = "{containerd.nri_socket}"'
-    )
-    text = text.replace(
-        "[runtime]\n", f'[runtime]\nlibhcs_path = "{libhcs}"\nassignment_key_file = "{key}"\n'
-    ).replace('name = "test-node"', 'name = "rt-node"')
-    daemon.config.write_text(text)
-    daemon.start()
-    wait_for(lambda: daemon.logs().count("nri: registered") >= 1, "hcsd registered with NRI")
+    daemon = runtime_hcsd(tmp_path / "hcsd", containerd.nri_socket)
+    start_registered(daemon)
     yield daemon
     daemon.close()
-
-
-def wait_for(condition: object, what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting until {what}")
-
-
-def allocations(daemon: Daemon) -> dict[str, dict[str, object]]:
-    return {a["container_id"]: a for a in json.loads(daemon.hcsctl("--json", "allocations").stdout)}
 
 
 INSPECT = (

@@ -29,9 +29,10 @@ from hcsd.model import Allocation, Grant
 from hcsd.watchdog.accounted import AccountedUsage
 from tests.capabilities import setpriv_prefix
 from tests.fakes import build_fakes
-from tests.integration.test_daemon import Daemon
+from tests.harness.daemon import ROOT, Daemon, Settings
+from tests.harness.waiting import wait_for
 from tests.runtime.containerd import Containerd, CrictlError
-from tests.runtime.test_containerd import GPU0, KEY, NODE, ROOT, allocations, wait_for
+from tests.runtime.node import GPU0, KEY, allocations, runtime_hcsd, start_registered
 
 pytestmark = pytest.mark.slow
 
@@ -40,29 +41,11 @@ LIBC_DIR = Path("/lib/x86_64-linux-gnu").resolve()
 LOADER_DIR = Path("/lib64").resolve()
 
 
-def unit_hcsd(directory: Path, containerd: Containerd, extra: str = "") -> Daemon:
+def unit_hcsd(directory: Path, containerd: Containerd, settings: Settings | None = None) -> Daemon:
     """hcsd on the runtime test node with only its unit's capabilities, on containerd's NRI."""
-    subprocess.run(["make", "-s", "-C", str(ROOT / "libhcs")], check=True)
-    directory.mkdir(parents=True, exist_ok=True)
-    node = directory / "node.toml"
-    node.write_text(NODE)
-    key = directory / "assignment.key"
-    key.write_bytes(KEY)
-    key.chmod(0o600)
-    daemon = Daemon(directory, node_file=node)
+    daemon = runtime_hcsd(directory, containerd.nri_socket, settings=settings)
     daemon.prefix = setpriv_prefix()
-    text = daemon.config.read_text()
-    text = text.replace(
-        f'nri_socket = "{daemon.dir}/nri.sock"', f'nri_socket = "{containerd.nri_socket}"'
-    )
-    text = text.replace(
-        "[runtime]\n",
-        f'[runtime]\nlibhcs_path = "{ROOT / "libhcs/build/libhcs.so"}"\n'
-        f'assignment_key_file = "{key}"\n',
-    ).replace('[node]\nname = "test-node"\n', f'[node]\nname = "rt-node"\n{extra}')
-    daemon.config.write_text(text)
-    daemon.start()
-    wait_for(lambda: "nri: registered" in daemon.logs(), "hcsd registered with NRI")
+    start_registered(daemon)
     return daemon
 
 
@@ -120,7 +103,7 @@ def test_a_non_root_container_gets_its_quota_across_processes(
     made = shm.read_bytes() if shm.exists() else b""  # before any process of the container
     containerd.start(ctr)
     try:
-        wait_for(lambda: "finished" in containerd.logs(ctr), "both processes allocated", 30)
+        wait_for(lambda: "finished" in containerd.logs(ctr), "both processes allocated", timeout=30)
     finally:
         out = containerd.logs(ctr)
         print(out)
@@ -185,7 +168,7 @@ def test_a_root_container_cannot_break_removal_nor_rewrite_its_quota(
 def test_on_a_cluster_node_a_pod_gets_devices_only_from_its_assignment(
     containerd: Containerd, tmp_path: Path
 ) -> None:
-    hcsd = unit_hcsd(tmp_path / "hcsd", containerd, 'mode = "cluster"\n')
+    hcsd = unit_hcsd(tmp_path / "hcsd", containerd, {"node": {"mode": "cluster"}})
     try:
         pod = containerd.run_pod("greedy", "team-c", "uid-c")
         with pytest.raises(CrictlError) as refused:
@@ -206,7 +189,7 @@ def test_on_a_cluster_node_a_pod_gets_devices_only_from_its_assignment(
         )
         ctr = containerd.create_container(placed, "main")
         assert allocations(hcsd)[ctr]["source"] == "assignment"
-        hcsd.config.write_text(hcsd.config.read_text().replace('mode = "cluster"\n', ""))
+        hcsd.configure({"node": {"mode": "standalone"}})
         assert hcsd.process is not None
         os.kill(hcsd.process.pid, 1)  # SIGHUP: back to standalone without a restart
         wait_for(lambda: "node mode standalone" in hcsd.logs(), "the reload")

@@ -9,7 +9,6 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,41 +19,23 @@ from pathlib import Path
 import pytest
 
 from hcsd.cli.hcsctl import main as hcsctl
-from tests.integration.test_daemon import Daemon, free_port
-from tests.integration.test_frontends import make_bundle
+from tests.harness.bundles import hcs_runtime, make_bundle
+from tests.harness.daemon import Daemon, free_port
+from tests.harness.waiting import wait_for
 from tests.runtime.containerd import Containerd, CrictlError
+from tests.runtime.node import GPU0, allocations, runtime_hcsd, start_registered
 from tests.runtime.peers import Binaries
-from tests.runtime.test_containerd import GPU0, KEY, NODE, ROOT, allocations, wait_for
 
 pytestmark = pytest.mark.slow
-
-BIN = Path(sys.executable).parent
 
 
 def start_hcsd(
     directory: Path, containerd: Containerd, closing: list[Containerd | Daemon]
 ) -> Daemon:
     """hcsd on the runtime test node, connected to `containerd`'s NRI socket."""
-    libhcs = ROOT / "libhcs" / "build" / "libhcs.so"
-    subprocess.run(["make", "-s", "-C", str(ROOT / "libhcs")], check=True)
-    directory.mkdir(parents=True, exist_ok=True)
-    node = directory / "node.toml"
-    node.write_text(NODE)
-    key = directory / "assignment.key"
-    key.write_bytes(KEY)
-    key.chmod(0o600)
-    daemon = Daemon(directory, node_file=node)
-    text = daemon.config.read_text()
-    text = text.replace(
-        f'nri_socket = "{daemon.dir}/nri.sock"', f'nri_socket = "{containerd.nri_socket}"'
-    )
-    text = text.replace(
-        "[runtime]\n", f'[runtime]\nlibhcs_path = "{libhcs}"\nassignment_key_file = "{key}"\n'
-    ).replace('name = "test-node"', 'name = "rt-node"')
-    daemon.config.write_text(text)
+    daemon = runtime_hcsd(directory, containerd.nri_socket)
     closing.append(daemon)
-    daemon.start()
-    wait_for(lambda: "nri: registered" in daemon.logs(), "hcsd registered with NRI")
+    start_registered(daemon)
     return daemon
 
 
@@ -182,16 +163,9 @@ def test_a_container_created_past_the_timeout_is_found_and_released(
 
 def runc_wrapper(daemon: Daemon, root: Path, *args: str) -> int:
     """hcs-runtime with its stdio away from pipes (a created container keeps them open)."""
-    env = dict(os.environ, HCS_SOCKET=daemon.socket, HCS_RUNC=shutil.which("runc") or "runc")
     with open(root / "hcs-runtime.log", "a") as log:
-        return subprocess.run(
-            [str(BIN / "hcs-runtime"), "--root", str(root / "runc-state"), *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            env=env,
-            timeout=60,
-            check=False,
+        return hcs_runtime(
+            daemon, root, *args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log
         ).returncode
 
 

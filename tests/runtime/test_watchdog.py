@@ -10,7 +10,6 @@ the device without libhcs (direct ioctls, a static binary).
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,29 +17,12 @@ import pytest
 
 from hcsd.watchdog.cgroups import CgroupMapper
 from tests.fakes import build_fakes
-from tests.integration.test_daemon import Daemon
+from tests.harness.daemon import Daemon
 from tests.runtime.containerd import Containerd
-from tests.runtime.test_containerd import wait_for
+from tests.runtime.node import runtime_hcsd, start_registered
 from tests.watchdog.conftest import UUIDS, GiB, GpuNode, make_gpu_node
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
-# Device nodes borrow /dev/null's numbers (1:3): runc creates a real node in the container.
-NODE = f"""
-[shared_nodes]
-nvidia = ["/dev/nvidiactl:1:3"]
-
-[[device]]
-uuid = "{UUIDS[0]}"
-vendor = "nvidia"
-model = "A100-SXM4-80GB"
-index = 0
-pci_bus_id = "0000:17:00.0"
-vram = "80Gi"
-tflops_fp16 = 312
-nodes = ["/dev/nvidia0:1:3"]
-"""
 
 
 @pytest.fixture
@@ -54,25 +36,17 @@ def gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GpuNode:
 
 @pytest.fixture
 def hcsd(containerd: Containerd, gpu: GpuNode, tmp_path: Path) -> Iterator[Daemon]:
-    subprocess.run(["make", "-s", "-C", str(ROOT / "libhcs")], check=True)
-    (tmp_path / "hcsd").mkdir()
-    node = tmp_path / "node.toml"
-    node.write_text(NODE)
-    daemon = Daemon(tmp_path / "hcsd", node_file=node)
-    daemon.write_config(
-        "binpack", '[health]\nsource = "off"\n[watchdog]\ninterval = 0.5\npolicy = "kill"\n'
+    daemon = runtime_hcsd(
+        tmp_path / "hcsd",
+        containerd.nri_socket,
+        uuid=UUIDS[0],
+        key=None,
+        settings={
+            "watchdog": {"interval": 0.5, "policy": "kill"},
+            "discovery": {"nvml_library": gpu.library},
+        },
     )
-    text = daemon.config.read_text()
-    text = text.replace(
-        f'nri_socket = "{daemon.dir}/nri.sock"', f'nri_socket = "{containerd.nri_socket}"'
-    )
-    text = text.replace(
-        "[runtime]\n", f'[runtime]\nlibhcs_path = "{ROOT / "libhcs/build/libhcs.so"}"\n'
-    )
-    text = text.replace("[discovery]\n", f'[discovery]\nnvml_library = "{gpu.library}"\n')
-    daemon.config.write_text(text)
-    daemon.start()
-    wait_for(lambda: "nri: registered" in daemon.logs(), "hcsd registered with NRI")
+    start_registered(daemon)
     yield daemon
     daemon.close()
 

@@ -1,0 +1,11 @@
+"""What the test suites share to run HCS for real, each written once.
+
+- `daemon`: hcsd as a process (config file from settings, sd_notify, hcsctl against it);
+- `local`: a node's state in one process (a NodeService over a real ledger, an injector);
+- `waiting`: polling for a condition with a deadline and a message that says what was awaited;
+- `peers`: the real peers (containerd, crictl, runc; kube-apiserver, kube-scheduler, etcd),
+  built from their Go modules once and cached under ~/.cache/hcs/peers.
+
+Suites keep what only they need (their node files, their runtime or control-plane fixtures)
+next to their tests; the benchmarks import from here too.
+"""
