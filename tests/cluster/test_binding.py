@@ -5,7 +5,7 @@ kube-scheduler here), so each test decides what is filtered and bound, and when.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,18 +17,12 @@ from hcsd.cluster.timefmt import micro_time
 from hcsd.contract.assignment import ANNOTATION, verify
 from hcsd.profiles.database import ProfileDatabase
 from tests.cluster.controlplane import ControlPlane, register_node
+from tests.harness.waiting import wait_for
 from tests.unit.fleet import GiB, node_object
 
 pytestmark = pytest.mark.slow
 
 KEY = b"0123456789abcdef0123456789abcdef"
-
-
-def until(condition: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +49,7 @@ def add_node(plane: ControlPlane, extender: Extender, name: str) -> None:
     spec = {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}
     admin.create("/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases",
                  lease_object(f"hcs-node-{name}", "hcs-system", spec))  # fmt: skip
-    until(lambda: name in extender.state.snapshot().heartbeats
+    wait_for(lambda: name in extender.state.snapshot().heartbeats
           and name in extender.state.snapshot().nodes, what=f"{name} in the caches")  # fmt: skip
 
 
@@ -92,11 +86,11 @@ def test_bind_signs_binds_and_counts_the_pod_at_once(
     why = "container main: A100-SXM4-80GB: 50Gi wanted, most free is 30Gi on A100-SXM4-80GB#0"
     assert extender.filter(second, ["bind-a"]).failed == {"bind-a": why}
     assert bind(extender, second, "bind-a") == f"node bind-a can no longer take the pod: {why}"
-    until(lambda: "default/first" in extender.state.pods.items, what="the informer's word")
+    wait_for(lambda: "default/first" in extender.state.pods.items, what="the informer's word")
     assert extender.filter(second, ["bind-a"]).failed == {"bind-a": why}  # counted once
     plane.kube().request("DELETE", "/api/v1/namespaces/default/pods/first",
                          body={"gracePeriodSeconds": 0})  # fmt: skip
-    until(lambda: extender.filter(second, ["bind-a"]).passed == ["bind-a"], what="release")
+    wait_for(lambda: extender.filter(second, ["bind-a"]).passed == ["bind-a"], what="release")
 
 
 def test_a_failed_binding_gives_its_grants_back(plane: ControlPlane, extender: Extender) -> None:
@@ -125,7 +119,7 @@ def test_quota_status_is_written_when_usage_changes(
         "metadata": {"name": "limits", "namespace": "quota-team"},
         "spec": {"hard": {"vram": "100Gi"}},
     })  # fmt: skip
-    until(lambda: extender.state.snapshot().quotas_in("quota-team"), what="the quota")
+    wait_for(lambda: extender.state.snapshot().quotas_in("quota-team"), what="the quota")
     pod = create_pod(plane, "counted", "16Gi", namespace="quota-team")
     assert bind(extender, pod, "bind-c") == ""
 
@@ -134,11 +128,11 @@ def test_quota_status_is_written_when_usage_changes(
         return dict(quota.status_used)
 
     assert extender.quota_status.write_changed() == 1
-    until(lambda: used().get("vram") == "16Gi", what="the status as the informer sees it")
+    wait_for(lambda: used().get("vram") == "16Gi", what="the status as the informer sees it")
     assert used() == {"vram": "16Gi", "tflops-fp16": "0", "devices": "1"}
     assert extender.quota_status.write_changed() == 0  # unchanged: nothing written
     admin.request("DELETE", "/api/v1/namespaces/quota-team/pods/counted",
                   body={"gracePeriodSeconds": 0})  # fmt: skip
-    until(lambda: extender.state.namespace_usage("quota-team").vram == 0, what="release")
+    wait_for(lambda: extender.state.namespace_usage("quota-team").vram == 0, what="release")
     assert extender.quota_status.write_changed() == 1
-    until(lambda: used().get("vram") == "0", what="the status back to zero")
+    wait_for(lambda: used().get("vram") == "0", what="the status back to zero")

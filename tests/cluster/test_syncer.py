@@ -16,18 +16,12 @@ from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster.syncer import Syncer, SyncerSettings
 from tests.cluster.controlplane import ControlPlane
 from tests.harness.daemon import Daemon
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 NODES = "/apis/hcs.io/v1alpha1/computenodes/"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases/hcs-node-"
-
-
-def until(condition: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -89,7 +83,7 @@ def test_status_is_written_on_change_only_and_a_burst_is_one_write(
     with Client(hcsd.socket) as client:
         for i in range(12):
             client.allocate(pb.AllocateRequest(container_id=f"burst-{i}", vram="1Gi"))
-    until(lambda: len(running.status()["allocations"]) == 12, what="the burst in the status")
+    wait_for(lambda: len(running.status()["allocations"]) == 12, what="the burst in the status")
     time.sleep(0.6)  # a trailing pass, if any, has run
     # hcsd sent 12 events within the settle window: one write, two if the burst straddled it.
     assert syncer.writes["status"] - 1 in (1, 2), dict(syncer.writes)
@@ -107,7 +101,7 @@ def test_a_resync_writes_nothing_unless_someone_else_changed_the_status(
     edited = running.admin.get(NODES + running.node)
     edited["status"]["phase"] = "NotReady"
     running.admin.replace(NODES + running.node + "/status", edited)
-    until(lambda: running.status()["phase"] == "Ready", timeout=5, what="the status repaired")
+    wait_for(lambda: running.status()["phase"] == "Ready", timeout=5, what="the status repaired")
     assert syncer.writes["status"] == 2
 
 
@@ -115,9 +109,9 @@ def test_the_heartbeat_follows_hcsd(start: Callable[..., Running], hcsd: Daemon)
     running = start("heartbeat")
     assert running.syncer.synced.wait(15)
     # "synced" means hcsd's state is mirrored; the Lease's first write may follow a moment later.
-    until(lambda: running.syncer.writes["lease"] > 0, what="the first heartbeat")
+    wait_for(lambda: running.syncer.writes["lease"] > 0, what="the first heartbeat")
     first = running.renewed()
-    until(lambda: running.renewed() > first, timeout=3, what="a renewal")
+    wait_for(lambda: running.renewed() > first, timeout=3, what="a renewal")
     assert hcsd.process is not None
     hcsd.process.kill()
     hcsd.process.wait()
@@ -126,4 +120,4 @@ def test_the_heartbeat_follows_hcsd(start: Callable[..., Running], hcsd: Daemon)
     time.sleep(1.5)  # five renewal periods
     assert running.renewed() == stopped and running.syncer.writes["lease"] == writes
     hcsd.start()  # the same state directory and socket
-    until(lambda: running.renewed() > stopped, timeout=10, what="renewals after hcsd's return")
+    wait_for(lambda: running.renewed() > stopped, timeout=10, what="renewals after hcsd's return")

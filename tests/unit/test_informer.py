@@ -9,24 +9,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
 from hcsd.cluster.informer import Informer
+from tests.harness.waiting import wait_for
 from tests.unit.watchserver import PATH, WatchServer
 
 Change = tuple[str, Any, Any]
-
-
-def until(condition: Callable[[], object], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.01)
 
 
 def size_of(obj: Mapping[str, Any]) -> int:
@@ -78,13 +70,13 @@ def test_lists_in_pages_then_follows_the_watch(
     assert len(informer.items) == 1234 and informer.items["test/t0042"] == 42
     lists = [q for kind, q in server.requests if kind == "list"]
     assert [q.get("continue", "") for q in lists] == ["", "500", "1000"]
-    until(lambda: server.count("watch") == 1)
+    wait_for(lambda: server.count("watch") == 1, interval=0.01)
     assert server.requests[-1][1]["resourceVersion"] == "1234"  # the list's version
     mark = len(recorder.changes)
     server.put("t0001", spec={"size": 100})
     server.put("new", spec={"size": 7})
     server.delete("t0002")
-    until(lambda: len(recorder.since(mark)) == 3)
+    wait_for(lambda: len(recorder.since(mark)) == 3, interval=0.01)
     assert recorder.since(mark) == [
         ("test/t0001", 1, 100),
         ("test/new", None, 7),
@@ -99,13 +91,13 @@ def test_a_closed_watch_resumes_from_its_last_version_without_listing(
     server.put("a", spec={"size": 1})
     informer, _ = started
     informer.start()
-    until(lambda: server.count("watch") == 1)
+    wait_for(lambda: server.count("watch") == 1, interval=0.01)
     mark = server.bookmark()  # skipped, but its version is where the next watch starts
     server.put("b", spec={"size": 2})
-    until(lambda: "test/b" in informer.items)
+    wait_for(lambda: "test/b" in informer.items, interval=0.01)
     assert informer.events == 1
     server.close_watches()  # as kube-apiserver does when timeoutSeconds runs out
-    until(lambda: server.count("watch") == 2)
+    wait_for(lambda: server.count("watch") == 2, interval=0.01)
     assert server.requests[-1][1]["resourceVersion"] == str(mark + 1)
     assert server.count("list") == 1
 
@@ -121,13 +113,13 @@ def test_gone_lists_again_and_drops_what_vanished_meanwhile(
     server.put("goes", spec={"size": 2})
     informer, recorder = started
     informer.start()
-    until(lambda: server.count("watch") == 1)
+    wait_for(lambda: server.count("watch") == 1, interval=0.01)
     mark = len(recorder.changes)
     if how == "http-status":
         server.fail.append(("watch", 410))
     with caplog.at_level(logging.WARNING, "hcsd.cluster.informer"):
         server.change_unseen({"came": {"spec": {"size": 3}}}, ["goes"])
-        until(lambda: server.count("list") == 2 and "test/came" in informer.items)
+        wait_for(lambda: server.count("list") == 2 and "test/came" in informer.items, interval=0.01)
     assert not caplog.text  # an expected turn of the protocol: no warning, no backoff
     assert sorted(informer.items) == ["test/came", "test/stays"]
     changes = recorder.since(mark)
@@ -154,10 +146,10 @@ def test_a_malformed_object_is_skipped_and_the_cache_goes_on(
     informer, _ = started
     with caplog.at_level(logging.WARNING, "hcsd.cluster.informer"):
         informer.start()
-        until(lambda: server.count("watch") == 1)
+        wait_for(lambda: server.count("watch") == 1, interval=0.01)
         server.put("bad-at-watch", spec={})
         server.put("good", spec={"size": 5})
-        until(lambda: "test/good" in informer.items)
+        wait_for(lambda: "test/good" in informer.items, interval=0.01)
     assert informer.items == {"test/good": 5}
     assert "things: ignoring test/bad-at-list: spec.size must be a number" in caplog.text
     assert "things: ignoring test/bad-at-watch" in caplog.text
@@ -170,10 +162,10 @@ def test_a_broken_frame_lists_again(
     informer, _ = started
     with caplog.at_level(logging.WARNING, "hcsd.cluster.informer"):
         informer.start()
-        until(lambda: server.count("watch") == 1)
+        wait_for(lambda: server.count("watch") == 1, interval=0.01)
         server.inject(b'{"type": "ADDED", "object": {"metadata"\n')
-        until(lambda: server.count("list") == 2)
+        wait_for(lambda: server.count("list") == 2, interval=0.01)
     assert "things: bad watch frame" in caplog.text
-    until(lambda: server.count("watch") == 2)
+    wait_for(lambda: server.count("watch") == 2, interval=0.01)
     server.put("b", spec={"size": 2})
-    until(lambda: "test/b" in informer.items)
+    wait_for(lambda: "test/b" in informer.items, interval=0.01)
