@@ -16,9 +16,8 @@ from hcsd.health.events import HealthEvent, Severity
 from hcsd.health.settings import HealthSection
 from hcsd.health.sources.counters import CounterPoller
 from hcsd.health.watching import HealthWatcher
-from hcsd.ledger import Ledger
 from hcsd.model import HealthState
-from hcsd.service import NodeService
+from tests.harness.local import local_node
 
 NODE = """
 [[device]]
@@ -75,9 +74,8 @@ async def test_watcher_marks_the_device_unhealthy_from_counters(tmp_path: Path) 
     node = tmp_path / "node.toml"
     write(node, 0, 0)
     backend = SimulatedBackend(node)
-    ledger = Ledger(str(tmp_path / "state"))
-    ledger.open()
-    service = NodeService(discover_all("n", [backend]), ledger)
+    local = local_node(tmp_path, discover_all("n", [backend]))
+    service = local.service
     watcher = HealthWatcher(
         service, HealthSection(source="off"), backends=[backend], sysfs=str(tmp_path)
     )
@@ -89,7 +87,7 @@ async def test_watcher_marks_the_device_unhealthy_from_counters(tmp_path: Path) 
     device = service.device("gpu-a")
     assert device is not None and device.health_state is HealthState.UNHEALTHY
     assert watcher.events[("simulated", "ecc_uncorrectable", "fatal")] == 1
-    ledger.close()
+    local.close()
 
 
 class Hanging(DiscoveryBackend):
@@ -147,9 +145,8 @@ async def test_a_hung_vendor_call_does_not_block_the_event_loop(tmp_path: Path) 
     node = tmp_path / "node.toml"
     write(node, 0, 0)
     hanging = Hanging()
-    ledger = Ledger(str(tmp_path / "state"))
-    ledger.open()
-    service = NodeService(discover_all("n", [SimulatedBackend(node)]), ledger)
+    local = local_node(tmp_path, discover_all("n", [SimulatedBackend(node)]))
+    service = local.service
     watcher = HealthWatcher(
         service,
         HealthSection(source="off", tick_interval=0.05),
@@ -172,6 +169,6 @@ async def test_a_hung_vendor_call_does_not_block_the_event_loop(tmp_path: Path) 
             await running
         timer.cancel()
         hanging.release.set()
-        ledger.close()
+        local.close()
     assert hanging.calls >= 1
     assert worst < 0.5, f"the event loop stalled for {worst:.2f}s"

@@ -29,9 +29,8 @@ from hcsd.health.sources.bcc import BccSource
 from hcsd.health.sources.ebpf import EbpfSource
 from hcsd.health.sources.kmsg import KmsgSource
 from hcsd.health.watching import HealthWatcher
-from hcsd.ledger import Ledger
 from hcsd.model import HealthState, Request, Vendor
-from hcsd.service import NodeService
+from tests.harness.local import local_node
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="kernel paths need root")
 
@@ -144,9 +143,8 @@ async def test_watcher_marks_the_device_unhealthy(
     mixed_inventory: Inventory,
     tmp_path: Path,
 ) -> None:
-    ledger = Ledger(str(tmp_path / "state"))
-    ledger.open()
-    service = NodeService(mixed_inventory, ledger)
+    node = local_node(tmp_path, mixed_inventory)
+    service = node.service
     held, _, _ = service.allocate(
         Request("victim", vram_bytes=2**30, vendors=frozenset({Vendor.NVIDIA}))
     )
@@ -171,7 +169,7 @@ async def test_watcher_marks_the_device_unhealthy(
     finally:
         assert watcher.source is not None
         watcher.source.stop()
-        ledger.close()
+        node.close()
     status = service.device_status(target.uuid)
     assert status is not None and status.device.health_state is HealthState.UNHEALTHY
     assert status.device.health_score == 0

@@ -17,9 +17,9 @@ from hcsd.api.server import ApiServer, SocketInUse
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
 from hcsd.discovery import Inventory
-from hcsd.ledger import Ledger
 from hcsd.model import Allocation, Grant, PodRef, VramViolation
 from hcsd.service import NodeService
+from tests.harness.local import local_node
 
 NOBODY = 65534
 
@@ -34,17 +34,15 @@ class Api:
 
 @pytest.fixture
 async def api(tmp_path: Path, mixed_inventory: Inventory) -> AsyncIterator[Api]:
-    ledger = Ledger(str(tmp_path / "state"))
-    ledger.open()
-    service = NodeService(mixed_inventory, ledger)
+    node = local_node(tmp_path, mixed_inventory)
     socket_path = str(tmp_path / "run" / "hcsd.sock")
-    server = ApiServer(service, socket_path)
+    server = ApiServer(node.service, socket_path)
     await server.start()
     channel = grpc.aio.insecure_channel(f"unix:{socket_path}")
-    yield Api(socket_path, pb_grpc.HcsdStub(channel), channel, service)
+    yield Api(socket_path, pb_grpc.HcsdStub(channel), channel, node.service)
     await channel.close()
     await server.stop(0.5)
-    ledger.close()
+    node.close()
 
 
 async def test_devices_and_node(api: Api) -> None:
@@ -249,12 +247,11 @@ async def test_stale_socket_is_replaced(tmp_path: Path, mixed_inventory: Invento
     dead = socket.socket(socket.AF_UNIX)
     dead.bind(path)
     dead.close()  # the file stays, nobody listens: as after a crash
-    ledger = Ledger(str(tmp_path / "state"))
-    ledger.open()
-    server = ApiServer(NodeService(mixed_inventory, ledger), path)
+    node = local_node(tmp_path, mixed_inventory)
+    server = ApiServer(node.service, path)
     await server.start()
     await server.stop(0)
-    ledger.close()
+    node.close()
     assert not os.path.exists(path)
 
 
@@ -275,10 +272,9 @@ async def test_the_socket_is_0600_and_the_umask_never_changes_under_other_tasks(
             seen.add(current)
             await asyncio.sleep(0)
 
-    ledger = Ledger(str(tmp_path / "state"))
-    ledger.open()
+    node = local_node(tmp_path, mixed_inventory)
     path = tmp_path / "api" / "hcsd.sock"
-    server = ApiServer(NodeService(mixed_inventory, ledger), str(path))
+    server = ApiServer(node.service, str(path))
     watcher = asyncio.create_task(observe())
     try:
         await asyncio.sleep(0)
@@ -289,7 +285,7 @@ async def test_the_socket_is_0600_and_the_umask_never_changes_under_other_tasks(
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
         await server.stop(0)
-        ledger.close()
+        node.close()
         os.umask(usual)
     assert seen == {0o022}
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import os
 import socket
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,31 +25,17 @@ from hcsd.api.server import ApiServer
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
 from hcsd.discovery import Inventory
-from hcsd.ledger import FileSystem, Ledger
 from hcsd.model import Request
 from hcsd.refusals import METADATA_KEY, Code, Reason
-from hcsd.runtime.injector import Injector, InjectorSettings
+from hcsd.runtime.injector import Injector
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.nri.ttrpc import TtrpcError
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
-from hcsd.runtime.settings import RuntimeSection
 from hcsd.service import NodeService
 from tests.conftest import GiB
+from tests.harness.bundles import BIN
+from tests.harness.local import DiskFull, local_node
 from tests.nri.peer import RuntimePeer
-
-BIN = Path(sys.executable).parent
-
-
-class DiskFull(FileSystem):
-    """The real file system until `full` is set; then every write fails with ENOSPC."""
-
-    def __init__(self) -> None:
-        self.full = False
-
-    def write(self, fd: int, data: bytes) -> None:
-        if self.full:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        super().write(fd, data)
 
 
 @dataclass
@@ -99,26 +83,14 @@ class Outcome:
 
 @pytest.fixture
 async def node(tmp_path: Path, mixed_inventory: Inventory) -> AsyncIterator[Node]:
-    fs = DiskFull()
-    ledger = Ledger(str(tmp_path / "state"), fs=fs)
-    ledger.open()
-    service = NodeService(mixed_inventory, ledger)
-    libhcs = tmp_path / "libhcs.so"
-    libhcs.write_bytes(b"\x7fELF")
-    injector = Injector(
-        service,
-        InjectorSettings(
-            node_name="sim",
-            run_dir=str(tmp_path / "run"),
-            runtime=RuntimeSection(libhcs_path=str(libhcs)),
-        ),
-    )
+    local = local_node(tmp_path, mixed_inventory)
+    injector = local.injector()
     socket_path = str(tmp_path / "hcsd.sock")
-    server = ApiServer(service, socket_path, injector)
+    server = ApiServer(local.service, socket_path, injector)
     await server.start()
-    yield Node(service, injector, fs, socket_path, tmp_path)
+    yield Node(local.service, injector, local.disk, socket_path, tmp_path)
     await server.stop(0.5)
-    ledger.close()
+    local.close()
 
 
 async def through_allocate(node: Node, case: Case) -> Outcome:

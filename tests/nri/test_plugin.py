@@ -17,14 +17,12 @@ import pytest
 
 from hcsd.contract.assignment import sign
 from hcsd.discovery import Inventory
-from hcsd.ledger import FileSystem, Ledger
 from hcsd.model import Allocation, FrontEnd, Grant, NodeMode, PodRef
-from hcsd.runtime.injector import Injector, InjectorSettings
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.nri.ttrpc import Code, TtrpcError
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
-from hcsd.runtime.settings import RuntimeSection
 from hcsd.service import NodeService
+from tests.harness.local import DiskFull, local_node
 from tests.nri.peer import RuntimePeer
 
 KEY = b"test-cluster-key-0123456789abcdef"
@@ -56,34 +54,20 @@ async def plugin_setup(
     tmp_path: Path,
     inventory: Inventory,
     *,
-    fs: FileSystem | None = None,
+    disk: DiskFull | None = None,
     clock: Callable[[], float] = time.perf_counter,
     mode: NodeMode = NodeMode.STANDALONE,
 ) -> AsyncIterator[Setup]:
-    ledger = Ledger(str(tmp_path / "state"), fs=fs)
-    ledger.open()
-    service = NodeService(inventory, ledger)
-    ledger.allocate(
+    node = local_node(tmp_path, inventory, disk=disk)
+    node.ledger.allocate(
         Allocation("gone-container", (Grant(A100_0, GiB),), source="local", front_end=FrontEnd.NRI)
     )
-    libhcs = tmp_path / "libhcs.so"
-    libhcs.write_bytes(b"\x7fELF")
-    injector = Injector(
-        service,
-        InjectorSettings(
-            node_name="sim",
-            run_dir=str(tmp_path / "run"),
-            runtime=RuntimeSection(libhcs_path=str(libhcs)),
-            assignment_key=KEY,
-            mode=mode,
-        ),
-    )
-    plugin = NriPlugin(injector, clock=clock)
+    plugin = NriPlugin(node.injector(assignment_key=KEY, mode=mode), clock=clock)
     peer, session = await connect(plugin)
-    yield Setup(peer, plugin, service, tmp_path / "run", session)
+    yield Setup(peer, plugin, node.service, node.run_dir, session)
     peer.close()
     await asyncio.wait_for(session, 2)
-    ledger.close()
+    node.close()
 
 
 def container_request(
@@ -367,17 +351,8 @@ def test_an_open_key_file_refuses_assignments_with_the_fix(
     key = tmp_path / "assignment.key"
     key.write_bytes(KEY)
     key.chmod(mode)
-    ledger = Ledger(str(tmp_path / "state"))
-    ledger.open()
-    libhcs = tmp_path / "libhcs.so"
-    libhcs.write_bytes(b"\x7fELF")
-    settings = InjectorSettings(
-        "sim",
-        str(tmp_path / "run"),
-        RuntimeSection(libhcs_path=str(libhcs)),
-        key_loader=KeyFile(str(key)),
-    )
-    injector = Injector(NodeService(mixed_inventory, ledger), settings)
+    node = local_node(tmp_path, mixed_inventory)
+    injector = node.injector(key_loader=KeyFile(str(key)))
     info = ContainerInfo(
         "c10",
         "main",
@@ -388,7 +363,7 @@ def test_an_open_key_file_refuses_assignments_with_the_fix(
         injector.create(info)
     key.chmod(0o600)
     assert injector.create(info) is not None  # fixed: the same pod starts
-    ledger.close()
+    node.close()
 
 
 async def test_prelaunch_socket_is_0600_and_the_umask_never_changes_under_other_tasks(

@@ -13,9 +13,9 @@ import pytest
 from hcsd.contract import paths
 from hcsd.daemon.metrics import render_metrics
 from hcsd.discovery import Inventory
-from hcsd.ledger import FileSystem
 from hcsd.model import Allocation, FrontEnd, Grant, PodRef
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+from tests.harness.local import DiskFull
 from tests.nri.test_plugin import (
     A100_0,
     GiB,
@@ -168,10 +168,11 @@ async def test_containers_running_without_their_edits_are_released_counted_and_l
     assert "recreate it (delete the pod or container)" in lines[1]
 
 
-class SlowDisk(FileSystem):
+class SlowDisk(DiskFull):
     """fdatasync that takes `delay` seconds on the test's clock."""
 
     def __init__(self, now: list[float]) -> None:
+        super().__init__()
         self.now = now
         self.delay = 0.0
 
@@ -190,7 +191,7 @@ async def test_a_create_close_to_the_runtime_timeout_is_reported(
 ) -> None:
     now = [time.perf_counter()]
     disk = SlowDisk(now)
-    async with plugin_setup(tmp_path, mixed_inventory, fs=disk, clock=lambda: now[0]) as nri:
+    async with plugin_setup(tmp_path, mixed_inventory, disk=disk, clock=lambda: now[0]) as nri:
         await nri.peer.call(
             "Configure",
             api.ConfigureRequest(NRI_version="v0.12.0", request_timeout=2000),

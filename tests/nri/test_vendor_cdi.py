@@ -11,6 +11,7 @@ from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendor_cdi import vendor_spec_edits
 from hcsd.runtime.vendors import vendor_edits
 from tests.conftest import gpu
+from tests.harness.local import local_node
 
 # The shape `nvidia-ctk cdi generate` writes (trimmed): spec-level edits carry the driver.
 NVIDIA_SPEC = """---
@@ -79,14 +80,11 @@ async def test_cdi_spec_follows_device_changes(tmp_path: Path, mixed_inventory: 
     import json
     from dataclasses import replace
 
-    from hcsd.ledger import Ledger
     from hcsd.model import DeviceNode, Request
     from hcsd.runtime.cdi import keep_spec_current, write_spec
-    from hcsd.service import NodeService
 
-    ledger = Ledger(str(tmp_path / "state"))
-    ledger.open()
-    service = NodeService(mixed_inventory, ledger)  # type: ignore[arg-type]
+    node = local_node(tmp_path, mixed_inventory)
+    service = node.service
     spec = tmp_path / "cdi" / "hcs.io-device.yaml"
     drivers = {vendor: tmp_path / f"{vendor}-driver" for vendor in ("ascend", "nvidia")}
     for directory in drivers.values():
@@ -111,4 +109,4 @@ async def test_cdi_spec_follows_device_changes(tmp_path: Path, mixed_inventory: 
         mounts = [m["hostPath"] for m in names[name]["containerEdits"]["mounts"]]
         assert mounts == [str(drivers[vendor])]
     task.cancel()
-    ledger.close()
+    node.close()

@@ -20,16 +20,15 @@ import pytest
 
 from hcsd.contract import region
 from hcsd.discovery import Inventory
-from hcsd.ledger import Ledger
 from hcsd.model import Allocation, FrontEnd, Grant
 from hcsd.runtime.container_files import ContainerUser, QuotaFiles
 from hcsd.runtime.dirfd import MAX_DEPTH, opened_dir, remove_tree
-from hcsd.runtime.injector import Injector, InjectorSettings
-from hcsd.runtime.settings import RuntimeSection
+from hcsd.runtime.injector import Injector
 from hcsd.service import NodeService
 from hcsd.watchdog.accounted import AccountedUsage
 from tests.capabilities import as_unit
 from tests.conftest import GiB
+from tests.harness.local import local_node
 
 A100_0 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
 PRELOAD = b"/usr/lib/hcs/libhcs.so\n"
@@ -48,19 +47,10 @@ class Node:
 
 @pytest.fixture
 def node(tmp_path: Path, mixed_inventory: Inventory) -> Iterator[Node]:
-    ledger = Ledger(str(tmp_path / "state"))
-    ledger.open()
-    service = NodeService(mixed_inventory, ledger)
-    libhcs = tmp_path / "libhcs.so"
-    libhcs.write_bytes(b"\x7fELF")
-    settings = InjectorSettings(
-        node_name="sim",
-        run_dir=str(tmp_path / "run"),
-        runtime=RuntimeSection(libhcs_path=str(libhcs)),
-    )
-    injector = Injector(service, settings)
-    yield Node(injector, service, injector.quota, tmp_path / "run")
-    ledger.close()
+    local = local_node(tmp_path, mixed_inventory)
+    injector = local.injector()
+    yield Node(injector, local.service, injector.quota, local.run_dir)
+    local.close()
 
 
 def prepare(node: Node, cid: str, user: ContainerUser | None = None) -> None:

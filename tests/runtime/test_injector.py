@@ -6,8 +6,6 @@ against a real ledger and the simulated mixed node (the front ends have their ow
 
 from __future__ import annotations
 
-import errno
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,29 +14,19 @@ import pytest
 
 from hcsd.contract.assignment import sign
 from hcsd.discovery import Inventory
-from hcsd.ledger import FileSystem, Ledger
+from hcsd.ledger import Ledger
 from hcsd.model import Allocation, FrontEnd, Grant, HealthState, PodRef, Request
 from hcsd.refusals import Reason, Refusal
-from hcsd.runtime.injector import ContainerInfo, Injector, InjectorSettings
+from hcsd.runtime.injector import ContainerInfo, Injector
 from hcsd.runtime.presence import ContainerView, RunningContainer
-from hcsd.runtime.settings import RuntimeSection
 from hcsd.service import NodeService
 from tests.conftest import GiB
+from tests.harness.local import DiskFull, local_node
 
 KEY = b"test-cluster-key-0123456789abcdef"
 A100_0 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
 NOW = 1_760_000_000.0
 POD = PodRef("team-a", "trainer", "pod-uid-1")
-
-
-class DiskFull(FileSystem):
-    def __init__(self) -> None:
-        self.full = False
-
-    def write(self, fd: int, data: bytes) -> None:
-        if self.full:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        super().write(fd, data)
 
 
 @dataclass
@@ -53,24 +41,10 @@ class Setup:
 
 @pytest.fixture
 def setup(tmp_path: Path, mixed_inventory: Inventory) -> Setup:
-    fs = DiskFull()
-    ledger = Ledger(str(tmp_path / "state"), fs=fs)
-    ledger.open()
-    service = NodeService(mixed_inventory, ledger, clock=lambda: NOW)
-    libhcs = tmp_path / "libhcs.so"
-    libhcs.write_bytes(b"\x7fELF")
+    node = local_node(tmp_path, mixed_inventory, clock=lambda: NOW)
     keys = [KEY]
-    injector = Injector(
-        service,
-        InjectorSettings(
-            node_name="sim",
-            run_dir=str(tmp_path / "run"),
-            runtime=RuntimeSection(libhcs_path=str(libhcs)),
-            key_loader=lambda: keys[-1],
-        ),
-        clock=lambda: NOW,
-    )
-    return Setup(injector, service, ledger, fs, tmp_path / "run", keys)
+    injector = node.injector(key_loader=lambda: keys[-1], clock=lambda: NOW)
+    return Setup(injector, node.service, node.ledger, node.disk, node.run_dir, keys)
 
 
 def info(
@@ -217,24 +191,15 @@ def test_creating_again_is_harmless(setup: Setup) -> None:
 
 
 def test_missing_libhcs_refuses_and_releases(tmp_path: Path, mixed_inventory: Inventory) -> None:
-    ledger = Ledger(str(tmp_path / "state"))
-    ledger.open()
-    service = NodeService(mixed_inventory, ledger)
-    injector = Injector(
-        service,
-        InjectorSettings(
-            node_name="sim",
-            run_dir=str(tmp_path / "run"),
-            runtime=RuntimeSection(libhcs_path=str(tmp_path / "absent.so")),
-        ),
-    )
+    node = local_node(tmp_path, mixed_inventory)
+    service, injector = node.service, node.injector(libhcs=tmp_path / "absent.so")
     with pytest.raises(Refusal, match=r"libhcs is not installed at .*absent\.so") as refused:
         injector.create(info("c9", {"hcs.io/vram": "1Gi"}))
     assert refused.value.reason is Reason.PREPARE_FAILED
     assert service.allocation("c9") is None and service.refusal_counts() == {
         Reason.PREPARE_FAILED: 1
     }
-    ledger.close()
+    node.close()
 
 
 @pytest.mark.parametrize(
