@@ -32,7 +32,7 @@ from hcsd.cluster.objects import compute_node, node_spec, node_status
 from hcsd.cluster.timefmt import micro_time
 from tests.cluster.conftest import NODES, NodeDaemon, kustomized, node_file, secret_with
 from tests.cluster.controlplane import ControlPlane, free_port, manifests, register_node
-from tests.cluster.kube_peers import ensure_kubernetes, find_etcd
+from tests.harness.peers.kubernetes import ensure_kubernetes, find_etcd
 
 GiB = 2**30
 NODE_COUNT = 1000

@@ -26,8 +26,8 @@ from tests.cluster.controlplane import (
     manifests,
     register_node,
 )
-from tests.cluster.kube_peers import ensure_kubernetes, find_etcd
 from tests.harness.daemon import LIBHCS, Daemon, build_libhcs
+from tests.harness.peers.kubernetes import ensure_kubernetes, find_etcd
 
 GiB = 2**30
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hcsd.cli.hcsctl import main
-from tests.runtime.peers import CONTAINERD_17_VERSION, CONTAINERD_VERSION, PEERS
+from tests.harness.peers.building import CONTAINERD_17_VERSION, CONTAINERD_VERSION, PEERS
 
 # The shape `containerd config default` prints: 1.7 (version 2, NRI disabled) and 2.x (version 3).
 CONTAINERD_17 = """\
@@ -150,7 +150,7 @@ def test_a_config_that_already_requires_hcsd_is_left_alone(
 def peer(name: str) -> Path:
     binary = PEERS / name / "containerd"
     if not (PEERS / name / "BUILT").exists():
-        pytest.skip(f"{name} is not built (python -m tests.runtime.peers)")
+        pytest.skip(f"{name} is not built (python -m tests.harness.peers.building)")
     return binary
 
 

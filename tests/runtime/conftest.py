@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.peers.building import Binaries, Log, ensure_binaries, ensure_containerd_17
 from tests.runtime.containerd import Containerd
 from tests.runtime.image import ImageError, ensure_busybox_image, ensure_pause_image
-from tests.runtime.peers import Binaries, Log, ensure_binaries, ensure_containerd_17
 
 
 def _terminal_log(config: pytest.Config) -> Log:

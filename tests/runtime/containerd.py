@@ -30,8 +30,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.harness.peers.building import Binaries
 from tests.runtime.image import BUSYBOX_IMAGE, PAUSE_IMAGE, ensure_busybox_image, ensure_pause_image
-from tests.runtime.peers import Binaries
 
 NAMESPACE = "k8s.io"  # the CRI plugin's containerd namespace
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL

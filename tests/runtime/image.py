@@ -19,7 +19,7 @@ import struct
 import tarfile
 from pathlib import Path
 
-from tests.runtime.peers import CACHE
+from tests.harness.peers.building import CACHE
 
 BUSYBOX = Path("/bin/busybox")
 BUSYBOX_IMAGE = "docker.io/hcs/busybox:test"

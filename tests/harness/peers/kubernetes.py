@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.runtime.peers import PEERS, Log, _go_env, _print, _run_go, build_lock, find_go
+from tests.harness.peers.building import PEERS, Log, _go_env, _print, _run_go, build_lock, find_go
 
 KUBERNETES_VERSION = os.environ.get("HCS_KUBERNETES_VERSION", "v1.36.3")
 ETCD_CANDIDATES = ("/usr/bin/etcd", "/usr/local/bin/etcd")
@@ -123,5 +123,5 @@ def find_etcd() -> Path | str:
     return "etcd is not installed (apt install etcd-server)"
 
 
-if __name__ == "__main__":  # build ahead of a test run: python -m tests.cluster.kube_peers
+if __name__ == "__main__":  # build ahead of a test run: python -m tests.harness.peers.kubernetes
     print(ensure_kubernetes())

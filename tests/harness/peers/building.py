@@ -352,7 +352,7 @@ def ensure_containerd_17(binaries: Binaries, log: Log = _print) -> Binaries | st
     )
 
 
-if __name__ == "__main__":  # build the peers ahead of a test run: python -m tests.runtime.peers
+if __name__ == "__main__":  # build ahead of a test run: python -m tests.harness.peers.building
     found = ensure_binaries()
     print(found)
     if not isinstance(found, str):
