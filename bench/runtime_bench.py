@@ -1,6 +1,6 @@
 """Container create+start time through a real containerd 2.3 (crictl, runc), with hcsd's NRI plugin
 injecting a GPU slice vs the same containerd with no plugin, in one run. Needs root and the
-runtime test peers (built and cached by tests/harness/peers/building.py)."""
+runtime test peers (built and cached by tests/harness/peers/)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import summary_us, write_result
-from tests.harness.peers.building import ensure_binaries
+from tests.harness.peers.runtimes import ensure_binaries
 from tests.runtime.containerd import Containerd
 from tests.runtime.node import runtime_hcsd, start_registered
 

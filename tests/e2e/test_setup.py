@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from hcsd.cli.hcsctl import main
-from tests.harness.peers.building import CONTAINERD_17_VERSION, CONTAINERD_VERSION, PEERS
+from tests.harness.peers.building import PEERS
+from tests.harness.peers.runtimes import CONTAINERD_17_VERSION, CONTAINERD_VERSION
 
 # The shape `containerd config default` prints: 1.7 (version 2, NRI disabled) and 2.x (version 3).
 CONTAINERD_17 = """\
@@ -150,7 +151,7 @@ def test_a_config_that_already_requires_hcsd_is_left_alone(
 def peer(name: str) -> Path:
     binary = PEERS / name / "containerd"
     if not (PEERS / name / "BUILT").exists():
-        pytest.skip(f"{name} is not built (python -m tests.harness.peers.building)")
+        pytest.skip(f"{name} is not built (python -m tests.harness.peers runtimes)")
     return binary
 
 

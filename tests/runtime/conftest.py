@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.peers.building import Binaries, Log, ensure_binaries, ensure_containerd_17
+from tests.harness.peers.building import Log
+from tests.harness.peers.runtimes import Binaries, ensure_binaries, ensure_containerd_17
 from tests.runtime.containerd import Containerd
 from tests.runtime.image import ImageError, ensure_busybox_image, ensure_pause_image
 

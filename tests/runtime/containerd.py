@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests.harness.peers.building import Binaries
+from tests.harness.peers.runtimes import Binaries
 from tests.runtime.image import BUSYBOX_IMAGE, PAUSE_IMAGE, ensure_busybox_image, ensure_pause_image
 
 NAMESPACE = "k8s.io"  # the CRI plugin's containerd namespace

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.peers.building import Binaries
+from tests.harness.peers.runtimes import Binaries
 from tests.runtime.containerd import Containerd, CrictlError, is_socket
 from tests.runtime.image import APPLETS, BUSYBOX_IMAGE, PAUSE_IMAGE, is_static_elf, oci_layout
 

@@ -21,7 +21,7 @@ import pytest
 from hcsd.cli.hcsctl import main as hcsctl
 from tests.harness.bundles import hcs_runtime, make_bundle
 from tests.harness.daemon import Daemon, free_port
-from tests.harness.peers.building import Binaries
+from tests.harness.peers.runtimes import Binaries
 from tests.harness.waiting import wait_for
 from tests.runtime.containerd import Containerd, CrictlError
 from tests.runtime.node import GPU0, allocations, runtime_hcsd, start_registered

@@ -1,0 +1,28 @@
+"""`python -m tests.harness.peers [runtimes] [kubernetes]`: build the peers ahead of a test
+run (all of them when none is named); prints where each is, or why it cannot be had."""
+
+from __future__ import annotations
+
+import sys
+
+from tests.harness.peers.kubernetes import ensure_kubernetes
+from tests.harness.peers.runtimes import ensure_binaries, ensure_containerd_17
+
+
+def main(names: list[str]) -> int:
+    wanted = set(names) or {"runtimes", "kubernetes"}
+    unknown = wanted - {"runtimes", "kubernetes"}
+    if unknown:
+        print(f"unknown peers: {', '.join(sorted(unknown))} (runtimes, kubernetes)")
+        return 2
+    if "runtimes" in wanted:
+        found = ensure_binaries()
+        print(found)
+        if not isinstance(found, str):
+            print(ensure_containerd_17(found))
+    if "kubernetes" in wanted:
+        print(ensure_kubernetes())
+    return 0
+
+
+raise SystemExit(main(sys.argv[1:]))
