@@ -22,13 +22,7 @@ def backend_for(
 ) -> AscendBackend:
     node = ascend_node(tmp_path, **kw)  # type: ignore[arg-type]
     monkeypatch.setenv("FAKE_DCMI_CONFIG", str(node.config))
-    return AscendBackend(
-        DiscoverySection(
-            dcmi_library=str(fake_libs / "libdcmi.so"),
-            sysfs=str(node.sysfs),
-            dev_root=str(node.dev),
-        )
-    )
+    return AscendBackend(node.section(dcmi_library=str(fake_libs / "libdcmi.so")))
 
 
 def test_eight_910b_chips_over_hccs(

@@ -11,7 +11,7 @@ from hcsd.discovery.backends.cambricon import CambriconBackend, parse_cnmon
 from hcsd.discovery.settings import DiscoverySection
 from hcsd.model import DeviceNode, HealthState, LinkKind
 from tests.fakes import make_devfs
-from tests.fakes.nodes import cambricon_node, tool
+from tests.fakes.nodes import cambricon_node, discover_once, tool
 
 DATA = Path(__file__).parent / "data"
 GiB = 2**30
@@ -22,13 +22,7 @@ def test_eight_mlus_in_a_ring(
 ) -> None:
     node = cambricon_node(tmp_path)
     monkeypatch.setenv("FAKE_CNDEV_CONFIG", str(node.config))
-    backend = CambriconBackend(
-        DiscoverySection(
-            cndev_library=str(fake_libs / "libcndev.so"),
-            sysfs=str(node.sysfs),
-            dev_root=str(node.dev),
-        )
-    )
+    backend = CambriconBackend(node.section(cndev_library=str(fake_libs / "libcndev.so")))
     try:
         devices = backend.discover()
         counters = backend.health_counters()
@@ -58,17 +52,9 @@ def test_unhealthy_card(
     node = cambricon_node(tmp_path, count=1)
     node.config.write_text(node.config.read_text().replace("health=1", "health=0"))
     monkeypatch.setenv("FAKE_CNDEV_CONFIG", str(node.config))
-    backend = CambriconBackend(
-        DiscoverySection(
-            cndev_library=str(fake_libs / "libcndev.so"),
-            sysfs=str(node.sysfs),
-            dev_root=str(node.dev),
-        )
+    [device] = discover_once(
+        CambriconBackend(node.section(cndev_library=str(fake_libs / "libcndev.so")))
     )
-    try:
-        [device] = backend.discover()
-    finally:
-        backend.close()
     assert device.health_state is HealthState.UNHEALTHY
 
 

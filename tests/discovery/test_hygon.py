@@ -19,9 +19,7 @@ GiB = 2**30
 def test_dcus_from_kfd_with_models_from_hy_smi(tmp_path: Path, devfs: Path) -> None:
     node = hygon_node(tmp_path, count=2)
     smi = tool(tmp_path, "hy-smi", DATA / "hy-smi-k100ai.txt")
-    devices = HygonBackend(
-        DiscoverySection(hy_smi=str(smi), sysfs=str(node.sysfs), dev_root=str(node.dev))
-    ).discover()
+    devices = HygonBackend(node.section(hy_smi=str(smi))).discover()
     first, second = devices
     assert first.model == "K100-AI"
     assert first.tflops_fp16 == 196.0
@@ -58,9 +56,7 @@ def test_without_hy_smi_the_model_is_unknown_not_zero_silently(
 
 def test_ecc_counters_from_amdgpu_ras(tmp_path: Path, devfs: Path) -> None:
     node = hygon_node(tmp_path, count=1)
-    backend = HygonBackend(
-        DiscoverySection(hy_smi="/nonexistent", sysfs=str(node.sysfs), dev_root=str(node.dev))
-    )
+    backend = HygonBackend(node.section(hy_smi="/nonexistent"))
     [device] = backend.discover()
     ras = node.sysfs / "bus/pci/devices/0000:3d:00.0/ras/umc_err_count"
     ras.write_text("ue: 3\nce: 7\n")

@@ -13,7 +13,7 @@ from hcsd.discovery.backends.nvidia import NvidiaBackend
 from hcsd.discovery.settings import DiscoverySection
 from hcsd.model import DeviceNode, LinkKind
 from tests.fakes import write_config
-from tests.fakes.nodes import FakeNode, nvidia_node
+from tests.fakes.nodes import FakeNode, discover_once, nvidia_node
 
 GiB = 2**30
 
@@ -29,13 +29,7 @@ def backend(
 ) -> Iterator[NvidiaBackend]:
     for key, value in node.env.items():
         monkeypatch.setenv(key, value)
-    backend = NvidiaBackend(
-        DiscoverySection(
-            nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
-            sysfs=str(node.sysfs),
-            dev_root=str(node.dev),
-        )
-    )
+    backend = NvidiaBackend(node.section(nvml_library=str(fake_libs / "libnvidia-ml.so.1")))
     yield backend
     backend.close()
 
@@ -92,17 +86,9 @@ def test_links_without_nvswitch(
 ) -> None:
     node = nvidia_node(tmp_path, topology=topology)
     monkeypatch.setenv("FAKE_NVML_CONFIG", str(node.config))
-    backend = NvidiaBackend(
-        DiscoverySection(
-            nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
-            sysfs=str(node.sysfs),
-            dev_root=str(node.dev),
-        )
+    devices = discover_once(
+        NvidiaBackend(node.section(nvml_library=str(fake_libs / "libnvidia-ml.so.1")))
     )
-    try:
-        devices = backend.discover()
-    finally:
-        backend.close()
     link = devices[0].link_to(devices[peer].uuid)
     assert link is not None
     assert (link.kind, link.gbps) == (kind, gbps)
@@ -113,17 +99,9 @@ def test_mig_enabled_is_reported_not_fatal(
 ) -> None:
     node = nvidia_node(tmp_path, count=2, overrides={1: {"mig": 1}})
     monkeypatch.setenv("FAKE_NVML_CONFIG", str(node.config))
-    backend = NvidiaBackend(
-        DiscoverySection(
-            nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
-            sysfs=str(node.sysfs),
-            dev_root=str(node.dev),
-        )
+    devices = discover_once(
+        NvidiaBackend(node.section(nvml_library=str(fake_libs / "libnvidia-ml.so.1")))
     )
-    try:
-        devices = backend.discover()
-    finally:
-        backend.close()
     assert dict(devices[1].attributes)["mig_mode"] == "enabled"
     assert devices[1].vram_bytes == 80 * GiB
 
@@ -137,17 +115,9 @@ def test_unknown_model_keeps_raw_figures_and_warns(
 ) -> None:
     node = nvidia_node(tmp_path, count=1, name="NVIDIA Future GPU 9000")
     monkeypatch.setenv("FAKE_NVML_CONFIG", str(node.config))
-    backend = NvidiaBackend(
-        DiscoverySection(
-            nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
-            sysfs=str(node.sysfs),
-            dev_root=str(node.dev),
-        )
+    [device] = discover_once(
+        NvidiaBackend(node.section(nvml_library=str(fake_libs / "libnvidia-ml.so.1")))
     )
-    try:
-        [device] = backend.discover()
-    finally:
-        backend.close()
     assert device.model == "NVIDIA Future GPU 9000"
     assert device.vram_bytes == 80 * GiB
     assert dict(device.attributes)["profile"] == "unknown"
@@ -189,13 +159,7 @@ def test_a_missing_device_node_is_a_clear_error(
 ) -> None:
     node = nvidia_node(tmp_path, count=1, mknod=False)
     monkeypatch.setenv("FAKE_NVML_CONFIG", str(node.config))
-    backend = NvidiaBackend(
-        DiscoverySection(
-            nvml_library=str(fake_libs / "libnvidia-ml.so.1"),
-            sysfs=str(node.sysfs),
-            dev_root=str(node.dev),
-        )
-    )
+    backend = NvidiaBackend(node.section(nvml_library=str(fake_libs / "libnvidia-ml.so.1")))
     try:
         with pytest.raises(DiscoveryError, match="nvidia0"):
             backend.discover()

@@ -10,9 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hcsd.discovery import DiscoveryBackend
+from hcsd.discovery.settings import DiscoverySection
+from hcsd.model import Device
 from tests.fakes import Function, make_devfs, make_sysfs, write_config
 
-__all__ = ["FakeNode", "nvidia_node"]
+__all__ = ["FakeNode", "discover_once", "nvidia_node"]
 
 A100 = "NVIDIA A100-SXM4-80GB"
 GiB = 2**30
@@ -24,6 +27,19 @@ class FakeNode:
     sysfs: Path
     dev: Path
     env: dict[str, str] = field(default_factory=dict)
+
+    def section(self, **paths: str) -> DiscoverySection:
+        """`[discovery]` pointed at this node's sysfs and /dev, and at what `paths` name (the
+        fake library or tool a test means)."""
+        return DiscoverySection(sysfs=str(self.sysfs), dev_root=str(self.dev), **paths)
+
+
+def discover_once(backend: DiscoveryBackend) -> list[Device]:
+    """What the backend finds, closed afterwards whatever happened (it may hold a library)."""
+    try:
+        return list(backend.discover())
+    finally:
+        backend.close()
 
 
 def nvidia_bus(index: int) -> str:
