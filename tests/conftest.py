@@ -14,9 +14,19 @@ from hcsd.discovery import Inventory, discover_all
 from hcsd.discovery.backends.simulated import SimulatedBackend
 from hcsd.ledger import Ledger
 from hcsd.model import Device, HealthState, Link, LinkKind, Vendor
+from tests.fakes import build_fakes
 from tests.harness.daemon import MIXED_NODE, ROOT
 
 GiB = 2**30
+
+
+@pytest.fixture(scope="session")
+def fake_libs() -> Path:
+    """The fake vendor libraries (tests/fakes), built once per session."""
+    build = build_fakes()
+    if build is None:
+        pytest.skip("NO C COMPILER: the fake vendor libraries cannot be built")
+    return build
 
 
 @pytest.fixture

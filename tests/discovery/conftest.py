@@ -1,4 +1,5 @@
-"""Fixtures for discovery: the fake libraries built once, and fake nodes described in data."""
+"""Fixtures for discovery: device nodes where the test may make them (the fake libraries are
+tests/conftest.py's `fake_libs`)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
-from tests.fakes import build_fakes
-
-
-@pytest.fixture(scope="session")
-def fake_libs() -> Path:
-    build = build_fakes()
-    if build is None:
-        pytest.skip("NO C COMPILER: the fake vendor libraries cannot be built; backend tests skip")
-    return build
 
 
 @pytest.fixture(scope="session")

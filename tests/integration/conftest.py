@@ -1,4 +1,4 @@
 """Fixtures the daemon tests share with the watchdog's: the fake GPU node, real cgroups,
 libhcs (tests/watchdog/conftest.py)."""
 
-from tests.watchdog.conftest import containers, fake_libs, gpu_node, libhcs  # noqa: F401
+from tests.watchdog.conftest import containers, gpu_node, libhcs  # noqa: F401

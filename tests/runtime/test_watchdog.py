@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from hcsd.watchdog.cgroups import CgroupMapper
-from tests.fakes import build_fakes
 from tests.harness.daemon import Daemon
 from tests.runtime.containerd import Containerd
 from tests.runtime.node import runtime_hcsd, start_registered
@@ -26,12 +25,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GpuNode:
-    libs = build_fakes()
-    if libs is None:
-        pytest.skip("NO C COMPILER: the fake vendor libraries cannot be built")
+def gpu(tmp_path: Path, fake_libs: Path, monkeypatch: pytest.MonkeyPatch) -> GpuNode:
     (tmp_path / "gpu").mkdir()
-    return make_gpu_node(tmp_path / "gpu", libs, monkeypatch)
+    return make_gpu_node(tmp_path / "gpu", fake_libs, monkeypatch)
 
 
 @pytest.fixture

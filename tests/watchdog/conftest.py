@@ -20,30 +20,20 @@ import pytest
 
 from hcsd.contract.quota_file import render_quota
 from hcsd.model import Allocation, Device, Grant, PodRef, Vendor
-from tests.fakes import build_fakes, write_config
+from tests.fakes import write_config
+from tests.harness.daemon import build_libhcs
 from tests.watchdog.cgroup import Container, Containers, cgroup_roots
 
-ROOT = Path(__file__).resolve().parents[2]
-LIBHCS = ROOT / "libhcs" / "build" / "libhcs.so"
 GiB = 2**30
 UUIDS = [f"GPU-00000000-0000-0000-0000-{i:012x}" for i in range(8)]
 
 
 @pytest.fixture(scope="session")
-def fake_libs() -> Path:
-    build = build_fakes()
-    if build is None:
-        pytest.skip("NO C COMPILER: the fake vendor libraries cannot be built")
-    return build
-
-
-@pytest.fixture(scope="session")
 def libhcs() -> Path:
     try:
-        subprocess.run(["make", "-s", "-C", str(LIBHCS.parents[1])], check=True)
+        return build_libhcs()
     except (OSError, subprocess.CalledProcessError) as e:
         pytest.skip(f"libhcs cannot be built: {e}")
-    return LIBHCS
 
 
 @pytest.fixture
