@@ -27,9 +27,10 @@ PROTO_PACKAGES = {"hcsd.v1"}  # dotted, but a .proto package, not a Python modul
 
 
 def backticked(text: str) -> list[tuple[int, str]]:
+    """(line number, code span) for each one-word code span."""
     found = []
     for number, line in enumerate(text.splitlines(), 1):
-        found += [(number, m.group(1)) for m in re.finditer(r"`([^`\s]+)`", line)]
+        found += [(number, span) for span in line.split("`")[1::2] if span and " " not in span]
     return found
 
 
@@ -83,4 +84,13 @@ def test_the_check_sees_a_missing_path_and_a_missing_attribute() -> None:
     assert module_problem("hcsd.daemon.lifecycle.NO_SUCH") == "hcsd.daemon.lifecycle has no NO_SUCH"
     assert module_problem("hcsd.daemon.main") == "hcsd.daemon has no main"
     assert module_problem("hcsd.hooks.oci_hook") == "hcsd has no hooks.oci_hook"
-    assert backticked("see `hcsd/x.py` and `a b`") == [(1, "hcsd/x.py")]
+    assert backticked("see `hcsd/x.py` and `a b`\uff0c`c`") == [(1, "hcsd/x.py"), (1, "c")]
+
+
+def test_the_chinese_readme_keeps_up_with_the_english_one() -> None:
+    """The same sections, and the same commands, paths and names in code spans."""
+    english, chinese = (ROOT / "README.md").read_text(), (ROOT / "README_CN.md").read_text()
+    assert chinese.count("\n## ") == english.count("\n## ")
+    spans = [{span for _, span in backticked(text)} for text in (english, chinese)]
+    only_english, only_chinese = sorted(spans[0] - spans[1]), sorted(spans[1] - spans[0])
+    assert not only_english and not only_chinese, f"README.md: {only_english}, CN: {only_chinese}"
