@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 __all__ = ["METADATA_KEY", "RULES", "Code", "Reason", "Refusal", "Rule"]
 
-# The gRPC trailing metadata entry that carries the reason to API clients (hcsctl, the hooks).
+# The gRPC trailing metadata entry that carries the reason to API clients (hcsctl, the front ends).
 METADATA_KEY = "hcs-refusal"
 
 
@@ -95,7 +95,7 @@ class Refusal(Exception):
 
     `str()` is the message alone (what the gRPC status carries beside the reason);
     `describe()` adds the reason and, for temporary refusals, that a retry may succeed, for
-    transports that carry text only (NRI, the hooks' stderr) and for log lines.
+    transports that carry text only (NRI, the front ends' stderr) and for log lines.
     """
 
     def __init__(self, reason: Reason, message: str) -> None:

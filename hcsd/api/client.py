@@ -1,4 +1,4 @@
-"""A blocking client of the local API, for hcsctl and hooks.
+"""A blocking client of the local API, for hcsctl, the front ends and hcs-syncer.
 
 Errors become ApiError with one line that a person can act on: the socket path and the reason
 the daemon gave (or why it could not be reached). A refusal comes back as the daemon's

@@ -6,7 +6,7 @@ replaced; a live one means another hcsd runs and we refuse to start.
 
 A `Refusal` raised by any method becomes the status code of hcsd/refusals.py's table, with the
 message as details and the reason in the trailing metadata (METADATA_KEY), so that clients
-(hcsctl, the hooks) get the reason back without parsing text.
+(hcsctl, the front ends) get the reason back without parsing text.
 """
 
 from __future__ import annotations

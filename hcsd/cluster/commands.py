@@ -1,4 +1,4 @@
-"""Entry points: `hcs-syncer` (one per node) and `hcs-scheduler-extender`."""
+"""The cluster side's two commands: `hcs-syncer` (one per node) and `hcs-scheduler-extender`."""
 
 from __future__ import annotations
 

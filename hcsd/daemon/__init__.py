@@ -1,1 +1,1 @@
-"""The hcsd process: configuration, logging, metrics, supervision and the main entry point."""
+"""The hcsd process: its life cycle, configuration, logging, metrics and the wiring of the parts."""

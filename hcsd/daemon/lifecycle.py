@@ -183,7 +183,7 @@ class Daemon:
         return tasks
 
     def _injector(self, service: NodeService) -> Injector:
-        """Container injection, shared by the NRI plugin and the hooks' API calls."""
+        """Container injection, shared by the NRI plugin and the front ends' API calls."""
         config = self.config
         key = KeyFile(config.runtime.assignment_key_file, log_to=log)
         with contextlib.suppress(AssignmentKeyError):

@@ -128,7 +128,7 @@ def publish_spec(
     preload: ContainerEdits | None = None,
 ) -> None:
     """Write the spec at start-up; a directory hcsd cannot write is a warning, not a failure
-    (the NRI plugin and the hooks do not need the spec)."""
+    (the NRI plugin and the other front ends do not need the spec)."""
     try:
         write_spec(directory, [s.device for s in service.devices()], driver_paths, preload)
         log.info("CDI spec in %s is current", directory)
