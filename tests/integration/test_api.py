@@ -20,6 +20,7 @@ from hcsd.discovery import Inventory
 from hcsd.model import Allocation, Grant, PodRef, VramViolation
 from hcsd.service import NodeService
 from tests.harness.local import local_node
+from tests.harness.umasks import umasks_seen
 
 NOBODY = 65534
 
@@ -262,31 +263,18 @@ async def test_the_socket_is_0600_and_the_umask_never_changes_under_other_tasks(
     import asyncio
     import stat
 
-    usual = os.umask(0o022)
-    seen: set[int] = set()
-
-    async def observe() -> None:
-        while True:
-            current = os.umask(0o022)
-            os.umask(current)
-            seen.add(current)
-            await asyncio.sleep(0)
-
     node = local_node(tmp_path, mixed_inventory)
     path = tmp_path / "api" / "hcsd.sock"
     server = ApiServer(node.service, str(path))
-    watcher = asyncio.create_task(observe())
-    try:
-        await asyncio.sleep(0)
-        await server.start()
-        await asyncio.sleep(0)
-        assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    finally:
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
-        await server.stop(0)
-        node.close()
-        os.umask(usual)
+    async with umasks_seen() as seen:
+        try:
+            await asyncio.sleep(0)
+            await server.start()
+            await asyncio.sleep(0)
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        finally:
+            await server.stop(0)
+            node.close()
     assert seen == {0o022}
 
 

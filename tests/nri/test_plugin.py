@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import socket
 import stat
 import time
@@ -23,6 +22,7 @@ from hcsd.runtime.nri.ttrpc import Code, TtrpcError
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
 from hcsd.service import NodeService
 from tests.harness.local import DiskFull, local_node
+from tests.harness.umasks import umasks_seen
 from tests.nri.peer import RuntimePeer
 
 KEY = b"test-cluster-key-0123456789abcdef"
@@ -370,31 +370,20 @@ async def test_prelaunch_socket_is_0600_and_the_umask_never_changes_under_other_
     nri: Setup, tmp_path: Path
 ) -> None:
     """Other tasks keep creating files while the socket is set up: they see the usual umask."""
-    usual = os.umask(0o022)
-    seen: set[int] = set()
-
-    async def observe() -> None:
-        while True:
-            current = os.umask(0o022)
-            os.umask(current)
-            seen.add(current)
-            await asyncio.sleep(0)
-
     path = tmp_path / "prelaunch" / "nri-prelaunch.sock"
-    watcher = asyncio.create_task(observe())
     nri.plugin.prelaunch_socket = str(path)
-    serving = asyncio.create_task(nri.plugin.serve_prelaunched())
-    try:
-        for _ in range(200):
-            await asyncio.sleep(0)
-            if path.exists():
-                break
-        assert stat.S_IMODE(path.lstat().st_mode) == 0o600 and stat.S_ISSOCK(path.lstat().st_mode)
-        _, writer = await asyncio.open_unix_connection(str(path))  # it serves
-        writer.close()
-    finally:
-        serving.cancel()
-        watcher.cancel()
-        await asyncio.gather(serving, watcher, return_exceptions=True)
-        os.umask(usual)
+    async with umasks_seen() as seen:
+        serving = asyncio.create_task(nri.plugin.serve_prelaunched())
+        try:
+            for _ in range(200):
+                await asyncio.sleep(0)
+                if path.exists():
+                    break
+            mode = path.lstat().st_mode
+            assert stat.S_IMODE(mode) == 0o600 and stat.S_ISSOCK(mode)
+            _, writer = await asyncio.open_unix_connection(str(path))  # it serves
+            writer.close()
+        finally:
+            serving.cancel()
+            await asyncio.gather(serving, return_exceptions=True)
     assert seen == {0o022}
