@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Candidate kernel log lines, filtered in the kernel.
  *
- * Attached to the printk:console tracepoint. A line is passed to user space only when a
+ * Attached to printk's console tracepoint as a raw tracepoint (BPF_RAW_TRACEPOINT_OPEN), so
+ * neither tracefs nor perf_event_open is needed: Debian's kernels keep perf_event_open for
+ * CAP_SYS_ADMIN under their default kernel.perf_event_paranoid=3, while a raw tracepoint needs
+ * CAP_BPF and CAP_PERFMON only (docs/packaging.md). A line is passed to user space only when a
  * vendor's marker stands where that vendor's lines have it: at the start of the message (NVIDIA
  * Xid, amdgpu, Ascend and Cambricon driver prefixes) or right after the device prefix (PCIe
  * AER). Never anywhere in the line: the kernel prints text users control (a segfault line
@@ -37,8 +40,9 @@ struct {
 
 HCS_COUNTER_MAP(counters);
 
-SEC("tp/printk/console")
-int hcs_console(struct trace_event_raw_console *ctx)
+/* trace_console(text, len): the arguments, not the tracepoint's record. */
+SEC("raw_tp/console")
+int hcs_console(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 zero = 0;
 	struct hcs_kmsg_event *e = bpf_map_lookup_elem(&scratch, &zero);
@@ -46,13 +50,16 @@ int hcs_console(struct trace_event_raw_console *ctx)
 	if (!e || !offsets)
 		return 0;
 	hcs_count(&counters, HCS_SEEN);
-	__u32 location = BPF_CORE_READ(ctx, __data_loc_msg);
-	__u32 offset = location & 0xffff;
-	__u32 length = location >> 16;
+	const char *text = (const char *)ctx->args[0];
+	__u64 length = ctx->args[1];
+	/* As the tracepoint's record does: drop the newline kernels before 5.19 end the text with. */
+	char last = 0;
+	if (length && !bpf_probe_read_kernel(&last, 1, text + length - 1) && last == '\n')
+		length--;
 	e->truncated = length > HCS_MSG_MAX - 1;
 	if (length > HCS_MSG_MAX - 1)
 		length = HCS_MSG_MAX - 1;
-	if (bpf_probe_read_kernel(e->msg, length & (HCS_MSG_MAX - 1), (void *)ctx + offset))
+	if (bpf_probe_read_kernel(e->msg, length & (HCS_MSG_MAX - 1), text))
 		return 0;
 	e->len = length;
 	e->ts_ns = bpf_ktime_get_ns();

@@ -1,22 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 /* PCIe AER and memory-controller errors from the ras tracepoints.
  *
- * Kernels without AER support have no ras:aer_event; the loader then disables that program
- * (autoload off) and keeps the other. The AER record is declared locally (libbpf matches it to
- * the kernel's trace_event_raw_aer_event by name, ignoring the ___hcs suffix), so this file
- * builds even where the build machine's BTF lacks it.
+ * Raw tracepoints, as in kmsg.bpf.c (no tracefs, no perf_event_open): each program reads the
+ * tracepoint's arguments; the ones read here have kept their place in every kernel since 4.x.
+ * Kernels without AER support have no aer_event; attaching that program then fails with
+ * ENOENT and the loader leaves it out, keeping the other.
  */
 #include "common.bpf.h"
 #include "ras.h"
 
 char LICENSE[] SEC("license") = "GPL";
-
-struct trace_event_raw_aer_event___hcs {
-	struct trace_entry ent;
-	u32 __data_loc_dev_name;
-	u32 status;
-	u8 severity;
-} __attribute__((preserve_access_index));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -25,8 +18,9 @@ struct {
 
 HCS_COUNTER_MAP(counters);
 
-SEC("tp/ras/aer_event")
-int hcs_aer(struct trace_event_raw_aer_event___hcs *ctx)
+/* trace_aer_event(dev_name, status, severity, tlp_header_valid, tlp) */
+SEC("raw_tp/aer_event")
+int hcs_aer(struct bpf_raw_tracepoint_args *ctx)
 {
 	hcs_count(&counters, HCS_SEEN);
 	struct hcs_ras_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -34,25 +28,21 @@ int hcs_aer(struct trace_event_raw_aer_event___hcs *ctx)
 		hcs_count(&counters, HCS_DROPPED);
 		return 0;
 	}
-	__u32 location = BPF_CORE_READ(ctx, __data_loc_dev_name);
-	__u32 length = location >> 16;
-	if (length > HCS_DEV_NAME - 1)
-		length = HCS_DEV_NAME - 1;
 	__builtin_memset(e->dev_name, 0, sizeof(e->dev_name));
-	bpf_probe_read_kernel(e->dev_name, length & (HCS_DEV_NAME - 1),
-			      (void *)ctx + (location & 0xffff));
+	bpf_probe_read_kernel_str(e->dev_name, sizeof(e->dev_name), (const char *)ctx->args[0]);
 	e->ts_ns = bpf_ktime_get_ns();
 	e->kind = HCS_RAS_AER;
-	e->status = BPF_CORE_READ(ctx, status);
-	e->severity = BPF_CORE_READ(ctx, severity);
+	e->status = (__u32)ctx->args[1];
+	e->severity = (__u8)ctx->args[2];
 	e->count = 1;
 	hcs_count(&counters, HCS_MATCHED);
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
 
-SEC("tp/ras/mc_event")
-int hcs_mc(struct trace_event_raw_mc_event *ctx)
+/* trace_mc_event(err_type, error_msg, label, error_count, mc_index, ...) */
+SEC("raw_tp/mc_event")
+int hcs_mc(struct bpf_raw_tracepoint_args *ctx)
 {
 	hcs_count(&counters, HCS_SEEN);
 	struct hcs_ras_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -63,9 +53,9 @@ int hcs_mc(struct trace_event_raw_mc_event *ctx)
 	__builtin_memset(e->dev_name, 0, sizeof(e->dev_name));
 	e->ts_ns = bpf_ktime_get_ns();
 	e->kind = HCS_RAS_MC;
-	e->status = BPF_CORE_READ(ctx, error_type);
+	e->status = (__u32)ctx->args[0];
 	e->severity = 0;
-	e->count = BPF_CORE_READ(ctx, error_count);
+	e->count = (__u32)(int)ctx->args[3];
 	hcs_count(&counters, HCS_MATCHED);
 	bpf_ringbuf_submit(e, 0);
 	return 0;

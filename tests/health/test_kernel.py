@@ -28,6 +28,7 @@ from hcsd.health.sources.base import HealthSource, SourceUnavailable
 from hcsd.health.sources.bcc import BccSource
 from hcsd.health.sources.ebpf import EbpfSource
 from hcsd.health.sources.kmsg import KmsgSource
+from hcsd.health.sources.libbpf import BpfError, BpfObject
 from hcsd.health.watching import HealthWatcher
 from hcsd.model import HealthState, Request, Vendor
 from tests.harness.local import local_node
@@ -90,6 +91,26 @@ async def test_ebpf_filters_in_the_kernel(bpf_objects: Path, kmsg_writer: Write)
     assert after["seen"] - before["seen"] >= 51
     assert after["matched"] - before["matched"] == 1  # only the candidate reached user space
     assert after["dropped"] == 0
+
+
+def test_an_optional_program_without_its_tracepoint_is_left_out(bpf_objects: Path) -> None:
+    """A kernel without AER has no aer_event: attach answers ENOENT and only that program is
+    left out. A tracepoint no kernel has stands for it here."""
+    obj = BpfObject(
+        str(bpf_objects / "ras.bpf.o"),
+        ["hcs_aer", "hcs_mc"],
+        optional={"hcs_aer": "hcs_no_such_tracepoint", "hcs_mc": "mc_event"},
+    )
+    try:
+        obj.load()
+    except BpfError as e:
+        pytest.skip(f"eBPF cannot load here: {e}")
+    try:
+        assert obj.disabled[:1] == ["hcs_aer"]
+        assert "hcs_aer" not in obj.attached
+        assert sorted(obj.attached + obj.disabled) == ["hcs_aer", "hcs_mc"]
+    finally:
+        obj.close()
 
 
 async def test_kmsg_polling_source_ignores_lines_written_from_user_space(

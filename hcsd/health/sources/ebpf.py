@@ -48,7 +48,7 @@ class EbpfSource(HealthSource):
             ras = BpfObject(
                 os.path.join(self.bpf_dir, "ras.bpf.o"),
                 ["hcs_aer", "hcs_mc"],
-                optional={"hcs_aer": ("ras", "aer_event"), "hcs_mc": ("ras", "mc_event")},
+                optional={"hcs_aer": "aer_event", "hcs_mc": "mc_event"},
             )
             ras.load()
             self._objects.append(ras)

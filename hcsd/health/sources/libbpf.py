@@ -1,8 +1,10 @@
 """Loading HCS's CO-RE eBPF objects with the distro's libbpf, through ctypes.
 
 No Python binding of libbpf is needed: the few calls used here are a stable C API (libbpf 1.x).
-The ring buffer is consumed from asyncio via its epoll fd, so no thread is started. A program
-whose tracepoint the kernel lacks is switched off before load; the rest still runs.
+The ring buffer is consumed from asyncio via its epoll fd, so no thread is started. The
+programs are raw tracepoints: attaching one needs neither tracefs nor perf_event_open, only
+CAP_BPF and CAP_PERFMON. An optional program whose tracepoint the kernel lacks (attach answers
+ENOENT) is left out; the rest still runs.
 """
 
 from __future__ import annotations
@@ -16,11 +18,10 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["BpfError", "BpfObject", "ensure_tracefs", "load_libbpf", "tracepoint_exists"]
+__all__ = ["BpfError", "BpfObject", "load_libbpf"]
 
 log = logging.getLogger(__name__)
 
-TRACEFS_ROOTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 SAMPLE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 
 
@@ -43,8 +44,8 @@ def load_libbpf() -> ctypes.CDLL:
         "bpf_object__close": (None, [pointer]),
         "bpf_object__find_program_by_name": (pointer, [pointer, ctypes.c_char_p]),
         "bpf_object__find_map_by_name": (pointer, [pointer, ctypes.c_char_p]),
-        "bpf_program__set_autoload": (ctypes.c_int, [pointer, ctypes.c_bool]),
         "bpf_program__attach": (pointer, [pointer]),
+        "bpf_program__attach_raw_tracepoint": (pointer, [pointer, ctypes.c_char_p]),
         "bpf_link__destroy": (ctypes.c_int, [pointer]),
         "bpf_map__fd": (ctypes.c_int, [pointer]),
         "bpf_map__initial_value": (pointer, [pointer, ctypes.POINTER(ctypes.c_size_t)]),
@@ -65,32 +66,6 @@ def load_libbpf() -> ctypes.CDLL:
     return lib
 
 
-def tracefs_root() -> str | None:
-    for root in TRACEFS_ROOTS:
-        if os.path.isdir(os.path.join(root, "events")):
-            return root
-    return None
-
-
-def ensure_tracefs() -> str:
-    """libbpf finds tracepoint ids in tracefs; mount it if systemd has not (we are root)."""
-    root = tracefs_root()
-    if root is not None:
-        return root
-    target = TRACEFS_ROOTS[0]
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(b"nodev", target.encode(), b"tracefs", 0, None) != 0:
-        error = ctypes.get_errno()
-        raise BpfError(f"tracefs is not mounted and mounting it failed: {os.strerror(error)}")
-    log.info("mounted tracefs at %s", target)
-    return target
-
-
-def tracepoint_exists(category: str, name: str) -> bool:
-    root = tracefs_root()
-    return root is not None and os.path.isdir(os.path.join(root, "events", category, name))
-
-
 def _error(what: str) -> BpfError:
     code = ctypes.get_errno()
     hint = ""
@@ -101,11 +76,15 @@ def _error(what: str) -> BpfError:
 
 @dataclass
 class BpfObject:
-    """One loaded .bpf.o with its attached programs and one ring buffer."""
+    """One loaded .bpf.o with its attached programs and one ring buffer.
+
+    `optional` maps a program to the raw tracepoint it attaches to when that tracepoint may be
+    missing from the kernel (not every kernel has AER support).
+    """
 
     path: str
     programs: Iterable[str]
-    optional: dict[str, tuple[str, str]] = field(default_factory=dict)
+    optional: dict[str, str] = field(default_factory=dict)
     rodata: Callable[[ctypes.c_void_p, int], None] | None = None
 
     def __post_init__(self) -> None:
@@ -120,7 +99,6 @@ class BpfObject:
     def load(self) -> None:
         if not os.path.exists(self.path):
             raise BpfError(f"eBPF object {self.path} is missing (build it with make -C bpf)")
-        ensure_tracefs()
         lib = self.lib
         ctypes.set_errno(0)
         obj = lib.bpf_object__open_file(self.path.encode(), None)
@@ -131,22 +109,23 @@ class BpfObject:
             handle = lib.bpf_object__find_program_by_name(obj, program.encode())
             if not handle:
                 raise BpfError(f"{self.path} has no program {program}")
-            needed = self.optional.get(program)
-            if needed is not None and not tracepoint_exists(*needed):
-                lib.bpf_program__set_autoload(handle, False)
-                self.disabled.append(program)
-                log.info("eBPF: kernel has no %s:%s tracepoint; %s disabled", *needed, program)
         if self.rodata is not None:
             self._apply_rodata()
         ctypes.set_errno(0)
         if lib.bpf_object__load(obj) != 0:
             raise _error(f"load {os.path.basename(self.path)} (verifier log above)")
         for program in self.programs:
-            if program in self.disabled:
-                continue
             handle = lib.bpf_object__find_program_by_name(obj, program.encode())
+            tracepoint = self.optional.get(program)
             ctypes.set_errno(0)
-            link = lib.bpf_program__attach(handle)
+            if tracepoint is None:
+                link = lib.bpf_program__attach(handle)
+            else:
+                link = lib.bpf_program__attach_raw_tracepoint(handle, tracepoint.encode())
+            if not link and tracepoint is not None and ctypes.get_errno() == errno.ENOENT:
+                self.disabled.append(program)
+                log.info("eBPF: kernel has no %s tracepoint; %s disabled", tracepoint, program)
+                continue
             if not link:
                 raise _error(f"attach {program}")
             self._links.append(link)
