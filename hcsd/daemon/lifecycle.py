@@ -302,8 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(args.config or DEFAULT_PATH, required=args.config is not None)
     except ConfigError as e:
+        priority = "<3>" if os.environ.get("JOURNAL_STREAM") else ""  # journald: priority err
         for line in e.lines:
-            print(f"hcsd: {line}", file=sys.stderr)
+            print(f"{priority}hcsd: {line}", file=sys.stderr)
+        notify.failed("; ".join(e.lines))
         return 2
     if args.check_config:
         print(f"hcsd: configuration {config.source} is valid")
@@ -313,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(Daemon(config, args.config or _existing(DEFAULT_PATH)).run())
     except StartupError as e:
         log.error("%s", e)
+        notify.failed(str(e))
         return 1
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return 130

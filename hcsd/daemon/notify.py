@@ -5,19 +5,27 @@ Without NOTIFY_SOCKET (not under systemd) every call is a no-op.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
 import sdnotify
 
-__all__ = ["ready", "reloading", "stopping", "watchdog", "watchdog_interval"]
+from hcsd.daemon.logs import escape_controls
 
-_notifier = sdnotify.SystemdNotifier()
+__all__ = ["failed", "ready", "reloading", "stopping", "watchdog", "watchdog_interval"]
+
+
+@functools.cache
+def _notifier(address: str) -> sdnotify.SystemdNotifier:
+    """Connected on first use: NOTIFY_SOCKET is read when there is something to send."""
+    return sdnotify.SystemdNotifier()
 
 
 def _send(message: str) -> None:
-    if os.environ.get("NOTIFY_SOCKET"):
-        _notifier.notify(message)
+    address = os.environ.get("NOTIFY_SOCKET")
+    if address:
+        _notifier(address).notify(message)
 
 
 def ready(status: str) -> None:
@@ -27,6 +35,12 @@ def ready(status: str) -> None:
 def reloading() -> None:
     # MONOTONIC_USEC lets systemd (>= 253) match this reload to our next READY=1.
     _send(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
+
+
+def failed(reason: str) -> None:
+    """Why hcsd gives up starting: systemd keeps the last STATUS after the process has exited,
+    so `systemctl status hcsd` still shows it once the start limit has stopped the unit."""
+    _send(f"STATUS=failed: {escape_controls(reason)}")
 
 
 def stopping() -> None:
