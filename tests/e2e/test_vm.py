@@ -132,7 +132,23 @@ def test_hcsd_under_systemd(packages: dict[str, Path], debian_root: Path, tmp_pa
     # The resource limits are in force and ProtectKernelTunables leaves the eBPF source working.
     assert results.get("nofile") == "16384" and results.get("tasks_max") == "256"
     assert results.get("memory_max") == str(2**30) and results.get("kernel_tunables") == "yes"
+    # The shipped unit has no CAP_SYS_ADMIN and health still comes from eBPF (raw tracepoints).
+    assert "cap_sys_admin" not in results.get("bounding_set", "").split(",")
     assert results.get("health_source") == "ebpf"
+    # What each capability set gives on Debian's 6.1: CAP_BPF and CAP_PERFMON are each needed;
+    # CAP_SYS_ADMIN alone passes both checks; the documented bcc drop-in adds to the unit.
+    assert results.get("caps_without_CAP_BPF") == "kmsg"
+    assert results.get("caps_without_CAP_PERFMON") == "kmsg"
+    assert results.get("caps_sys_admin_only") == "ebpf"
+    assert results.get("caps_bcc_dropin") == "ebpf" and results.get("bcc_dropin_perf") == "1"
+    assert "cap_sys_admin" in results.get("bcc_dropin_caps", "").split(",")
+    # Why tp/ programs and bcc need CAP_SYS_ADMIN there: perf_event_open under paranoid 3.
+    assert results.get("paranoid") == "3"
+    assert results.get("perf_tracepoint_CAP_PERFMON") == "Permission_denied"
+    assert results.get("perf_tracepoint_CAP_SYS_ADMIN") == "ok"
+    # CAP_SYSLOG opens /dev/kmsg (the fallback source) under Debian's dmesg_restrict=1.
+    assert results.get("kmsg_with_syslog") == "ok"
+    assert results.get("kmsg_without_syslog") == "denied"
     # A metrics-port flood by an unprivileged user: few descriptors, API and /metrics answer.
     assert int(results.get("flood_fds", "9999")) <= 20 and results.get("flood_api") == "yes"
     assert results.get("flood_metrics_after") == "200" and results.get("flood_same_pid") == "yes"
@@ -142,3 +158,17 @@ def test_hcsd_under_systemd(packages: dict[str, Path], debian_root: Path, tmp_pa
     assert int(results.get("watchdog_logged", "0")) >= 1
     assert results.get("final_active") == "active" and results.get("allocations") == "1"
     assert results.get("journal_tracebacks") == "0"
+    # A config error until the start limit: the unit stays failed and says why, in
+    # systemctl status, at priority err in the journal, and to an OnFailure= hook (run once).
+    assert results.get("start_limit_failed") == "failed"
+    assert int(results.get("start_limit_logged", "0")) >= 1  # "Start request repeated too quickly"
+    reason = "failed:_/etc/hcsd/hcsd.toml:_daemon.bogus_key:_unknown_key"
+    assert results.get("start_limit_status", "").startswith(reason)
+    assert results.get("status_names_key") == "1"
+    assert int(results.get("journal_err_names_key", "0")) >= 1
+    assert results.get("onfailure_runs") == "1" and results.get("onfailure_names_key") == "1"
+    assert results.get("check_config") == "1" and results.get("check_config_rc") == "2"
+    # Fixed: a plain start inside the window is still refused; reset-failed, then it starts.
+    assert results.get("start_before_reset") == "refused"
+    assert results.get("after_reset") == "active"
+    assert not results.get("after_reset_status", "").startswith("failed")

@@ -57,16 +57,40 @@ else
   say kill9_restarted=no
 fi
 
-# Capabilities: drop each one in turn and see what hcsd's health source becomes.
+# Capabilities. The shipped set has no CAP_SYS_ADMIN; record what each set gives: without
+# CAP_BPF, without CAP_PERFMON, CAP_SYS_ADMIN alone (what root has on kernels < 5.8), and the
+# documented bcc drop-in (CAP_SYS_ADMIN and perf_event_open back) on top of the shipped unit.
+say bounding_set=$(show CapabilityBoundingSet | tr ' ' ,) paranoid=$(cat /proc/sys/kernel/perf_event_paranoid)
 mkdir -p /run/systemd/system/hcsd.service.d
-for cap in CAP_BPF CAP_PERFMON CAP_SYS_ADMIN; do
-  printf '[Service]\nCapabilityBoundingSet=~%s\n' "$cap" > /run/systemd/system/hcsd.service.d/cap.conf
+caps_case() { # name, then the drop-in's [Service] lines
+  name=$1; shift
+  printf '[Service]\n' > /run/systemd/system/hcsd.service.d/cap.conf
+  printf '%s\n' "$@" >> /run/systemd/system/hcsd.service.d/cap.conf
   systemctl daemon-reload && systemctl restart hcsd
-  say without_$cap=$(show StatusText | sed 's/.*health from \([^,]*\),.*/\1/')
-done
+  say caps_$name=$(show StatusText | sed 's/.*health from \([^,]*\),.*/\1/')
+}
+caps_case without_CAP_BPF 'CapabilityBoundingSet=~CAP_BPF'
+caps_case without_CAP_PERFMON 'CapabilityBoundingSet=~CAP_PERFMON'
+caps_case sys_admin_only 'CapabilityBoundingSet=' 'CapabilityBoundingSet=CAP_KILL CAP_SYS_ADMIN CAP_SYSLOG'
+caps_case bcc_dropin 'CapabilityBoundingSet=CAP_SYS_ADMIN' 'SystemCallFilter=perf_event_open'
+say bcc_dropin_caps=$(show CapabilityBoundingSet | tr ' ' ,) bcc_dropin_perf=$(show SystemCallFilter | grep -c perf_event_open)
 rm -f /run/systemd/system/hcsd.service.d/cap.conf
-say kmsg_with_syslog=$(systemd-run --wait --quiet --pipe -p CapabilityBoundingSet=CAP_SYSLOG -p DeviceAllow='/dev/kmsg r' -p DevicePolicy=closed sh -c 'head -c1 /dev/kmsg >/dev/null && echo ok || echo denied' 2>&1 | tail -1)
-say kmsg_without_syslog=$(systemd-run --wait --quiet --pipe -p CapabilityBoundingSet= -p DeviceAllow='/dev/kmsg r' -p DevicePolicy=closed sh -c 'head -c1 /dev/kmsg >/dev/null && echo ok || echo denied' 2>&1 | tail -1)
+systemctl daemon-reload && systemctl restart hcsd
+# Why tracepoint attachment through perf_event_open (bcc; hcsd's programs before raw
+# tracepoints) needs CAP_SYS_ADMIN here: Debian's kernel.perf_event_paranoid=3 check.
+cat > /run/perf-tracepoint.py <<'X'
+import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+tp = int(open("/sys/kernel/tracing/events/printk/console/id").read())
+attr = ctypes.create_string_buffer(struct.pack("<IIQ", 2, 128, tp).ljust(128, b"\0"), 128)
+fd = libc.syscall(298, attr, -1, 0, -1, 8)  # PERF_TYPE_TRACEPOINT, every task, CPU 0
+print("ok" if fd >= 0 else os.strerror(ctypes.get_errno()).replace(" ", "_"))
+X
+for cap in CAP_PERFMON CAP_SYS_ADMIN; do
+  say perf_tracepoint_$cap=$(systemd-run --wait --quiet --pipe -p CapabilityBoundingSet=$cap python3 /run/perf-tracepoint.py 2>&1 | tail -1)
+done
+say kmsg_with_syslog=$(systemd-run --wait --quiet --pipe -p CapabilityBoundingSet=CAP_SYSLOG -p DeviceAllow='/dev/kmsg r' -p DevicePolicy=closed sh -c 'dd if=/dev/kmsg of=/dev/null bs=8192 count=1 2>/dev/null && echo ok || echo denied' 2>&1 | tail -1)
+say kmsg_without_syslog=$(systemd-run --wait --quiet --pipe -p CapabilityBoundingSet= -p DeviceAllow='/dev/kmsg r' -p DevicePolicy=closed sh -c 'dd if=/dev/kmsg of=/dev/null bs=8192 count=1 2>/dev/null && echo ok || echo denied' 2>&1 | tail -1)
 
 # Watchdog: a short WatchdogSec for the test, then freeze the main loop.
 printf '[Service]\nTimeoutAbortSec=2s\nWatchdogSec=3s\n' > /run/systemd/system/hcsd.service.d/watchdog.conf
@@ -85,5 +109,37 @@ say final_active=$(systemctl is-active hcsd) allocations=$(hcsctl --json allocat
 journalctl -u hcsd --no-pager -o cat | sed 's/^/JOURNAL /'
 say journal_tracebacks=$(journalctl -u hcsd --no-pager | grep -c Traceback)
 say journal_warnings=$(journalctl -u hcsd --no-pager -o cat -p warning | grep -vc 'Watchdog\|SIGKILL\|SIGABRT\|Main process exited\|Failed with result\|dumped core\|Killing process')
+
+# A persistent start failure: a config error until the start limit stops the unit. The reason
+# must stay reachable: systemctl status (STATUS=failed: ...), journalctl -p err, an OnFailure=
+# hook (here one that saves the unit's status text). reset-failed first, so that the start
+# limit counts only the starts of this check.
+cat > /run/systemd/system/hcs-e2e-onfailure.service <<'X'
+[Service]
+ExecStart=/bin/sh -c 'systemctl show -p StatusText --value hcsd >> /run/hcsd-onfailure.txt'
+Type=oneshot
+X
+printf '[Unit]\nOnFailure=hcs-e2e-onfailure.service\n' > /run/systemd/system/hcsd.service.d/onfailure.conf
+systemctl daemon-reload
+cp /etc/hcsd/hcsd.toml /run/hcsd.toml.good
+printf '[daemon]\nbogus_key = 1\n' >> /etc/hcsd/hcsd.toml
+systemctl reset-failed hcsd
+systemctl restart hcsd 2>/dev/null
+repeated() { journalctl -u hcsd -b --no-pager -o cat | grep -c 'Start request repeated too quickly'; }
+for _ in $(seq 120); do [ "$(repeated)" -ge 1 ] && [ "$(systemctl is-failed hcsd)" = failed ] && break; sleep 1; done
+sleep 2  # let the OnFailure= unit run
+say start_limit_failed=$(systemctl is-failed hcsd) start_limit_result=$(show Result) start_limit_restarts=$(show NRestarts) start_limit_logged=$(repeated)
+say start_limit_status=$(show StatusText | tr ' ' _)
+systemctl status hcsd --no-pager -l -n 4 | sed 's/^/STATUS /'
+say status_names_key=$(systemctl status hcsd --no-pager -l -n 4 | grep -c 'Status: "failed: /etc/hcsd/hcsd.toml: daemon.bogus_key: unknown key')
+say journal_err_names_key=$(journalctl -u hcsd -b -p err --no-pager -o cat | grep -c '^hcsd: /etc/hcsd/hcsd.toml: daemon.bogus_key: unknown key')
+say onfailure_runs=$(grep -c . /run/hcsd-onfailure.txt 2>/dev/null) onfailure_names_key=$(grep -c '^failed: /etc/hcsd/hcsd.toml: daemon.bogus_key' /run/hcsd-onfailure.txt 2>/dev/null)
+say check_config=$(hcsd --check-config 2>&1 | grep -c '/etc/hcsd/hcsd.toml: daemon.bogus_key') check_config_rc=$(hcsd --check-config >/dev/null 2>&1; echo $?)
+cp /run/hcsd.toml.good /etc/hcsd/hcsd.toml
+say start_before_reset=$(systemctl start hcsd 2>/dev/null && echo started || echo refused) start_before_reset_result=$(show Result)
+systemctl reset-failed hcsd && systemctl start hcsd
+say after_reset=$(systemctl is-active hcsd) after_reset_status=$(show StatusText | cut -d, -f1 | tr ' ' _)
+rm -f /run/systemd/system/hcsd.service.d/onfailure.conf /run/systemd/system/hcs-e2e-onfailure.service
+systemctl daemon-reload
 systemctl stop hcsd
 say done

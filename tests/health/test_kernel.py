@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ from hcsd.health.sources.kmsg import KmsgSource
 from hcsd.health.sources.libbpf import BpfError, BpfObject
 from hcsd.health.watching import HealthWatcher
 from hcsd.model import HealthState, Request, Vendor
+from tests.capabilities import NUMBERS, setpriv_prefix, unit_capabilities
 from tests.harness.local import local_node
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="kernel paths need root")
@@ -91,6 +93,47 @@ async def test_ebpf_filters_in_the_kernel(bpf_objects: Path, kmsg_writer: Write)
     assert after["seen"] - before["seen"] >= 51
     assert after["matched"] - before["matched"] == 1  # only the candidate reached user space
     assert after["dropped"] == 0
+
+
+# Starts the eBPF source and prints the programs attached and the effective capabilities.
+START_EBPF = """
+import asyncio, sys
+from hcsd.health.sources.ebpf import EbpfSource
+async def main():
+    source = EbpfSource(sys.argv[1])
+    source.start(asyncio.get_running_loop(), print)
+    print(*[p for o in source._objects for p in o.attached])
+    print(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")))
+    source.stop()
+asyncio.run(main())
+"""
+
+
+async def test_ebpf_runs_with_the_units_capabilities_and_no_tracefs(bpf_objects: Path) -> None:
+    """The unit grants CAP_BPF and CAP_PERFMON, not CAP_SYS_ADMIN: raw tracepoints attach
+    without tracefs (hidden here under empty tmpfs mounts) and without perf_event_open."""
+    if shutil.which("unshare") is None or shutil.which("setpriv") is None:
+        pytest.skip("needs unshare and setpriv (util-linux)")
+    probe = EbpfSource(str(bpf_objects))
+    try:
+        probe.start(asyncio.get_running_loop(), lambda e: None)
+    except SourceUnavailable as e:
+        pytest.skip(f"eBPF cannot load here even with every capability: {e}")
+    probe.stop()
+    hide = (
+        "for d in /sys/kernel/tracing /sys/kernel/debug; do "
+        '[ -d "$d" ] && mount -t tmpfs none "$d"; done; exec "$@"'
+    )
+    result = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "sh",
+         *setpriv_prefix(), sys.executable, "-c", START_EBPF, str(bpf_objects)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    attached, cap_eff = result.stdout.splitlines()[-2:]
+    assert int(cap_eff, 16) == sum(1 << NUMBERS[name] for name in unit_capabilities())
+    assert not int(cap_eff, 16) & (1 << NUMBERS["CAP_SYS_ADMIN"])
+    assert "hcs_console" in attached.split(), result.stderr[-2000:]
 
 
 def test_an_optional_program_without_its_tracepoint_is_left_out(bpf_objects: Path) -> None:
