@@ -6,29 +6,44 @@ This is the only place that knows the shapes kube-scheduler sends and expects (i
 the answers back. A body that is not what kube-scheduler sends gets 400 with the reason; a
 known path asked with the wrong method gets 405.
 
-One thread per connection (kube-scheduler keeps its connections alive) in the standard
-library's server: the work per call is the decision itself, done from memory.
+One thread per connection (kube-scheduler keeps its connections alive), with the limits of
+`httpserver.BoundedServer`: the work per call is the decision itself, done from memory. A
+server has roles: the scheduling verbs (behind mutual TLS in production, and then only for
+the client names allowed: kube-scheduler's), the probes and metrics (plain, for the kubelet
+and Prometheus), or both on one port (tests, `--insecure-plain-http` set-ups). A body over the
+limit is refused unread with 413.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
 import ssl
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from hcsd.cluster.binding import BindRequest
 from hcsd.cluster.extender import Extender, FilterAnswer
+from hcsd.cluster.httpserver import DEFAULT_LIMITS, BoundedServer, DeadlineReader, Limits
+from hcsd.cluster.tls import peer_of
 from hcsd.contract.names import BIND_VERB, FILTER_VERB, PRIORITIZE_VERB
 
-__all__ = ["MAX_BODY", "WireError", "bind_args", "extender_args", "serve"]
+__all__ = [
+    "MAX_BODY",
+    "ExtenderServer",
+    "Limits",
+    "WireError",
+    "bind_args",
+    "extender_args",
+    "serve",
+]
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 64 * 1024 * 1024  # a pod plus 5,000+ node names fits in far less
+MAX_BODY = DEFAULT_LIMITS.max_body  # a pod plus 5,000+ node names fits in far less
 _VERBS = (FILTER_VERB, PRIORITIZE_VERB, BIND_VERB)
 _PROBES = ("/healthz", "/readyz", "/metrics")
 
@@ -100,12 +115,13 @@ def host_priorities(scores: list[tuple[str, int]]) -> bytes:
     return ("[" + ",".join(parts) + "]").encode()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class ExtenderServer(BoundedServer):
     extender: Extender
-    max_body: int = MAX_BODY
     ready: bool = False
+    scheduling: bool = True  # serves the verbs
+    probes: bool = True  # serves /healthz, /readyz, /metrics
+    allowed_clients: frozenset[str] = frozenset()  # client certificate CNs; empty: anyone
+    siblings: tuple[ExtenderServer, ...] = ()  # the process's other ports, for /metrics
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -113,7 +129,18 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body go out as separate writes: without TCP_NODELAY, Nagle's algorithm and
     # the client's delayed ACK add ~40 ms to every answer.
     disable_nagle_algorithm = True
-    server: _Server
+    server: ExtenderServer
+    _reader: DeadlineReader
+
+    def setup(self) -> None:
+        super().setup()
+        limits = self.server.limits
+        self._reader = DeadlineReader(self.connection, limits.idle_timeout, limits.read_timeout)
+        self.rfile = io.BufferedReader(self._reader, 64 * 1024)
+
+    def handle_one_request(self) -> None:
+        self._reader.between_requests()
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
@@ -125,6 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
         content_type: str = "application/json",
         headers: Mapping[str, str] | None = None,
     ) -> None:
+        self.connection.settimeout(self.server.limits.read_timeout)  # the client must read it
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -139,27 +167,50 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(status, _compact({"Error": message}), headers=headers)
 
     def _verb(self) -> str | None:
+        if not self.server.scheduling:
+            return None
         verb = self.path.strip("/").rsplit("/", 1)[-1]
         return verb if verb in _VERBS else None
 
+    def _probe(self) -> bool:
+        return self.server.probes and self.path in _PROBES
+
     def do_GET(self) -> None:
         extender = self.server.extender
-        if self.path == "/healthz":
+        if not self._probe():
+            if self._verb() is not None:
+                self._wrong_method()
+            else:
+                self._reply(404, b"not found\n", "text/plain")
+        elif self.path == "/healthz":
             self._reply(200, b"ok\n", "text/plain")
         elif self.path == "/readyz":
             ready = self.server.ready and extender.is_leader()
             self._reply(200 if ready else 503, b"ok\n" if ready else b"not leading\n", "text/plain")
         elif self.path == "/metrics":
-            self._reply(200, extender.metrics_text().encode(), "text/plain; version=0.0.4")
-        elif self._verb() is not None:
-            self._wrong_method()
-        else:
-            self._reply(404, b"not found\n", "text/plain")
+            text = extender.metrics_text() + self._refusals()
+            self._reply(200, text.encode(), "text/plain; version=0.0.4")
+
+    def _refusals(self) -> str:
+        lines = ["# TYPE hcs_extender_connections_refused_total counter"]  # closed unserved
+        for server in (self.server, *self.server.siblings):
+            for reason in ("connections", "tls", "body"):
+                lines.append(
+                    f'hcs_extender_connections_refused_total{{port="{server.name}",'
+                    f'reason="{reason}"}} {server.refused[reason]}'
+                )
+        return "\n".join(lines) + "\n"
+
+    def _unread_body(self) -> None:
+        """A reply before the body is read: the connection cannot carry another request."""
+        if self.headers.get("Content-Length", "0") != "0":
+            self.close_connection = True
 
     def _wrong_method(self) -> None:
+        self._unread_body()
         if self._verb() is not None:
             self._error(405, f"{self.command} not allowed: POST only", Allow="POST")
-        elif self.path in _PROBES:
+        elif self._probe():
             self._error(405, f"{self.command} not allowed: GET only", Allow="GET")
         else:
             self._error(404, "not found")
@@ -172,27 +223,57 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
-        if not 0 < length <= self.server.max_body:
+        limit = self.server.limits.max_body
+        if not 0 < length <= limit:
             # The body is not read: the connection cannot carry another request after it.
             self.close_connection = True
-            self._error(400, f"body length must be 1..{self.server.max_body}")
+            if length > limit:
+                self.server.refused["body"] += 1
+                self._error(413, f"a body of {length} bytes is over the limit of {limit}")
+            else:
+                self._error(400, f"body length must be 1..{limit} (Content-Length)")
             return None
         try:
-            body = json.loads(self.rfile.read(length))
+            data = self.rfile.read(length)
+        except OSError as e:  # the read deadline, or the client went away
+            self.close_connection = True
+            log.info("%s: body not read: %s", self.address_string(), e)
+            return None
+        try:
+            body = json.loads(data)
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nested past Python's depth
             self._error(400, f"bad request body: {e}")
             return None
         return body
 
+    def _refused_client(self) -> str | None:
+        """Why this connection's client may not call the verbs, or None."""
+        allowed = self.server.allowed_clients
+        if not allowed:
+            return None
+        peer = peer_of(self.connection)
+        if peer is None:
+            return "a client certificate is required"
+        if peer.common_name not in allowed:
+            return f"client {peer.common_name!r} is not allowed to call the extender"
+        return None
+
     def do_POST(self) -> None:
         verb = self._verb()
         if verb is None:
-            if self.path in _PROBES:
+            if self._probe():
                 self._wrong_method()
             else:
+                self._unread_body()
                 self._error(404, "unknown verb")
+            return
+        refused = self._refused_client()
+        if refused is not None:
+            self.close_connection = True
+            log.warning("%s: %s %s refused: %s", self.address_string(), verb, self.path, refused)
+            self._error(403, refused)
             return
         body = self._body()
         if body is None:
@@ -220,16 +301,21 @@ def serve(
     host: str,
     port: int,
     *,
-    cert: str = "",
-    key: str = "",
-    max_body: int = MAX_BODY,
-) -> _Server:
-    """Bind (port 0 picks one: see `server.server_address`); the caller runs serve_forever."""
-    server = _Server((host, port), _Handler)
+    tls: ssl.SSLContext | None = None,
+    allowed_clients: frozenset[str] = frozenset(),
+    scheduling: bool = True,
+    probes: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
+    name: str = "",
+) -> ExtenderServer:
+    """Bind (port 0 picks one: see `server.server_address`); the caller runs serve_forever.
+
+    `tls` (see `tls.server_context`) with a client CA and `allowed_clients` is how the verbs
+    are served in production: no certificate, no connection; a certificate of another name,
+    403."""
+    server = ExtenderServer((host, port), _Handler, tls=tls, limits=limits, name=name or str(port))
     server.extender = extender
-    server.max_body = max_body
-    if cert:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key or None)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.scheduling = scheduling
+    server.probes = probes
+    server.allowed_clients = allowed_clients
     return server

@@ -40,7 +40,8 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def make_certs(directory: Path, clients: dict[str, tuple[str, str]]) -> None:
-    """ca.{crt,key}, apiserver.{crt,key}, sa.{key,pub} and <name>.{crt,key} per client."""
+    """ca.{crt,key}, apiserver.{crt,key}, extender-serving.{crt,key}, sa.{key,pub} and
+    <name>.{crt,key} per client."""
     directory.mkdir(parents=True, exist_ok=True)
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
              "-days", "2", "-subj", "/CN=hcs-test-ca", cwd=directory)  # fmt: skip
@@ -48,6 +49,8 @@ def make_certs(directory: Path, clients: dict[str, tuple[str, str]]) -> None:
         "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
     )
     _sign(directory, "apiserver", "/CN=kube-apiserver", ext="san.ext")
+    # The extender's serving certificate: kube-scheduler checks it against the same CA.
+    _sign(directory, "extender-serving", "/CN=hcs-scheduler-extender", ext="san.ext")
     for name, (cn, org) in clients.items():
         _sign(directory, name, f"/CN={cn}" + (f"/O={org}" if org else ""))
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=directory)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -214,41 +213,3 @@ def test_filter_enforces_quota(extender: Extender) -> None:
     assert answer["FailedNodes"]["fresh"] == (
         "ComputeQuota ns/q: vram 0 used + 16Gi requested exceeds the limit 10Gi"
     )
-
-
-def test_the_extender_serves_https(extender: Extender, tmp_path: Path) -> None:
-    import http.client
-    import ssl
-    import subprocess
-    import threading
-
-    from hcsd.cluster.http import serve
-
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(tmp_path / "tls.key"), "-out", str(tmp_path / "tls.crt")],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    server = serve(
-        extender, "127.0.0.1", 0, cert=str(tmp_path / "tls.crt"), key=str(tmp_path / "tls.key")
-    )
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        context = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))
-        connection = http.client.HTTPSConnection(
-            "127.0.0.1", server.server_address[1], context=context
-        )
-        body = json.dumps({"Pod": pod({"ai.compute/vram": "16Gi"}), "NodeNames": ["fresh"]})
-        connection.request("POST", "/filter", body, {"Content-Type": "application/json"})
-        assert json.loads(connection.getresponse().read())["NodeNames"] == ["fresh"]
-        connection.request("POST", "/filter", "[1, 2]", {"Content-Type": "application/json"})
-        broken = connection.getresponse()
-        assert broken.status == 400 and b"must be a JSON object" in broken.read()
-        connection.request("POST", "/filter", "{not json", {"Content-Type": "application/json"})
-        broken = connection.getresponse()
-        assert broken.status == 400 and b"bad request body" in broken.read()
-        connection.close()
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from hcsd.cluster.extender import Extender
-from hcsd.cluster.http import MAX_BODY, serve
+from hcsd.cluster.http import MAX_BODY, Limits, serve
 from hcsd.cluster.kube import Kube
 from hcsd.profiles.database import ProfileDatabase
 from tests.unit.fleet import add_node, beat, pod
@@ -29,7 +29,7 @@ class Served:
         for name in ("node-a", "node-b"):
             add_node(self.extender, name)
             beat(self.extender, name)
-        self.server = serve(self.extender, "127.0.0.1", 0, max_body=max_body)
+        self.server = serve(self.extender, "127.0.0.1", 0, limits=Limits(max_body=max_body))
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
@@ -183,11 +183,12 @@ def test_a_body_over_the_limit_is_refused_unread_and_the_connection_closed() -> 
     try:
         head = (f"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: {LIMIT + 1}\r\n\r\n").encode()
         answer, after = raw_request(served.port, head)  # the body is never sent
-        assert answer.startswith(b"HTTP/1.1 400") and b"Connection: close" in answer
-        assert f"body length must be 1..{LIMIT}".encode() in answer
+        assert answer.startswith(b"HTTP/1.1 413") and b"Connection: close" in answer
+        assert f"a body of {LIMIT + 1} bytes is over the limit of {LIMIT}".encode() in answer
         assert after == b""  # closed: no half-read body is taken for the next request
         no_length = raw_request(served.port, b"POST /filter HTTP/1.1\r\nHost: x\r\n\r\n")[0]
-        assert no_length.startswith(b"HTTP/1.1 400")
+        assert no_length.startswith(b"HTTP/1.1 400") and b"(Content-Length)" in no_length
+        assert served.server.refused["body"] == 1
         padded = json.dumps(GOOD).encode()
         padded += b" " * (LIMIT - len(padded))  # exactly at the limit: served
         status, _, data = call(served.connect(), "POST", "/filter", padded)
@@ -201,7 +202,8 @@ def test_the_default_limit_is_checked_before_reading() -> None:
     try:
         head = f"POST /bind HTTP/1.1\r\nHost: x\r\nContent-Length: {MAX_BODY + 1}\r\n\r\n"
         answer, _ = raw_request(default.port, head.encode())
-        assert answer.startswith(b"HTTP/1.1 400")
+        assert answer.startswith(b"HTTP/1.1 413")
+        assert MAX_BODY == 4 * 1024 * 1024  # a few MiB: a pod and thousands of node names
     finally:
         default.close()
 
