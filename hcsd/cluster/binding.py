@@ -8,6 +8,11 @@ no decision in between can hand them out again.
 
 The API server copies a Binding's annotations onto the pod in the same write, so a pod is
 never bound without its assignment, nor annotated for a node it did not get.
+
+What is signed comes from the API server, never from a caller: bind GETs the pod, checks that
+it is the one kube-scheduler named (its uid) and that it is scheduled by a scheduler this
+extender serves (`spec.schedulerName`), and computes the demand from that object. The pod
+body a /filter call carried is only ever used to decide filter answers.
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ from hcsd.contract import assignment
 from hcsd.contract.names import ANNOTATION_ASSIGNMENT
 from hcsd.model import Grant
 
-__all__ = ["BindRequest", "Binder", "SeenPods", "signed_assignment"]
+__all__ = ["DEFAULT_SCHEDULERS", "BindRequest", "Binder", "SeenPods", "signed_assignment"]
 
 log = logging.getLogger(__name__)
 
 _SEEN = 10_000
+DEFAULT_SCHEDULERS = frozenset({"default-scheduler"})  # a pod's schedulerName when unset
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,32 +60,39 @@ def signed_assignment(
 
 
 class SeenPods:
-    """Pods as kube-scheduler sent them to filter, by uid (bind then needs no GET), and when
-    each was first filtered (for the scheduling latency metric). Both bounded."""
+    """When each pod was first filtered, by uid (for the scheduling latency metric). Bounded.
+    Only times: what a pod asks for is read from the API server at bind."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards _pods and _first; held for a dict operation
-        self._pods: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
-        self._first: dict[str, float] = {}
+        self._lock = threading.Lock()  # guards _first; held for a dict operation
+        self._first: OrderedDict[str, float] = OrderedDict()
 
-    def remember(self, uid: str, pod: Mapping[str, Any]) -> None:
+    def remember(self, uid: str) -> None:
         with self._lock:
-            self._first.setdefault(uid, time.monotonic())
-            if len(self._first) > _SEEN:
-                self._first.clear()
-            self._pods[uid] = pod
-            if len(self._pods) > _SEEN:
-                self._pods.popitem(last=False)
-
-    def pod(self, uid: str) -> Mapping[str, Any] | None:
-        with self._lock:
-            return self._pods.get(uid)
+            if uid not in self._first:
+                self._first[uid] = time.monotonic()
+                if len(self._first) > _SEEN:
+                    self._first.popitem(last=False)
 
     def bound(self, uid: str) -> float | None:
         """Forget the pod; when it was first filtered (monotonic), if known."""
         with self._lock:
-            self._pods.pop(uid, None)
             return self._first.pop(uid, None)
+
+
+def refusal(pod: Mapping[str, Any], request: BindRequest, schedulers: frozenset[str]) -> str:
+    """Why the pod the API server holds may not be bound as `request` asks, or ""."""
+    meta = pod.get("metadata") or {}
+    uid = str(meta.get("uid") or "")
+    if uid != request.uid:
+        return f"pod {request.namespace}/{request.name} has uid {uid}, not {request.uid}"
+    scheduler = str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
+    if scheduler not in schedulers:
+        return (
+            f"pod {request.namespace}/{request.name} is scheduled by {scheduler!r}, "
+            f"which this extender does not serve ({', '.join(sorted(schedulers))})"
+        )
+    return ""
 
 
 class Binder:
@@ -93,8 +106,10 @@ class Binder:
         *,
         is_leader: Callable[[], bool],
         clock: Callable[[], float] = time.time,
+        schedulers: frozenset[str] = DEFAULT_SCHEDULERS,
     ) -> None:
         self.kube = kube
+        self.schedulers = schedulers
         self.key = key
         self.state = state
         self.decider = decider
@@ -125,8 +140,11 @@ class Binder:
             return "this hcs-scheduler-extender replica is not the leader"
         namespace, name, node = request.namespace, request.name, request.node
         pod_path = paths_for("v1", "pods", namespace, name)
-        pod = self.seen.pod(request.uid) or self.kube.get(pod_path)
-        uid = str((pod.get("metadata") or {}).get("uid") or request.uid)
+        pod = self.kube.get(pod_path)  # the API server's word, not the caller's
+        refused = refusal(pod, request, self.schedulers)
+        if refused:
+            return refused
+        uid = request.uid
         try:
             demand = self.decider.demand(pod)
         except DemandError as e:

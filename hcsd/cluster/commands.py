@@ -14,14 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hcsd import __version__
+from hcsd.cluster.binding import DEFAULT_SCHEDULERS
+from hcsd.cluster.endpoints import add_flags, open_endpoints, settings_from
 from hcsd.cluster.extender import Extender
-from hcsd.cluster.http import serve
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.leader import LeaderElector
 from hcsd.cluster.syncer import Syncer, SyncerSettings
 from hcsd.contract import paths
 from hcsd.contract.keys import AssignmentKeyError, Readers, read_key
-from hcsd.contract.names import EXTENDER_PORT, LEADER_LEASE, NAMESPACE
+from hcsd.contract.names import LEADER_LEASE, NAMESPACE
 from hcsd.profiles.database import ProfileDatabase, ProfileError
 
 __all__ = ["extender_main", "syncer_main"]
@@ -115,7 +116,6 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--version", action="version", version=f"hcs-scheduler-extender {__version__}"
     )
-    parser.add_argument("--listen", default=f"0.0.0.0:{EXTENDER_PORT}", help="HOST:PORT")
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""))
     parser.add_argument("--key-file", required=True, help="the assignment HMAC key (the Secret)")
     parser.add_argument("--profiles", default="", help="profile database (default: built in)")
@@ -126,15 +126,18 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         help="run several replicas: only the Lease holder binds and is ready",
     )
     parser.add_argument("--identity", default=os.environ.get("POD_NAME", socket.gethostname()))
-    parser.add_argument("--tls-cert", default="")
-    parser.add_argument("--tls-key", default="")
+    parser.add_argument(
+        "--scheduler-name",
+        action="append",
+        default=[],
+        help="bind only pods of this spec.schedulerName (repeat; default: default-scheduler)",
+    )
     parser.add_argument("--quota-status-seconds", type=float, default=5.0)
     parser.add_argument("-v", "--verbose", action="store_true")
+    add_flags(parser)
     args = parser.parse_args(argv)
     _logging(args.verbose)
-    host, _, port_text = args.listen.rpartition(":")
-    if not port_text.isdigit():
-        parser.error(f"--listen must be HOST:PORT, got {args.listen!r}")
+    serving = settings_from(args, parser)
     try:
         key = read_key(args.key_file, readers=Readers.SECRET_VOLUME)
         db = ProfileDatabase.load(Path(args.profiles) if args.profiles else None)
@@ -151,19 +154,15 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         db,
         namespace=args.namespace,
         is_leader=elector.is_leader if elector else (lambda: True),
-    ).start()
-    server = serve(
-        extender,
-        host or "0.0.0.0",  # noqa: S104 - an empty host means all, as the Service needs
-        int(port_text),
-        cert=args.tls_cert,
-        key=args.tls_key,
+        schedulers=frozenset(args.scheduler_name) or DEFAULT_SCHEDULERS,
     )
+    endpoints = open_endpoints(extender, serving)
+    extender.start()
     stopping = threading.Event()
 
     def stop(*_: object) -> None:
         stopping.set()
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        threading.Thread(target=endpoints.shutdown, daemon=True).start()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
@@ -172,15 +171,19 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         if extender.state.wait_synced(timeout=300):
             extender.state.snapshot()  # every node's first snapshot, before the first filter
             tune_gc()
-            server.ready = True
+            endpoints.set_ready()
             log.info("caches synced: %d ComputeNode(s)", extender.state.counts()[0])
         extender.quota_status.run(stopping, args.quota_status_seconds, extender.is_leader)
 
     threading.Thread(target=caches, name="caches", daemon=True).start()
-    log.info(
-        "hcs-scheduler-extender %s listening on %s:%d", __version__, *server.server_address[:2]
-    )
-    server.serve_forever()
+    for server in endpoints.servers:
+        log.info(
+            "hcs-scheduler-extender %s: %s on %s:%d",
+            __version__,
+            server.name,
+            *server.server_address[:2],
+        )
+    endpoints.serve_forever()
     extender.stop()
     if elector is not None:
         elector.stop()

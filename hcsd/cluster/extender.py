@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hcsd.cluster.binding import Binder, BindRequest
+from hcsd.cluster.binding import DEFAULT_SCHEDULERS, Binder, BindRequest
 from hcsd.cluster.decisions import NOTHING, Decider
 from hcsd.cluster.demand import Demand, DemandError
 from hcsd.cluster.extender_metrics import Metrics
@@ -50,14 +50,16 @@ class Extender:
         namespace: str = NAMESPACE,
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
+        schedulers: frozenset[str] = DEFAULT_SCHEDULERS,
     ) -> None:
         self.is_leader = is_leader
         self.metrics = Metrics()
-        self.state = ClusterState(kube, namespace=namespace, clock=clock)
+        self.state = ClusterState(kube, key=key, namespace=namespace, clock=clock)
         self.decider = Decider(db, self.metrics, self.state.changed_between)
         self.binder = Binder(
-            kube, key, self.state, self.decider, self.metrics, is_leader=is_leader, clock=clock
-        )
+            kube, key, self.state, self.decider, self.metrics,
+            is_leader=is_leader, clock=clock, schedulers=schedulers,
+        )  # fmt: skip
         self.quota_status = QuotaStatusWriter(kube, self.state)
 
     def start(self) -> Extender:
@@ -76,7 +78,7 @@ class Extender:
 
     def _filter(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterAnswer:
         uid = _uid(pod)
-        self.binder.seen.remember(uid, pod)
+        self.binder.seen.remember(uid)
         try:
             demand = self.decider.demand(pod)
         except DemandError as e:
