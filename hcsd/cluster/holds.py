@@ -1,15 +1,18 @@
 """Who holds what on each node: pods with a signed assignment, and the assume cache.
 
-Two sources feed `Holds`: the pods informer (a pod with an `hcs.io/assignment` counts on its
-node until it succeeds, fails or is deleted), and this process's own binds, assumed as soon as
-they are decided so that the next decision counts them before the informer shows the pod (the
-assume cache). When the informer shows an assumed pod, its entry is replaced by what the
-informer says. A grant that the node's ComputeNode status already lists (hcsd has allocated
-it) is counted once, from the status: see `Holds.extra_on`.
+Two sources feed `Holds`: the pods informer (a bound pod whose `hcs.io/assignment` verifies
+for it and its node counts there until it succeeds, fails or is deleted), and this process's
+own binds, assumed as soon as they are decided so that the next decision counts them before
+the informer shows the pod (the assume cache). When the informer shows an assumed pod, its
+entry is replaced by what the informer says. A grant that the node's ComputeNode status
+already lists (hcsd has allocated it) is counted once, from the status: see
+`Holds.extra_on`.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,25 +33,35 @@ class PodInfo:
     holds: tuple[PodHold, ...]
 
 
-def pod_info(obj: Mapping[str, Any]) -> PodInfo | None:
-    """Pods that hold accelerators through an assignment; None for all others."""
+def pod_info(obj: Mapping[str, Any], key: bytes) -> PodInfo | None:
+    """Pods that hold accelerators: bound, not ended, with an assignment signed with `key`
+    for this pod's uid and the node it is bound to (what hcsd accepts, so what can hold a
+    device); None for all others.
+
+    Annotations are anyone's to write who may update the pod: an unsigned, copied or
+    hand-edited assignment holds nothing on a node, so it must neither fill the node in the
+    extender's view nor count in the namespace's ComputeQuota. Its age does not matter here:
+    a pod keeps what it got for as long as it runs.
+    """
     meta = obj.get("metadata") or {}
     text = (meta.get("annotations") or {}).get(ANNOTATION_ASSIGNMENT)
     node = (obj.get("spec") or {}).get("nodeName") or ""
     phase = (obj.get("status") or {}).get("phase", "")
-    if not text or phase in ("Succeeded", "Failed"):
+    if not text or not node or phase in ("Succeeded", "Failed"):
         return None
+    uid = str(meta.get("uid") or "")
     try:
-        assigned = assignment.parse(text)
-        uid = str(meta["uid"])
-    except (assignment.AssignmentError, KeyError) as e:
-        raise ValueError(f"unreadable {ANNOTATION_ASSIGNMENT}: {e}") from e
+        assigned = assignment.verify(
+            text, key, node=node, pod_uid=uid, now=time.time(), max_age=math.inf
+        )
+    except assignment.AssignmentError as e:
+        raise ValueError(f"{ANNOTATION_ASSIGNMENT} does not count: {e}") from e
     namespace = str(meta.get("namespace", ""))
     holds = tuple(
         PodHold(uid, container, namespace, grants)
         for container, grants in assigned.containers.items()
     )
-    return PodInfo(uid, namespace, str(meta.get("name", "")), node or assigned.node, holds)
+    return PodInfo(uid, namespace, str(meta.get("name", "")), node, holds)
 
 
 class Holds:

@@ -1,5 +1,11 @@
 """The ComputeQuota status writer: `status.used` as the extender counts it, written on change.
 
+A reconciliation, level-triggered: each pass sums what the namespace's pods hold now (the
+bound pods whose assignment verifies, `holds.pod_info`, plus the binds this process has just
+made) and writes it where the quota's status says otherwise, at start and every few seconds.
+Nothing is remembered between passes, so a restart, a pod deleted while the extender was
+away, or a status someone else wrote are all settled by the next pass.
+
 Only the leader writes (its assume cache is the one that binds); every replica counts the
 same pods, so a new leader carries on where the old one stopped.
 """
@@ -45,7 +51,10 @@ class QuotaStatusWriter:
         return written
 
     def run(self, stopping: threading.Event, every: float, is_leader: Callable[[], bool]) -> None:
-        """Every `every` seconds while leading, until `stopping` is set."""
-        while not stopping.wait(every):
+        """At once (the caches are synced), then every `every` seconds while leading, until
+        `stopping` is set."""
+        while True:
             if is_leader():
                 self.write_changed()
+            if stopping.wait(every):
+                return

@@ -1,10 +1,10 @@
 """The extender's picture of the cluster: what each node has, who holds what, who is alive.
 
-Four informers feed it: ComputeNodes, pods with assignments, ComputeQuotas and the syncers'
-heartbeat Leases; `Binder` adds what this process has just bound (the assume cache, in
-`holds.py`). Decisions never read the live state: they take a `Snapshot`, which does not
-change however the state moves on while they work. All in memory, rebuilt from the API server
-on start.
+Four informers feed it: ComputeNodes, bound pods with assignments signed for them (with the
+key bind signs with), ComputeQuotas and the syncers' heartbeat Leases; `Binder` adds what
+this process has just bound (the assume cache, in `holds.py`). Decisions never read the live
+state: they take a `Snapshot`, which does not change however the state moves on while they
+work. All in memory, rebuilt from the API server on start.
 
 Locking: ONE lock, `ClusterState._lock`. It guards every field set under "guarded by _lock"
 in `__init__`: the node views, the holds (assume cache), the heartbeats, the quotas, the
@@ -19,6 +19,7 @@ writes, and quota status writes. Nothing outside this module is called with the 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
@@ -84,7 +85,12 @@ def _view(obj: Mapping[str, Any]) -> NodeView:
 
 class ClusterState:
     def __init__(
-        self, kube: Kube, *, namespace: str = NAMESPACE, clock: Callable[[], float] = time.time
+        self,
+        kube: Kube,
+        *,
+        key: bytes,
+        namespace: str = NAMESPACE,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._lock = threading.Lock()
         # --- guarded by _lock ---
@@ -107,7 +113,7 @@ class ClusterState:
             name=COMPUTE_NODES, on_change=self._node_changed,
         )  # fmt: skip
         self.pods: Informer[PodInfo] = Informer(
-            kube, "/api/v1/pods", pod_info,
+            kube, "/api/v1/pods", functools.partial(pod_info, key=key),
             name="pods", on_change=self._pod_changed, on_listed=self._pods_listed,
         )  # fmt: skip
         self.quotas: Informer[Quota] = Informer(

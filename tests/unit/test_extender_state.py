@@ -16,6 +16,7 @@ from hcsd.cluster.decisions import Decider
 from hcsd.cluster.demand import demand_of
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.extender_metrics import Metrics
+from hcsd.cluster.holds import pod_info
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import node_view
 from hcsd.cluster.state import ClusterState
@@ -254,7 +255,7 @@ def test_an_assumed_pod_that_a_later_full_list_does_not_show_is_forgotten() -> N
     (its watch broke in between, so neither event came) would otherwise hold its grants until
     the extender restarts; the informer's next full list settles it."""
     server = WatchServer(path="/api/v1/pods")
-    state = ClusterState(server.kube())
+    state = ClusterState(server.kube(), key=b"k" * 32)
     try:
         state.nodes.apply("n", node_view(node_object("n")))
         for uid, gib in (("gone", 1), ("in-flight", 2), ("listed", 4)):
@@ -279,3 +280,42 @@ def test_an_assumed_pod_that_a_later_full_list_does_not_show_is_forgotten() -> N
     finally:
         state.stop()
         server.close()
+
+
+def _pod_with(annotation: str, *, uid: str = "u1", node: str = "n", phase: str = "Running") -> dict:
+    return {
+        "metadata": {"uid": uid, "namespace": "ns", "name": "p",
+                     "annotations": {"hcs.io/assignment": annotation}},
+        "spec": {"nodeName": node},
+        "status": {"phase": phase},
+    }  # fmt: skip
+
+
+GRANTS = {"main": (Grant("n-0", 4 * GiB, 0),)}
+SIGNED = signed_assignment("n", "u1", GRANTS, b"k" * 32, int(time.time()))
+
+
+@pytest.mark.parametrize(
+    ("pod", "counts"),
+    [
+        (_pod_with(SIGNED), True),
+        (_pod_with(SIGNED, phase="Succeeded"), False),
+        (_pod_with(SIGNED, node=""), False),  # not bound (the annotation came some other way)
+        (_pod_with(SIGNED, uid="u2"), False),  # copied to another pod
+        (_pod_with(SIGNED, node="m"), False),  # a pod bound elsewhere
+        (_pod_with(signed_assignment("n", "u1", GRANTS, b"x" * 32, 0)), False),  # forged
+        (_pod_with('{"v": 1}'), False),
+    ],
+    ids=["signed", "ended", "unbound", "copied", "other-node", "other-key", "malformed"],
+)
+def test_only_bound_pods_whose_assignment_verifies_hold_anything(pod: dict, counts: bool) -> None:
+    """An annotation anyone who can update the pod may write: what it claims neither fills a
+    node nor counts in a quota unless the extender's key signed it for this pod and node."""
+    try:
+        info = pod_info(pod, b"k" * 32)
+    except ValueError as e:  # the informer logs it and keeps the pod out
+        assert not counts, e
+        return
+    assert (info is not None) == counts
+    if info is not None:
+        assert [h.grants for h in info.holds] == [GRANTS["main"]]
