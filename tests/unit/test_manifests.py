@@ -23,6 +23,7 @@ from hcsd import __version__
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster.commands import extender_main, syncer_main
 from hcsd.cluster.compute_quota import Amounts
+from hcsd.cluster.endpoints import PROBE_PORT
 from hcsd.cluster.objects import compute_node, node_spec, node_status
 from hcsd.contract import names
 from hcsd.quantity import QuantityError, parse_quantity
@@ -30,6 +31,8 @@ from hcsd.quantity import QuantityError, parse_quantity
 REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / "packaging" / "kubernetes"
 SCHEDULER_CONFIG = "scheduler-config.yaml"  # kube-scheduler's --config file, not an object
+# The Secret's shape only: the operator creates the real one, and `apply -k` must not replace it.
+OPERATORS_SECRET = "secret.yaml"
 IMAGE = f"hcs/hcsd:{__version__}"
 
 Rules = dict[tuple[str, str], frozenset[str]]  # (apiGroup, resource) -> verbs
@@ -120,7 +123,18 @@ def test_kustomization_lists_every_object_file_and_only_existing_ones() -> None:
     """A file left out is never applied; a file listed but missing breaks `apply -k`."""
     listed = kustomized()
     assert len(listed) == len(set(listed)), "a file listed twice"
-    assert set(listed) == set(yaml_files()) - {"kustomization.yaml", SCHEDULER_CONFIG}
+    assert set(listed) == set(yaml_files()) - {
+        "kustomization.yaml",
+        SCHEDULER_CONFIG,
+        OPERATORS_SECRET,
+    }
+
+
+def test_apply_k_creates_no_secret() -> None:
+    """`kubectl apply -k` after the operator created the key must keep the key: no Secret in
+    the kustomization (a listed one would be replaced by its placeholder on every apply)."""
+    assert OPERATORS_SECRET not in kustomized()
+    assert "Secret" not in {d["kind"] for d in every_object()}
 
 
 def test_every_namespaced_object_lives_in_our_namespace() -> None:
@@ -468,8 +482,8 @@ def test_bindings_tie_each_account_to_its_own_roles() -> None:
 
 
 def test_the_secret_holds_the_key_under_the_name_the_programs_read() -> None:
-    (name,) = by_kind("Secret")
-    secret = by_kind("Secret")[name]
+    (secret,) = documents(OPERATORS_SECRET)
+    name = secret["metadata"]["name"]
     assert name == names.KEY_SECRET and secret["type"] == "Opaque"
     assert list(secret["stringData"]) == [names.KEY_SECRET_FIELD]
     assert "create secret generic " + names.KEY_SECRET in (ROOT / "secret.yaml").read_text()
@@ -513,8 +527,11 @@ def mounts(pod: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def key_path(pod: Mapping[str, Any]) -> str:
     """Where the pod sees the Secret's key: the mount of the volume of Secret KEY_SECRET."""
-    (path,) = [p for p, v in mounts(pod).items() if "secret" in v]
-    assert mounts(pod)[path]["secret"]["secretName"] == names.KEY_SECRET
+    (path,) = [
+        p
+        for p, v in mounts(pod).items()
+        if v.get("secret", {}).get("secretName") == names.KEY_SECRET
+    ]
     return f"{path}/{names.KEY_SECRET_FIELD}"
 
 
@@ -564,32 +581,47 @@ def test_the_syncer_command_points_at_its_mounts(monkeypatch: pytest.MonkeyPatch
 
 
 def test_one_extender_port_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kube-scheduler -> Service -> container -> probes: one port, names.EXTENDER_PORT."""
+    """kube-scheduler -> Service -> container: the scheduling port, names.EXTENDER_PORT, over
+    mutual TLS with the mounted files; probes -> the probe port, PROBE_PORT, in plain HTTP."""
     pod = pod_spec("Deployment", names.EXTENDER_ACCOUNT)
     (container,) = pod["containers"]
     args = parse_command(extender_main, container["command"][1:], monkeypatch)
     assert args.listen.rpartition(":")[2] == str(names.EXTENDER_PORT)
+    assert args.probe_listen.rpartition(":")[2] == str(PROBE_PORT)
     assert args.key_file == key_path(pod)
     assert args.leader_elect is True and args.namespace == names.NAMESPACE
+    assert not args.insecure_plain_http
+    tls = {p: v["secret"]["secretName"] for p, v in mounts(pod).items() if "secret" in v}
+    assert tls["/etc/hcs-tls"] == "hcs-scheduler-extender-tls"
+    for path in (args.tls_cert, args.tls_key, args.tls_client_ca):
+        assert str(Path(path).parent) == "/etc/hcs-tls"
     assert env_field(pod, "POD_NAME") == "metadata.name"  # the leader Lease's identity
-    assert [p["containerPort"] for p in container["ports"]] == [names.EXTENDER_PORT]
-    assert container["readinessProbe"]["httpGet"] == {
-        "path": "/readyz",
-        "port": names.EXTENDER_PORT,
-    }
-    assert container["livenessProbe"]["httpGet"] == {
-        "path": "/healthz",
-        "port": names.EXTENDER_PORT,
-    }
+    ports = [p["containerPort"] for p in container["ports"]]
+    assert ports == [names.EXTENDER_PORT, PROBE_PORT]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": PROBE_PORT}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": PROBE_PORT}
     service = by_kind("Service")[names.EXTENDER_ACCOUNT]
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
-        (names.EXTENDER_PORT, names.EXTENDER_PORT)
+        (names.EXTENDER_PORT, names.EXTENDER_PORT),
+        (PROBE_PORT, PROBE_PORT),
     ]
     labels = by_kind("Deployment")[names.EXTENDER_ACCOUNT]["spec"]["template"]["metadata"]
     assert service["spec"]["selector"].items() <= labels["labels"].items()
     (extender,) = documents(SCHEDULER_CONFIG)[0]["extenders"]
     host = f"{names.EXTENDER_ACCOUNT}.{names.NAMESPACE}.svc"
-    assert extender["urlPrefix"] == f"http://{host}:{names.EXTENDER_PORT}/"
+    assert extender["urlPrefix"] == f"https://{host}:{names.EXTENDER_PORT}/"
+    assert extender["enableHTTPS"] is True
+    assert set(extender["tlsConfig"]) == {"certFile", "keyFile", "caFile"}
+
+
+def test_the_network_policy_keeps_the_scheduling_port_to_the_control_plane() -> None:
+    (policy,) = by_kind("NetworkPolicy").values()
+    labels = by_kind("Deployment")[names.EXTENDER_ACCOUNT]["spec"]["template"]["metadata"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels["labels"].items()
+    rules = {rule["ports"][0]["port"]: rule.get("from") for rule in policy["spec"]["ingress"]}
+    assert rules[PROBE_PORT] is None  # probes and metrics from anywhere
+    (source,) = rules[names.EXTENDER_PORT]
+    assert set(source) == {"ipBlock"}  # host-network kube-scheduler: node addresses
 
 
 # --- kube-scheduler's configuration ---------------------------------------------------------
