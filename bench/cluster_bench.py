@@ -96,20 +96,21 @@ def throughput(plane: ControlPlane, work: Path, key: bytes) -> dict[str, Any]:
     setup = time.monotonic() - started
     key_file = work / "extender.key"
     key_file.write_bytes(key)
-    port = free_port()
+    port, probes = free_port(), free_port()
     log = open(work / "extender.log", "ab")  # noqa: SIM115
-    extender = subprocess.Popen(
+    extender = subprocess.Popen(  # over mutual TLS with kube-scheduler, as the manifests ship it
         [sys.executable, "-m", "hcsd.cluster.extender_cli", "--listen", f"127.0.0.1:{port}",
+         "--probe-listen", f"127.0.0.1:{probes}", *plane.extender_tls(),
          "--key-file", str(key_file), "--kubeconfig", str(plane.config_for("extender"))],
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
     )  # fmt: skip
     plane.processes["extender"] = extender
     try:
         make_pods(kube, "with-extender", PODS, {"ai.compute/vram": "8Gi"})
-        plane.wait_ready("extender", f"http://127.0.0.1:{port}/readyz", 120)
-        with_extender = time_to_bind(plane, kube, "with-extender", f"http://127.0.0.1:{port}/")
+        plane.wait_ready("extender", f"http://127.0.0.1:{probes}/readyz", 120)
+        with_extender = time_to_bind(plane, kube, "with-extender", f"https://127.0.0.1:{port}/")
         plane.stop_process("kube-scheduler")
-        metrics = subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/metrics"],
+        metrics = subprocess.run(["curl", "-s", f"http://127.0.0.1:{probes}/metrics"],
                                  capture_output=True, text=True, check=False).stdout  # fmt: skip
     finally:
         plane.stop_process("extender")

@@ -30,6 +30,7 @@ from tests.harness.daemon import LIBHCS, Daemon, build_libhcs
 from tests.harness.peers.kubernetes import ensure_kubernetes, find_etcd
 
 GiB = 2**30
+MANUAL_SCHEDULER = "hcs-test-manual"  # served by the extender, not by the test's kube-scheduler
 
 
 def node_file(
@@ -108,6 +109,7 @@ class Cluster:
     syncers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     extender: subprocess.Popen[bytes] | None = None
     extender_port: int = 0
+    probe_port: int = 0
     admin: Kube | None = None
 
     @property
@@ -133,21 +135,44 @@ class Cluster:
         process.send_signal(signal.SIGKILL)
         process.wait()
 
+    @property
+    def extender_url(self) -> str:
+        """Where kube-scheduler calls the extender: mutual TLS, as the manifests ship it."""
+        return f"https://127.0.0.1:{self.extender_port}/"
+
+    @property
+    def probe_url(self) -> str:
+        return f"http://127.0.0.1:{self.probe_port}"
+
     def start_extender(self) -> None:
         self.extender_port = self.extender_port or free_port()
+        self.probe_port = self.probe_port or free_port()
         key_file = self.work / "extender.key"
         key_file.write_bytes(self.key)
         key_file.chmod(0o440)  # as the Secret is mounted for it: the group is the process's own
         log = open(self.work / "extender.log", "ab")  # noqa: SIM115
         self.extender = subprocess.Popen(
             [sys.executable, "-m", "hcsd.cluster.extender_cli",
-             "--listen", f"127.0.0.1:{self.extender_port}", "--key-file", str(key_file),
+             "--listen", f"127.0.0.1:{self.extender_port}",
+             "--probe-listen", f"127.0.0.1:{self.probe_port}", *self.plane.extender_tls(),
+             "--key-file", str(key_file),
              "--kubeconfig", str(self.plane.config_for("extender")), "--leader-elect",
-             "--identity", "extender-0", "--quota-status-seconds", "0.5"],
+             "--identity", "extender-0", "--quota-status-seconds", "0.5",
+             # kube-scheduler's default profile, and one no kube-scheduler here runs, for the
+             # tests that call bind themselves.
+             "--scheduler-name", "default-scheduler", "--scheduler-name", MANUAL_SCHEDULER],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.plane.processes["extender"] = self.extender  # for wait_ready's exit check
-        self.plane.wait_ready("extender", f"http://127.0.0.1:{self.extender_port}/readyz", 60)
+        self.plane.wait_ready("extender", f"{self.probe_url}/readyz", 60)
+
+    def stop_extender(self) -> None:
+        """SIGTERM, as a Deployment's pod is stopped; the Lease stays with "extender-0"."""
+        assert self.extender is not None
+        self.extender.terminate()
+        self.extender.wait(30)
+        self.plane.processes.pop("extender", None)
+        self.extender = None
 
     def log(self, name: str) -> str:
         path = self.work / f"{name}.log"
@@ -282,7 +307,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             c.start_syncer(name)
         c.wait_compute_nodes()
         c.start_extender()
-        plane.start_scheduler(f"http://127.0.0.1:{c.extender_port}/")
+        plane.start_scheduler(c.extender_url)
         yield c
     finally:
         for process in [*c.syncers.values(), *([c.extender] if c.extender else [])]:

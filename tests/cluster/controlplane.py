@@ -181,8 +181,18 @@ class ControlPlane:
             time.sleep(0.3)
         raise RuntimeError(f"{name} not ready in {timeout}s: {self.tail(name)}")
 
+    def extender_tls(self) -> list[str]:
+        """hcs-scheduler-extender's flags for mutual TLS with this plane's kube-scheduler: its
+        serving certificate and the CA of kube-scheduler's client certificate."""
+        certs = self.work / "certs"
+        return ["--tls-cert", str(certs / "extender-serving.crt"),
+                "--tls-key", str(certs / "extender-serving.key"),
+                "--tls-client-ca", str(certs / "ca.crt")]  # fmt: skip
+
     def start_scheduler(self, extender_url: str | None, *, qps: int = 500) -> None:
-        """kube-scheduler with our extender (from the shipped configuration) or without."""
+        """kube-scheduler with our extender (from the shipped configuration) or without. An
+        https URL is called as the shipped configuration does: kube-scheduler presents its
+        client certificate (CN system:kube-scheduler) through the extender's tlsConfig."""
         shipped = yaml.safe_load((MANIFESTS / "scheduler-config.yaml").read_text())
         config: dict[str, Any] = dict(shipped)
         config["clientConnection"] = {
@@ -194,7 +204,21 @@ class ControlPlane:
         if extender_url is None:
             config.pop("extenders", None)
         else:
-            config["extenders"] = [{**e, "urlPrefix": extender_url} for e in shipped["extenders"]]
+            certs = self.work / "certs"
+            secure = extender_url.startswith("https://")
+            tls = {
+                "certFile": str(certs / "scheduler.crt"),
+                "keyFile": str(certs / "scheduler.key"),
+                "caFile": str(certs / "ca.crt"),
+            }
+            extenders = []
+            for shipped_extender in shipped["extenders"]:
+                extender = {**shipped_extender, "urlPrefix": extender_url, "enableHTTPS": secure}
+                extender.pop("tlsConfig", None)
+                if secure:
+                    extender["tlsConfig"] = tls
+                extenders.append(extender)
+            config["extenders"] = extenders
         path = self.work / "scheduler-config.yaml"
         path.write_text(yaml.safe_dump(config))
         port = free_port()
@@ -261,6 +285,7 @@ _PLURALS = {
     "Secret": "secrets", "CustomResourceDefinition": "customresourcedefinitions",
     "DaemonSet": "daemonsets", "Deployment": "deployments", "Service": "services",
     "Node": "nodes", "Pod": "pods", "ComputeQuota": "computequotas", "ComputeNode": "computenodes",
+    "NetworkPolicy": "networkpolicies",
 }  # fmt: skip
 
 

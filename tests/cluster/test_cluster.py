@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import ssl
 import subprocess
 import sys
 import time
@@ -294,16 +295,17 @@ def test_a_node_whose_heartbeat_stops_gets_no_pods(cluster: Cluster) -> None:
 
 def test_two_extender_replicas_only_the_leader_serves(cluster: Cluster) -> None:
     """Runs last: it stops the first replica."""
-    port = free_port()
+    port, probes = free_port(), free_port()
     log = open(cluster.work / "extender-1.log", "ab")  # noqa: SIM115
     standby = subprocess.Popen(
         [sys.executable, "-m", "hcsd.cluster.extender_cli", "--listen", f"127.0.0.1:{port}",
+         "--probe-listen", f"127.0.0.1:{probes}", *cluster.plane.extender_tls(),
          "--key-file", str(cluster.work / "extender.key"), "--leader-elect",
          "--identity", "extender-1", "--kubeconfig", str(cluster.plane.config_for("extender"))],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        base = f"http://127.0.0.1:{port}"
+        base = f"http://127.0.0.1:{probes}"
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -314,12 +316,16 @@ def test_two_extender_replicas_only_the_leader_serves(cluster: Cluster) -> None:
         with pytest.raises(urllib.error.HTTPError) as not_ready:
             urllib.request.urlopen(f"{base}/readyz", timeout=2)
         assert not_ready.value.code == 503
+        certs = cluster.plane.work / "certs"
+        context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        context.load_cert_chain(str(certs / "scheduler.crt"), str(certs / "scheduler.key"))
         bind = urllib.request.Request(
-            f"{base}/bind", method="POST", headers={"Content-Type": "application/json"},
+            f"https://127.0.0.1:{port}/bind", method="POST",
+            headers={"Content-Type": "application/json"},
             data=json.dumps({"PodName": "x", "PodNamespace": "default", "PodUID": "u",
                              "Node": "gpu-node"}).encode(),
         )  # fmt: skip
-        with urllib.request.urlopen(bind, timeout=5) as answer:
+        with urllib.request.urlopen(bind, timeout=5, context=context) as answer:
             assert "not the leader" in json.loads(answer.read())["Error"]
         assert cluster.extender is not None
         cluster.extender.kill()  # the leader dies without giving the Lease back
