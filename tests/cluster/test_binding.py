@@ -95,16 +95,20 @@ def test_bind_signs_binds_and_counts_the_pod_at_once(
 
 def test_a_failed_binding_gives_its_grants_back(plane: ControlPlane, extender: Extender) -> None:
     add_node(plane, extender, "bind-b")
-    limits = {"ai.compute/vram": "80Gi"}
-    ghost = {
-        "metadata": {"name": "ghost", "namespace": "default", "uid": "ghost-uid"},
-        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
-    }
-    assert extender.filter(ghost, ["bind-b"]).passed == ["bind-b"]  # seen: bind needs no GET
+    taken = create_pod(plane, "taken", "80Gi")
+    # Someone else binds it first (without an assignment): the extender's Binding then fails
+    # after it has assumed the grants.
+    plane.kube().create("/api/v1/namespaces/default/pods/taken/binding", {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "taken"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "elsewhere"},
+    })  # fmt: skip
+    assert extender.filter(taken, ["bind-b"]).passed == ["bind-b"]
     errors = extender.metrics.binds["error"]
-    assert bind(extender, ghost, "bind-b").startswith("bind failed: 404 NotFound")
+    assert bind(extender, taken, "bind-b").startswith("bind failed: 409 Conflict")
     assert extender.metrics.binds["error"] == errors + 1
-    assert extender.filter(ghost, ["bind-b"]).passed == ["bind-b"]  # nothing left assumed
+    assert extender.filter(taken, ["bind-b"]).passed == ["bind-b"]  # nothing left assumed
+    missing = {**taken, "metadata": {**taken["metadata"], "name": "never-made", "uid": "u-0"}}
+    assert bind(extender, missing, "bind-b").startswith("bind failed: 404 NotFound")
 
 
 def test_quota_status_is_written_when_usage_changes(
