@@ -142,6 +142,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._reader.between_requests()
         super().handle_one_request()
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (ssl.SSLError, ConnectionError) as e:  # the client broke the connection off
+            log.debug("%s: connection ended: %s", self.address_string(), e)
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 

@@ -4,8 +4,10 @@ certificates made by openssl as the cluster suite makes them)."""
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
+import logging
 import socket
 import ssl
 import threading
@@ -15,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from hcsd.cluster.commands import extender_main
+from hcsd.cluster.endpoints import add_flags, open_endpoints, settings_from
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.http import ExtenderServer, serve
 from hcsd.cluster.httpserver import Limits
@@ -184,3 +188,39 @@ def test_connections_over_the_cap_are_closed_and_counted(extender: Extender) -> 
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        ([], "--tls-cert, --tls-key and --tls-client-ca are required"),
+        (["--tls-cert", "c", "--tls-key", "k"], "--tls-client-ca are required"),
+        (["--insecure-plain-http", "--tls-cert", "c"], "exclude each other"),
+    ],
+    ids=["nothing", "no-client-ca", "both"],
+)
+def test_the_verbs_need_mutual_tls_or_the_insecure_flag(
+    flags: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked before anything starts (the key file is not even read)."""
+    with pytest.raises(SystemExit) as stopped:
+        extender_main(["--key-file", "/nonexistent", *flags])
+    assert stopped.value.code == 2 and error in capsys.readouterr().err
+
+
+def test_plain_http_is_said_loudly(extender: Extender, caplog: pytest.LogCaptureFixture) -> None:
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    args = parser.parse_args(
+        ["--insecure-plain-http", "--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"]
+    )
+    with caplog.at_level(logging.WARNING):
+        endpoints = open_endpoints(extender, settings_from(args, parser))
+    try:
+        assert "INSECURE: --insecure-plain-http" in caplog.text
+        scheduling, probes = endpoints.servers
+        assert scheduling.scheduling and not scheduling.probes
+        assert probes.probes and not probes.scheduling
+    finally:
+        for server in endpoints.servers:
+            server.server_close()
