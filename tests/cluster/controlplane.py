@@ -286,6 +286,8 @@ _PLURALS = {
     "DaemonSet": "daemonsets", "Deployment": "deployments", "Service": "services",
     "Node": "nodes", "Pod": "pods", "ComputeQuota": "computequotas", "ComputeNode": "computenodes",
     "NetworkPolicy": "networkpolicies",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }  # fmt: skip
 
 

@@ -16,11 +16,13 @@ import ssl
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hcsd.cluster.kube import KubeError
 from hcsd.contract.assignment import ANNOTATION, verify
 from hcsd.quantity import parse_bytes
 from tests.cluster.conftest import MANUAL_SCHEDULER, Cluster, GiB, unschedulable_message
@@ -153,6 +155,49 @@ def test_bind_signs_what_the_stored_pod_asks_not_what_filter_said(cluster: Clust
     cluster.delete_pod("asks-1gi")
 
 
+def refused_by_policy(attempt: Callable[[], object]) -> str:
+    """The API server's refusal of `attempt` by the assignment policy (it is served a moment
+    after it is created: retried until then)."""
+    refusal = ""
+
+    def refused() -> bool:
+        nonlocal refusal
+        try:
+            attempt()
+        except KubeError as e:
+            refusal = str(e)
+            return "written only by hcs-scheduler-extender" in refusal
+        return False
+
+    wait_for(refused, "the assignment policy refuses the write")
+    return refusal
+
+
+def test_the_assignment_annotation_is_the_extenders_alone(cluster: Cluster) -> None:
+    """Written through the Binding only: no pod is created with it, nor has it added,
+    changed or removed (so a tenant cannot hide what its namespace is charged)."""
+    pod = make_pod(cluster, "annotated", {"ai.compute/vram": "1Gi"}, scheduler=MANUAL_SCHEDULER)
+    assert call(cluster, "/bind", bind_args(pod, "gpu-node")) == (200, {"Error": ""})
+    text = get_pod(cluster, "annotated")["metadata"]["annotations"][ANNOTATION]
+    path = "/api/v1/namespaces/default/pods/annotated"
+
+    def annotate(value: str | None) -> Callable[[], object]:
+        return lambda: cluster.kube.patch(path, {"metadata": {"annotations": {ANNOTATION: value}}})
+
+    refused_by_policy(annotate(None))  # removed
+    refused_by_policy(annotate(text.replace('"vram"', '"vram" ')))  # changed
+    copy = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "born-annotated", "namespace": "default",
+                     "annotations": {ANNOTATION: text}},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+    }  # fmt: skip
+    refused_by_policy(lambda: cluster.kube.create("/api/v1/namespaces/default/pods", copy))
+    cluster.kube.patch(path, {"metadata": {"annotations": {"team": "a"}}})  # others: as ever
+    assert get_pod(cluster, "annotated")["metadata"]["annotations"][ANNOTATION] == text
+    cluster.delete_pod("annotated")
+
+
 def rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -241,6 +286,18 @@ def used_vram(cluster: Cluster, namespace: str) -> int | None:
     return parse_bytes(used["vram"], what="vram") if "vram" in used else None
 
 
+def created(cluster: Cluster, path: str, body: dict[str, Any]) -> bool:
+    try:
+        cluster.kube.create(path, body)
+        return True
+    except KubeError as e:
+        if e.conflict:
+            return True
+        if "written only by hcs-scheduler-extender" in str(e):
+            return False  # the deleted binding is still in the API server's cache
+        raise
+
+
 def test_quota_used_is_the_sum_of_live_assignments_across_restarts(cluster: Cluster) -> None:
     ns = "team-restarts"
     cluster.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
@@ -268,7 +325,12 @@ def test_quota_used_is_the_sum_of_live_assignments_across_restarts(cluster: Clus
     bound("second", "4Gi")
     settled(12)
     # A pod placed past the scheduler, carrying a copy of another pod's assignment: hcsd
-    # refuses it (not its uid), so it holds nothing and must not count.
+    # refuses it (not its uid), so it holds nothing and must not count. The admission policy
+    # would refuse the pod; the extender must not depend on it (a cluster without it, a pod
+    # made before it was installed), so it is out of the way for this one create.
+    binding = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/"
+    policy = cluster.kube.get(binding + "hcs-assignment-annotation")
+    cluster.kube.request("DELETE", binding + "hcs-assignment-annotation")
     copy = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "copied", "namespace": ns,
@@ -276,7 +338,11 @@ def test_quota_used_is_the_sum_of_live_assignments_across_restarts(cluster: Clus
         "spec": {"nodeName": first["spec"]["nodeName"],
                  "containers": [{"name": "main", "image": "busybox"}]},
     }  # fmt: skip
-    cluster.kube.create(f"/api/v1/namespaces/{ns}/pods", copy)
+    wait_for(lambda: created(cluster, f"/api/v1/namespaces/{ns}/pods", copy),
+             "the copy is created without the policy")  # fmt: skip
+    for field in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
+        policy["metadata"].pop(field, None)
+    cluster.kube.create(binding.rstrip("/"), policy)
     cluster.stop_extender()
     cluster.delete_pod("second", ns)  # while the extender is away: no event reaches it
     cluster.start_extender()

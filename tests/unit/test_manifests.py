@@ -141,7 +141,14 @@ def test_every_namespaced_object_lives_in_our_namespace() -> None:
     """The syncers' and the extender's --namespace default is names.NAMESPACE."""
     (namespace,) = by_kind("Namespace")
     assert namespace == names.NAMESPACE
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for doc in every_object():
         if doc["kind"] not in cluster_scoped:
             assert doc["metadata"].get("namespace") == names.NAMESPACE, doc["metadata"]
