@@ -198,7 +198,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, text.encode(), "text/plain; version=0.0.4")
 
     def _refusals(self) -> str:
-        lines = ["# TYPE hcs_extender_connections_refused_total counter"]  # closed unserved
+        lines = [
+            "# HELP hcs_extender_connections_refused_total Connections closed unserved: over "
+            "the cap, a failed TLS handshake, a body over the limit.",
+            "# TYPE hcs_extender_connections_refused_total counter",
+        ]
         for server in (self.server, *self.server.siblings):
             for reason in ("connections", "tls", "body"):
                 lines.append(
