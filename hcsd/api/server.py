@@ -69,6 +69,7 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
             name=s.node_name,
             version=s.version or __version__,
             backends=list(s.backends),
+            discovery_notes=list(s.discovery_notes),
             ledger_seq=s.seq,
             device_count=len(s.devices()),
             allocation_count=len(s.allocations()),

@@ -111,6 +111,11 @@ def health_table(devices: Sequence[pb.Device]) -> str:
     return render(["VENDOR", "IDX", "UUID", "PCI", "SCORE", "STATE"], rows)
 
 
+def _not_found(notes: Sequence[str]) -> list[str]:
+    """Why vendors' backends did not run, one per line under a `not found:` heading."""
+    return [f"{'not found:' if i == 0 else '':13}{note}" for i, note in enumerate(notes)]
+
+
 def status_lines(node: pb.Node, devices: Sequence[pb.Device]) -> str:
     total = sum(d.vram_bytes for d in devices)
     used = sum(d.vram_allocated_bytes for d in devices)
@@ -119,6 +124,7 @@ def status_lines(node: pb.Node, devices: Sequence[pb.Device]) -> str:
         f"node:        {node.name}",
         f"version:     {node.version}",
         f"backends:    {', '.join(node.backends) or '-'}",
+        *_not_found(node.discovery_notes),
         f"devices:     {node.device_count} ({unhealthy} not healthy)",
         f"vram:        {format_bytes(used)} allocated of {format_bytes(total)}",
         f"allocations: {node.allocation_count}",

@@ -24,7 +24,8 @@ from hcsd.api.server import ApiServer, SocketInUse
 from hcsd.contract.keys import AssignmentKeyError, KeyFile
 from hcsd.daemon import notify
 from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config
-from hcsd.daemon.discovering import build_backends, hotplug_watcher
+from hcsd.daemon.devicecheck import open_device_nodes
+from hcsd.daemon.discovering import build_backends, hotplug_watcher, plan
 from hcsd.daemon.logs import configure_logging, set_level
 from hcsd.daemon.metrics import MetricsServer
 from hcsd.daemon.reference import render_default_config
@@ -63,9 +64,10 @@ class Daemon:
     def _open_state(self) -> tuple[Inventory, Ledger]:
         """Discovery and ledger replay: what must work before anything is served."""
         config = self.config
-        self.backends = build_backends(config.discovery)
+        chosen = plan(config.discovery)
+        self.backends = build_backends(config.discovery, chosen)
         try:
-            inventory = discover_all(config.node.resolved_name(), self.backends)
+            inventory = discover_all(config.node.resolved_name(), self.backends, chosen.notes)
         except DiscoveryError as e:
             raise StartupError(f"failed to discover devices: {e}") from e
         ledger = Ledger(config.daemon.state_dir, config.ledger)
@@ -127,7 +129,7 @@ class Daemon:
                 __version__,
                 inventory.node_name,
                 len(inventory.devices),
-                ", ".join(inventory.backends),
+                ", ".join(inventory.backends) or "no backend (no accelerator found)",
             )
             # Everything built so far (modules, grpc, protobuf descriptors, inventory) lives as
             # long as the process: keep it out of every later collection, which would otherwise
@@ -290,15 +292,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="print the default configuration, every key documented, and exit",
     )
+    parser.add_argument(
+        "--open-device-nodes",
+        nargs="+",
+        metavar="PATH",
+        help="open each device node read-write as discovery's vendor libraries do, print one "
+        "line per node and exit (1 if any failed); as an ExecStartPre= of hcsd.service it "
+        "checks what the unit's DeviceAllow= lets hcsd open",
+    )
     parser.add_argument("--version", action="version", version=f"hcsd {__version__}")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.print_default_config:
-        sys.stdout.write(render_default_config())
-        return 0
+    if args.print_default_config or args.open_device_nodes:
+        return _without_config(args)
     try:
         config = load_config(args.config or DEFAULT_PATH, required=args.config is not None)
     except ConfigError as e:
@@ -319,6 +328,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return 130
+    return 0
+
+
+def _without_config(args: argparse.Namespace) -> int:
+    """The options that print something and exit without reading the configuration."""
+    if args.open_device_nodes:
+        return open_device_nodes(args.open_device_nodes, lambda line: print(line, flush=True))
+    sys.stdout.write(render_default_config())
     return 0
 
 

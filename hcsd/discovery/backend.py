@@ -58,13 +58,19 @@ class Inventory:
     node_name: str
     devices: tuple[Device, ...]
     backends: tuple[str, ...]
+    #: Why a vendor's backend did not run ("nvidia: no NVIDIA GPU on the PCI bus …"), for
+    #: `hcsctl status`: a node with zero devices says why.
+    notes: tuple[str, ...] = ()
 
     def by_uuid(self) -> dict[str, Device]:
         return {d.uuid: d for d in self.devices}
 
 
-def discover_all(node_name: str, backends: Iterable[DiscoveryBackend]) -> Inventory:
-    """Run every backend and merge the results, refusing an inconsistent inventory."""
+def discover_all(
+    node_name: str, backends: Iterable[DiscoveryBackend], notes: Sequence[str] = ()
+) -> Inventory:
+    """Run every backend and merge the results, refusing an inconsistent inventory. `notes`
+    (why other backends did not run) are kept with it."""
     devices: list[Device] = []
     names: list[str] = []
     for backend in backends:
@@ -86,7 +92,9 @@ def discover_all(node_name: str, backends: Iterable[DiscoveryBackend]) -> Invent
                     f"device {device.uuid} has a link to unknown device {link.peer_uuid}"
                 )
     devices.sort(key=lambda d: (d.vendor.value, d.index, d.pci_bus_id))
-    return Inventory(node_name=node_name, devices=tuple(devices), backends=tuple(names))
+    return Inventory(
+        node_name=node_name, devices=tuple(devices), backends=tuple(names), notes=tuple(notes)
+    )
 
 
 def _check_unique(devices: Sequence[Device]) -> None:

@@ -23,9 +23,10 @@ class DiscoverySection(Section):
     """The backends to run and where each finds its vendor's library, tools and files."""
 
     backends: tuple[str, ...] = setting(
-        ("simulated",),
+        ("auto",),
         "Discovery backends to run, in order: simulated, nvidia, ascend, hygon, cambricon, or "
-        "auto (every vendor whose accelerators are on the PCI bus).",
+        "auto (every vendor whose accelerators are on the PCI bus; a node with none runs with "
+        "zero devices and says why).",
         checks.names(*BACKEND_NAMES, "auto"),
     )
     simulated_node: str = setting(

@@ -71,6 +71,11 @@ class NodeService:
         return tuple(self._inventory.backends)
 
     @property
+    def discovery_notes(self) -> tuple[str, ...]:
+        """Why vendors' backends did not run (a node with zero devices says why)."""
+        return tuple(self._inventory.notes)
+
+    @property
     def seq(self) -> int:
         """Operations recorded in the ledger so far (the watch events' sequence)."""
         return self._ledger.seq

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
-from hcsd.daemon.config import ConfigError, load_config
-from hcsd.daemon.discovering import build_backends, expand_auto
+from hcsd.daemon.config import Config, ConfigError, load_config
+from hcsd.daemon.discovering import build_backends, expand_auto, plan
 from hcsd.discovery import discover_all
 from tests.fakes import Function, make_sysfs
 from tests.fakes.nodes import nvidia_node
@@ -42,6 +43,46 @@ def test_auto_runs_the_vendors_on_the_bus(tmp_path: Path) -> None:
 def test_auto_on_a_node_without_accelerators_runs_nothing(tmp_path: Path) -> None:
     config = load_config(str(_config(tmp_path, backends=["auto"], sysfs=str(tmp_path))))
     assert build_backends(config.discovery) == []
+
+
+def test_auto_is_the_default() -> None:
+    """The packaged conffile is rendered from the defaults: a fresh install runs `auto`."""
+    assert Config().discovery.backends == ("auto",)
+
+
+def test_auto_says_why_each_vendor_does_not_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One info line and one note per vendor not on the bus: a node with zero devices says
+    why (`hcsctl status` shows the notes)."""
+    sysfs = make_sysfs(tmp_path / "sys", [Function("0000:3d:00.0", 0xCABC, 0x0590)])
+    config = load_config(str(_config(tmp_path, backends=["auto"], sysfs=str(sysfs))))
+    with caplog.at_level(logging.INFO, logger="hcsd.daemon.discovering"):
+        chosen = plan(config.discovery)
+    assert chosen.names == ("cambricon",)
+    assert chosen.notes == tuple(
+        f"{vendor}: not run, no {product} on the PCI bus (vendor {vid}, display or "
+        f"accelerator class, in {sysfs})"
+        for vendor, product, vid in [
+            ("nvidia", "NVIDIA GPU", "0x10de"),
+            ("ascend", "Huawei Ascend NPU", "0x19e5"),
+            ("hygon", "Hygon DCU", "0x1d94"),
+        ]
+    )
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert lines == ["discovery: auto found cambricon on the PCI bus"] + [
+        f"discovery: {note}" for note in chosen.notes
+    ]
+
+
+def test_named_backends_need_no_notes(tmp_path: Path) -> None:
+    """A vendor named beside `auto` is not reported missing; without `auto`, nothing is."""
+    config = load_config(str(_config(tmp_path, backends=["nvidia", "auto"], sysfs=str(tmp_path))))
+    chosen = plan(config.discovery)
+    assert chosen.names == ("nvidia",)
+    assert [n.split(":")[0] for n in chosen.notes] == ["ascend", "hygon", "cambricon"]
+    config = load_config(str(_config(tmp_path, backends=["simulated"])))
+    assert plan(config.discovery).notes == ()
 
 
 def test_unknown_backend_names_the_available_ones(tmp_path: Path) -> None:

@@ -48,6 +48,38 @@ def test_ready_status_and_watchdog(daemon: Daemon) -> None:
     assert "nri: cannot connect to" in daemon.logs()  # no runtime here: it keeps retrying
 
 
+def test_no_accelerators_runs_with_zero_devices_and_says_why(tmp_path: Path) -> None:
+    """The packaged default (`auto`) on a node with no accelerator: hcsd starts, reports zero
+    devices, and both its log and `hcsctl status` say why, per vendor."""
+    sysfs = tmp_path / "sys"
+    (sysfs / "bus" / "pci" / "devices").mkdir(parents=True)
+    daemon = Daemon(
+        tmp_path / "hcsd", settings={"discovery": {"backends": ["auto"], "sysfs": sysfs}}
+    )
+    try:
+        ready = next(m for m in daemon.start() if "READY=1" in m)
+        assert "STATUS=0 devices, 0 allocations" in ready
+        status = daemon.hcsctl("status")
+        assert status.returncode == 0, status.stderr
+        lines = status.stdout.splitlines()
+        assert "backends:    -" in lines and "devices:     0 (0 not healthy)" in lines
+        why = f"on the PCI bus (vendor {{}}, display or accelerator class, in {sysfs})"
+        notes = [
+            "nvidia: not run, no NVIDIA GPU " + why.format("0x10de"),
+            "ascend: not run, no Huawei Ascend NPU " + why.format("0x19e5"),
+            "hygon: not run, no Hygon DCU " + why.format("0x1d94"),
+            "cambricon: not run, no Cambricon MLU " + why.format("0xcabc"),
+        ]
+        start = lines.index(f"not found:   {notes[0]}")
+        assert lines[start + 1 : start + 4] == [f"             {n}" for n in notes[1:]]
+        logs = daemon.logs()
+        for note in notes:
+            assert f"<6>discovery: {note}" in logs
+        assert "ready on node test-node: 0 device(s) from no backend" in logs
+    finally:
+        daemon.close()
+
+
 def test_hcsctl_against_the_daemon(daemon: Daemon) -> None:
     daemon.start()
     devices = daemon.hcsctl("devices")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16hcsd/api/v1/hcsd.proto\x12\x07hcsd.v1\"\xe2\x03\n\x17PrepareContainerRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontainer_name\x18\x02 \x01(\t\x12\x1c\n\x03pod\x18\x03 \x01(\x0b\x32\x0f.hcsd.v1.PodRef\x12Y\n\x15\x63ontainer_annotations\x18\x04 \x03(\x0b\x32:.hcsd.v1.PrepareContainerRequest.ContainerAnnotationsEntry\x12M\n\x0fpod_annotations\x18\x05 \x03(\x0b\x32\x34.hcsd.v1.PrepareContainerRequest.PodAnnotationsEntry\x12\x11\n\tfront_end\x18\x06 \x01(\t\x12$\n\x04spec\x18\x07 \x01(\x0b\x32\x16.hcsd.v1.ContainerSpec\x12$\n\x04user\x18\x08 \x01(\x0b\x32\x16.hcsd.v1.ContainerUser\x1a;\n\x19\x43ontainerAnnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x35\n\x13PodAnnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\")\n\rContainerUser\x12\x0b\n\x03uid\x18\x01 \x01(\r\x12\x0b\n\x03gid\x18\x02 \x01(\r\"R\n\rContainerSpec\x12\x14\n\x0c\x64\x65vice_paths\x18\x01 \x03(\t\x12\x1e\n\x06mounts\x18\x02 \x03(\x0b\x32\x0e.hcsd.v1.Mount\x12\x0b\n\x03\x65nv\x18\x03 \x03(\t\"C\n\x05Mount\x12\x11\n\thost_path\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontainer_path\x18\x02 \x01(\t\x12\x0f\n\x07options\x18\x03 \x03(\t\"\xff\x01\n\x18PrepareContainerResponse\x12\x0f\n\x07managed\x18\x01 \x01(\x08\x12$\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x13.hcsd.v1.DeviceNode\x12\x37\n\x03\x65nv\x18\x03 \x03(\x0b\x32*.hcsd.v1.PrepareContainerResponse.EnvEntry\x12\x1e\n\x06mounts\x18\x04 \x03(\x0b\x32\x0e.hcsd.v1.Mount\x12\'\n\nallocation\x18\x05 \x01(\x0b\x32\x13.hcsd.v1.Allocation\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"=\n\x14\x43ontainerGoneRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x02 \x01(\x08\"\x10\n\x0eGetNodeRequest\"\xd1\x01\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61\x63kends\x18\x03 \x03(\t\x12\x12\n\nledger_seq\x18\x04 \x01(\x04\x12\x14\n\x0c\x64\x65vice_count\x18\x05 \x01(\r\x12\x18\n\x10\x61llocation_count\x18\x06 \x01(\r\x12\x12\n\nstarted_at\x18\x07 \x01(\x01\x12\x1b\n\x13orphaned_containers\x18\x08 \x03(\t\x12\x15\n\rhealth_source\x18\t \x01(\t\x12\x0c\n\x04mode\x18\n \x01(\t\"5\n\x04Link\x12\x11\n\tpeer_uuid\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04gbps\x18\x03 \x01(\x01\"[\n\nDeviceNode\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05major\x18\x02 \x01(\r\x12\r\n\x05minor\x18\x03 \x01(\r\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\x13\n\x0bpermissions\x18\x05 \x01(\t\"\xca\x04\n\x06\x44\x65vice\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0e\n\x06vendor\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\r\n\x05index\x18\x04 \x01(\r\x12\x12\n\npci_bus_id\x18\x05 \x01(\t\x12\x11\n\tnuma_node\x18\x06 \x01(\x05\x12\x12\n\nvram_bytes\x18\x07 \x01(\x04\x12\x13\n\x0btflops_fp16\x18\x08 \x01(\x01\x12\x13\n\x0btflops_bf16\x18\t \x01(\x01\x12\x13\n\x0btflops_fp32\x18\n \x01(\x01\x12\x11\n\ttops_int8\x18\x0b \x01(\x01\x12\x1c\n\x05links\x18\x0c \x03(\x0b\x32\r.hcsd.v1.Link\x12)\n\x0c\x64\x65vice_nodes\x18\r \x03(\x0b\x32\x13.hcsd.v1.DeviceNode\x12)\n\x0cshared_nodes\x18\x0e \x03(\x0b\x32\x13.hcsd.v1.DeviceNode\x12\x14\n\x0chealth_score\x18\x0f \x01(\r\x12*\n\x0chealth_state\x18\x10 \x01(\x0e\x32\x14.hcsd.v1.HealthState\x12\x33\n\nattributes\x18\x11 \x03(\x0b\x32\x1f.hcsd.v1.Device.AttributesEntry\x12\x1c\n\x14vram_allocated_bytes\x18\x12 \x01(\x04\x12!\n\x19\x63ompute_allocated_percent\x18\x13 \x01(\r\x12\x18\n\x10\x61llocation_count\x18\x14 \x01(\r\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x14\n\x12ListDevicesRequest\"7\n\x13ListDevicesResponse\x12 \n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x0f.hcsd.v1.Device\"6\n\x06PodRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\"I\n\x05Grant\x12\x13\n\x0b\x64\x65vice_uuid\x18\x01 \x01(\t\x12\x12\n\nvram_bytes\x18\x02 \x01(\x04\x12\x17\n\x0f\x63ompute_percent\x18\x03 \x01(\r\"\xac\x01\n\nAllocation\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x1c\n\x03pod\x18\x02 \x01(\x0b\x32\x0f.hcsd.v1.PodRef\x12\x16\n\x0e\x63ontainer_name\x18\x03 \x01(\t\x12\x1e\n\x06grants\x18\x04 \x03(\x0b\x32\x0e.hcsd.v1.Grant\x12\x0f\n\x07\x63reated\x18\x05 \x01(\x01\x12\x0e\n\x06source\x18\x06 \x01(\t\x12\x11\n\tfront_end\x18\x07 \x01(\t\"\x18\n\x16ListAllocationsRequest\"C\n\x17ListAllocationsResponse\x12(\n\x0b\x61llocations\x18\x01 \x03(\x0b\x32\x13.hcsd.v1.Allocation\"\xfd\x01\n\x0f\x41llocateRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x1c\n\x03pod\x18\x02 \x01(\x0b\x32\x0f.hcsd.v1.PodRef\x12\x16\n\x0e\x63ontainer_name\x18\x03 \x01(\t\x12\x0c\n\x04vram\x18\x04 \x01(\t\x12\x13\n\x0btflops_fp16\x18\x05 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\x06 \x01(\r\x12\x17\n\x0f\x63ompute_percent\x18\x07 \x01(\r\x12\x0f\n\x07vendors\x18\x08 \x03(\t\x12\x0e\n\x06models\x18\t \x03(\t\x12\x0e\n\x06policy\x18\n \x01(\t\x12\x10\n\x08topology\x18\x0b \x01(\t\x12\x0e\n\x06source\x18\x0c \x01(\t\"[\n\x10\x41llocateResponse\x12\'\n\nallocation\x18\x01 \x01(\x0b\x32\x13.hcsd.v1.Allocation\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\r\n\x05model\x18\x03 \x01(\t\"&\n\x0eReleaseRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\"L\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12\'\n\nallocation\x18\x02 \x01(\x0b\x32\x13.hcsd.v1.Allocation\"$\n\x0cWatchRequest\x12\x14\n\x0csend_initial\x18\x01 \x01(\x08\"\x80\x03\n\x05\x45vent\x12!\n\x04kind\x18\x01 \x01(\x0e\x32\x13.hcsd.v1.Event.Kind\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12)\n\nallocation\x18\x03 \x01(\x0b\x32\x13.hcsd.v1.AllocationH\x00\x12!\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x0f.hcsd.v1.DeviceH\x00\x12+\n\tviolation\x18\x06 \x01(\x0b\x32\x16.hcsd.v1.VramViolationH\x00\x12\x0c\n\x04time\x18\x05 \x01(\x01\"\xb2\x01\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n\x0cKIND_INITIAL\x10\x01\x12\x0f\n\x0bKIND_SYNCED\x10\x02\x12\x12\n\x0eKIND_ALLOCATED\x10\x03\x12\x11\n\rKIND_RELEASED\x10\x04\x12\x17\n\x13KIND_DEVICE_CHANGED\x10\x05\x12\x17\n\x13KIND_DEVICE_REMOVED\x10\x06\x12\x18\n\x14KIND_VRAM_OVER_QUOTA\x10\x07\x42\t\n\x07subject\"\xe9\x01\n\rVramViolation\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x1c\n\x03pod\x18\x02 \x01(\x0b\x32\x0f.hcsd.v1.PodRef\x12\x16\n\x0e\x63ontainer_name\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65vice_uuid\x18\x04 \x01(\t\x12\x12\n\nused_bytes\x18\x05 \x01(\x04\x12\x15\n\rgranted_bytes\x18\x06 \x01(\x04\x12\x15\n\rallowed_bytes\x18\x07 \x01(\x04\x12\x17\n\x0f\x61\x63\x63ounted_bytes\x18\x08 \x01(\x03\x12\x0c\n\x04pids\x18\t \x03(\r\x12\x0e\n\x06\x61\x63tion\x18\n \x01(\t*\x93\x01\n\x0bHealthState\x12\x1c\n\x18HEALTH_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14HEALTH_STATE_HEALTHY\x10\x01\x12\x19\n\x15HEALTH_STATE_DEGRADED\x10\x02\x12\x1a\n\x16HEALTH_STATE_UNHEALTHY\x10\x03\x12\x15\n\x11HEALTH_STATE_LOST\x10\x04\x32\xad\x04\n\x04Hcsd\x12\x31\n\x07GetNode\x12\x17.hcsd.v1.GetNodeRequest\x1a\r.hcsd.v1.Node\x12H\n\x0bListDevices\x12\x1b.hcsd.v1.ListDevicesRequest\x1a\x1c.hcsd.v1.ListDevicesResponse\x12T\n\x0fListAllocations\x12\x1f.hcsd.v1.ListAllocationsRequest\x1a .hcsd.v1.ListAllocationsResponse\x12?\n\x08\x41llocate\x12\x18.hcsd.v1.AllocateRequest\x1a\x19.hcsd.v1.AllocateResponse\x12<\n\x07Release\x12\x17.hcsd.v1.ReleaseRequest\x1a\x18.hcsd.v1.ReleaseResponse\x12\x30\n\x05Watch\x12\x15.hcsd.v1.WatchRequest\x1a\x0e.hcsd.v1.Event0\x01\x12W\n\x10PrepareContainer\x12 .hcsd.v1.PrepareContainerRequest\x1a!.hcsd.v1.PrepareContainerResponse\x12H\n\rContainerGone\x12\x1d.hcsd.v1.ContainerGoneRequest\x1a\x18.hcsd.v1.ReleaseResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16hcsd/api/v1/hcsd.proto\x12\x07hcsd.v1\"\xe2\x03\n\x17PrepareContainerRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontainer_name\x18\x02 \x01(\t\x12\x1c\n\x03pod\x18\x03 \x01(\x0b\x32\x0f.hcsd.v1.PodRef\x12Y\n\x15\x63ontainer_annotations\x18\x04 \x03(\x0b\x32:.hcsd.v1.PrepareContainerRequest.ContainerAnnotationsEntry\x12M\n\x0fpod_annotations\x18\x05 \x03(\x0b\x32\x34.hcsd.v1.PrepareContainerRequest.PodAnnotationsEntry\x12\x11\n\tfront_end\x18\x06 \x01(\t\x12$\n\x04spec\x18\x07 \x01(\x0b\x32\x16.hcsd.v1.ContainerSpec\x12$\n\x04user\x18\x08 \x01(\x0b\x32\x16.hcsd.v1.ContainerUser\x1a;\n\x19\x43ontainerAnnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x35\n\x13PodAnnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\")\n\rContainerUser\x12\x0b\n\x03uid\x18\x01 \x01(\r\x12\x0b\n\x03gid\x18\x02 \x01(\r\"R\n\rContainerSpec\x12\x14\n\x0c\x64\x65vice_paths\x18\x01 \x03(\t\x12\x1e\n\x06mounts\x18\x02 \x03(\x0b\x32\x0e.hcsd.v1.Mount\x12\x0b\n\x03\x65nv\x18\x03 \x03(\t\"C\n\x05Mount\x12\x11\n\thost_path\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontainer_path\x18\x02 \x01(\t\x12\x0f\n\x07options\x18\x03 \x03(\t\"\xff\x01\n\x18PrepareContainerResponse\x12\x0f\n\x07managed\x18\x01 \x01(\x08\x12$\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x13.hcsd.v1.DeviceNode\x12\x37\n\x03\x65nv\x18\x03 \x03(\x0b\x32*.hcsd.v1.PrepareContainerResponse.EnvEntry\x12\x1e\n\x06mounts\x18\x04 \x03(\x0b\x32\x0e.hcsd.v1.Mount\x12\'\n\nallocation\x18\x05 \x01(\x0b\x32\x13.hcsd.v1.Allocation\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"=\n\x14\x43ontainerGoneRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x02 \x01(\x08\"\x10\n\x0eGetNodeRequest\"\xea\x01\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61\x63kends\x18\x03 \x03(\t\x12\x12\n\nledger_seq\x18\x04 \x01(\x04\x12\x14\n\x0c\x64\x65vice_count\x18\x05 \x01(\r\x12\x18\n\x10\x61llocation_count\x18\x06 \x01(\r\x12\x12\n\nstarted_at\x18\x07 \x01(\x01\x12\x1b\n\x13orphaned_containers\x18\x08 \x03(\t\x12\x15\n\rhealth_source\x18\t \x01(\t\x12\x0c\n\x04mode\x18\n \x01(\t\x12\x17\n\x0f\x64iscovery_notes\x18\x0b \x03(\t\"5\n\x04Link\x12\x11\n\tpeer_uuid\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04gbps\x18\x03 \x01(\x01\"[\n\nDeviceNode\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05major\x18\x02 \x01(\r\x12\r\n\x05minor\x18\x03 \x01(\r\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\x13\n\x0bpermissions\x18\x05 \x01(\t\"\xca\x04\n\x06\x44\x65vice\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0e\n\x06vendor\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\r\n\x05index\x18\x04 \x01(\r\x12\x12\n\npci_bus_id\x18\x05 \x01(\t\x12\x11\n\tnuma_node\x18\x06 \x01(\x05\x12\x12\n\nvram_bytes\x18\x07 \x01(\x04\x12\x13\n\x0btflops_fp16\x18\x08 \x01(\x01\x12\x13\n\x0btflops_bf16\x18\t \x01(\x01\x12\x13\n\x0btflops_fp32\x18\n \x01(\x01\x12\x11\n\ttops_int8\x18\x0b \x01(\x01\x12\x1c\n\x05links\x18\x0c \x03(\x0b\x32\r.hcsd.v1.Link\x12)\n\x0c\x64\x65vice_nodes\x18\r \x03(\x0b\x32\x13.hcsd.v1.DeviceNode\x12)\n\x0cshared_nodes\x18\x0e \x03(\x0b\x32\x13.hcsd.v1.DeviceNode\x12\x14\n\x0chealth_score\x18\x0f \x01(\r\x12*\n\x0chealth_state\x18\x10 \x01(\x0e\x32\x14.hcsd.v1.HealthState\x12\x33\n\nattributes\x18\x11 \x03(\x0b\x32\x1f.hcsd.v1.Device.AttributesEntry\x12\x1c\n\x14vram_allocated_bytes\x18\x12 \x01(\x04\x12!\n\x19\x63ompute_allocated_percent\x18\x13 \x01(\r\x12\x18\n\x10\x61llocation_count\x18\x14 \x01(\r\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x14\n\x12ListDevicesRequest\"7\n\x13ListDevicesResponse\x12 \n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x0f.hcsd.v1.Device\"6\n\x06PodRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\"I\n\x05Grant\x12\x13\n\x0b\x64\x65vice_uuid\x18\x01 \x01(\t\x12\x12\n\nvram_bytes\x18\x02 \x01(\x04\x12\x17\n\x0f\x63ompute_percent\x18\x03 \x01(\r\"\xac\x01\n\nAllocation\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x1c\n\x03pod\x18\x02 \x01(\x0b\x32\x0f.hcsd.v1.PodRef\x12\x16\n\x0e\x63ontainer_name\x18\x03 \x01(\t\x12\x1e\n\x06grants\x18\x04 \x03(\x0b\x32\x0e.hcsd.v1.Grant\x12\x0f\n\x07\x63reated\x18\x05 \x01(\x01\x12\x0e\n\x06source\x18\x06 \x01(\t\x12\x11\n\tfront_end\x18\x07 \x01(\t\"\x18\n\x16ListAllocationsRequest\"C\n\x17ListAllocationsResponse\x12(\n\x0b\x61llocations\x18\x01 \x03(\x0b\x32\x13.hcsd.v1.Allocation\"\xfd\x01\n\x0f\x41llocateRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x1c\n\x03pod\x18\x02 \x01(\x0b\x32\x0f.hcsd.v1.PodRef\x12\x16\n\x0e\x63ontainer_name\x18\x03 \x01(\t\x12\x0c\n\x04vram\x18\x04 \x01(\t\x12\x13\n\x0btflops_fp16\x18\x05 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\x06 \x01(\r\x12\x17\n\x0f\x63ompute_percent\x18\x07 \x01(\r\x12\x0f\n\x07vendors\x18\x08 \x03(\t\x12\x0e\n\x06models\x18\t \x03(\t\x12\x0e\n\x06policy\x18\n \x01(\t\x12\x10\n\x08topology\x18\x0b \x01(\t\x12\x0e\n\x06source\x18\x0c \x01(\t\"[\n\x10\x41llocateResponse\x12\'\n\nallocation\x18\x01 \x01(\x0b\x32\x13.hcsd.v1.Allocation\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\r\n\x05model\x18\x03 \x01(\t\"&\n\x0eReleaseRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\"L\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12\'\n\nallocation\x18\x02 \x01(\x0b\x32\x13.hcsd.v1.Allocation\"$\n\x0cWatchRequest\x12\x14\n\x0csend_initial\x18\x01 \x01(\x08\"\x80\x03\n\x05\x45vent\x12!\n\x04kind\x18\x01 \x01(\x0e\x32\x13.hcsd.v1.Event.Kind\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12)\n\nallocation\x18\x03 \x01(\x0b\x32\x13.hcsd.v1.AllocationH\x00\x12!\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x0f.hcsd.v1.DeviceH\x00\x12+\n\tviolation\x18\x06 \x01(\x0b\x32\x16.hcsd.v1.VramViolationH\x00\x12\x0c\n\x04time\x18\x05 \x01(\x01\"\xb2\x01\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n\x0cKIND_INITIAL\x10\x01\x12\x0f\n\x0bKIND_SYNCED\x10\x02\x12\x12\n\x0eKIND_ALLOCATED\x10\x03\x12\x11\n\rKIND_RELEASED\x10\x04\x12\x17\n\x13KIND_DEVICE_CHANGED\x10\x05\x12\x17\n\x13KIND_DEVICE_REMOVED\x10\x06\x12\x18\n\x14KIND_VRAM_OVER_QUOTA\x10\x07\x42\t\n\x07subject\"\xe9\x01\n\rVramViolation\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x1c\n\x03pod\x18\x02 \x01(\x0b\x32\x0f.hcsd.v1.PodRef\x12\x16\n\x0e\x63ontainer_name\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65vice_uuid\x18\x04 \x01(\t\x12\x12\n\nused_bytes\x18\x05 \x01(\x04\x12\x15\n\rgranted_bytes\x18\x06 \x01(\x04\x12\x15\n\rallowed_bytes\x18\x07 \x01(\x04\x12\x17\n\x0f\x61\x63\x63ounted_bytes\x18\x08 \x01(\x03\x12\x0c\n\x04pids\x18\t \x03(\r\x12\x0e\n\x06\x61\x63tion\x18\n \x01(\t*\x93\x01\n\x0bHealthState\x12\x1c\n\x18HEALTH_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14HEALTH_STATE_HEALTHY\x10\x01\x12\x19\n\x15HEALTH_STATE_DEGRADED\x10\x02\x12\x1a\n\x16HEALTH_STATE_UNHEALTHY\x10\x03\x12\x15\n\x11HEALTH_STATE_LOST\x10\x04\x32\xad\x04\n\x04Hcsd\x12\x31\n\x07GetNode\x12\x17.hcsd.v1.GetNodeRequest\x1a\r.hcsd.v1.Node\x12H\n\x0bListDevices\x12\x1b.hcsd.v1.ListDevicesRequest\x1a\x1c.hcsd.v1.ListDevicesResponse\x12T\n\x0fListAllocations\x12\x1f.hcsd.v1.ListAllocationsRequest\x1a .hcsd.v1.ListAllocationsResponse\x12?\n\x08\x41llocate\x12\x18.hcsd.v1.AllocateRequest\x1a\x19.hcsd.v1.AllocateResponse\x12<\n\x07Release\x12\x17.hcsd.v1.ReleaseRequest\x1a\x18.hcsd.v1.ReleaseResponse\x12\x30\n\x05Watch\x12\x15.hcsd.v1.WatchRequest\x1a\x0e.hcsd.v1.Event0\x01\x12W\n\x10PrepareContainer\x12 .hcsd.v1.PrepareContainerRequest\x1a!.hcsd.v1.PrepareContainerResponse\x12H\n\rContainerGone\x12\x1d.hcsd.v1.ContainerGoneRequest\x1a\x18.hcsd.v1.ReleaseResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,8 +39,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PREPARECONTAINERRESPONSE_ENVENTRY']._serialized_options = b'8\001'
   _globals['_DEVICE_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_DEVICE_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_HEALTHSTATE']._serialized_start=3613
-  _globals['_HEALTHSTATE']._serialized_end=3760
+  _globals['_HEALTHSTATE']._serialized_start=3638
+  _globals['_HEALTHSTATE']._serialized_end=3785
   _globals['_PREPARECONTAINERREQUEST']._serialized_start=36
   _globals['_PREPARECONTAINERREQUEST']._serialized_end=518
   _globals['_PREPARECONTAINERREQUEST_CONTAINERANNOTATIONSENTRY']._serialized_start=404
@@ -62,45 +62,45 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETNODEREQUEST']._serialized_start=1037
   _globals['_GETNODEREQUEST']._serialized_end=1053
   _globals['_NODE']._serialized_start=1056
-  _globals['_NODE']._serialized_end=1265
-  _globals['_LINK']._serialized_start=1267
-  _globals['_LINK']._serialized_end=1320
-  _globals['_DEVICENODE']._serialized_start=1322
-  _globals['_DEVICENODE']._serialized_end=1413
-  _globals['_DEVICE']._serialized_start=1416
-  _globals['_DEVICE']._serialized_end=2002
-  _globals['_DEVICE_ATTRIBUTESENTRY']._serialized_start=1953
-  _globals['_DEVICE_ATTRIBUTESENTRY']._serialized_end=2002
-  _globals['_LISTDEVICESREQUEST']._serialized_start=2004
-  _globals['_LISTDEVICESREQUEST']._serialized_end=2024
-  _globals['_LISTDEVICESRESPONSE']._serialized_start=2026
-  _globals['_LISTDEVICESRESPONSE']._serialized_end=2081
-  _globals['_PODREF']._serialized_start=2083
-  _globals['_PODREF']._serialized_end=2137
-  _globals['_GRANT']._serialized_start=2139
-  _globals['_GRANT']._serialized_end=2212
-  _globals['_ALLOCATION']._serialized_start=2215
-  _globals['_ALLOCATION']._serialized_end=2387
-  _globals['_LISTALLOCATIONSREQUEST']._serialized_start=2389
-  _globals['_LISTALLOCATIONSREQUEST']._serialized_end=2413
-  _globals['_LISTALLOCATIONSRESPONSE']._serialized_start=2415
-  _globals['_LISTALLOCATIONSRESPONSE']._serialized_end=2482
-  _globals['_ALLOCATEREQUEST']._serialized_start=2485
-  _globals['_ALLOCATEREQUEST']._serialized_end=2738
-  _globals['_ALLOCATERESPONSE']._serialized_start=2740
-  _globals['_ALLOCATERESPONSE']._serialized_end=2831
-  _globals['_RELEASEREQUEST']._serialized_start=2833
-  _globals['_RELEASEREQUEST']._serialized_end=2871
-  _globals['_RELEASERESPONSE']._serialized_start=2873
-  _globals['_RELEASERESPONSE']._serialized_end=2949
-  _globals['_WATCHREQUEST']._serialized_start=2951
-  _globals['_WATCHREQUEST']._serialized_end=2987
-  _globals['_EVENT']._serialized_start=2990
-  _globals['_EVENT']._serialized_end=3374
-  _globals['_EVENT_KIND']._serialized_start=3185
-  _globals['_EVENT_KIND']._serialized_end=3363
-  _globals['_VRAMVIOLATION']._serialized_start=3377
-  _globals['_VRAMVIOLATION']._serialized_end=3610
-  _globals['_HCSD']._serialized_start=3763
-  _globals['_HCSD']._serialized_end=4320
+  _globals['_NODE']._serialized_end=1290
+  _globals['_LINK']._serialized_start=1292
+  _globals['_LINK']._serialized_end=1345
+  _globals['_DEVICENODE']._serialized_start=1347
+  _globals['_DEVICENODE']._serialized_end=1438
+  _globals['_DEVICE']._serialized_start=1441
+  _globals['_DEVICE']._serialized_end=2027
+  _globals['_DEVICE_ATTRIBUTESENTRY']._serialized_start=1978
+  _globals['_DEVICE_ATTRIBUTESENTRY']._serialized_end=2027
+  _globals['_LISTDEVICESREQUEST']._serialized_start=2029
+  _globals['_LISTDEVICESREQUEST']._serialized_end=2049
+  _globals['_LISTDEVICESRESPONSE']._serialized_start=2051
+  _globals['_LISTDEVICESRESPONSE']._serialized_end=2106
+  _globals['_PODREF']._serialized_start=2108
+  _globals['_PODREF']._serialized_end=2162
+  _globals['_GRANT']._serialized_start=2164
+  _globals['_GRANT']._serialized_end=2237
+  _globals['_ALLOCATION']._serialized_start=2240
+  _globals['_ALLOCATION']._serialized_end=2412
+  _globals['_LISTALLOCATIONSREQUEST']._serialized_start=2414
+  _globals['_LISTALLOCATIONSREQUEST']._serialized_end=2438
+  _globals['_LISTALLOCATIONSRESPONSE']._serialized_start=2440
+  _globals['_LISTALLOCATIONSRESPONSE']._serialized_end=2507
+  _globals['_ALLOCATEREQUEST']._serialized_start=2510
+  _globals['_ALLOCATEREQUEST']._serialized_end=2763
+  _globals['_ALLOCATERESPONSE']._serialized_start=2765
+  _globals['_ALLOCATERESPONSE']._serialized_end=2856
+  _globals['_RELEASEREQUEST']._serialized_start=2858
+  _globals['_RELEASEREQUEST']._serialized_end=2896
+  _globals['_RELEASERESPONSE']._serialized_start=2898
+  _globals['_RELEASERESPONSE']._serialized_end=2974
+  _globals['_WATCHREQUEST']._serialized_start=2976
+  _globals['_WATCHREQUEST']._serialized_end=3012
+  _globals['_EVENT']._serialized_start=3015
+  _globals['_EVENT']._serialized_end=3399
+  _globals['_EVENT_KIND']._serialized_start=3210
+  _globals['_EVENT_KIND']._serialized_end=3388
+  _globals['_VRAMVIOLATION']._serialized_start=3402
+  _globals['_VRAMVIOLATION']._serialized_end=3635
+  _globals['_HCSD']._serialized_start=3788
+  _globals['_HCSD']._serialized_end=4345
 # @@protoc_insertion_point(module_scope)
