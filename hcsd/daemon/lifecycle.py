@@ -176,6 +176,7 @@ class Daemon:
             tasks.append(supervise(hotplug.run(), "hotplug"))
         if vram is not None:
             tasks.append(supervise(vram.run(), "vram-watchdog"))
+        tasks.append(supervise(injector.sweep_every(runtime.sweep_interval), "quota-sweep"))
         if runtime.nri:
             plugin = NriPlugin(injector, runtime)
             tasks.append(supervise(plugin.run(), "nri"))

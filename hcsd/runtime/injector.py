@@ -12,6 +12,7 @@ ends map it to their own status through the one table there.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -113,12 +114,44 @@ class Injector:
         return edits
 
     def stopped(self, container_id: str) -> None:
-        """The container's processes are gone: its device memory is free again."""
-        self.service.release(container_id)
-
-    def removed(self, container_id: str) -> None:
+        """The container's processes are gone: its device memory is free again, and nothing
+        mounts its quota directory any more, so that goes now too (kubelet removes a dead
+        container only at its next garbage collection, up to a minute later). A runtime that
+        starts the same container again runs it without an allocation, as before; a later
+        RemoveContainer (or a second stop) finds nothing left and does nothing."""
         self.service.release(container_id)
         self.quota.remove(container_id)
+
+    def removed(self, container_id: str) -> None:
+        """The container is gone from the runtime: the same as a stop, if none came."""
+        self.stopped(container_id)
+
+    def sweep(self) -> list[str]:
+        """Remove the quota directories of containers that hold no allocation; their ids.
+
+        A container holds its allocation from before its directory is written (`create`)
+        until its stop, when both go in one step: a directory without one is left over (a
+        removal that failed, hcsd stopped between the two). Runs on the event loop like every
+        create, stop and removal, so it never sees a directory being prepared."""
+        swept = [
+            container_id
+            for container_id in self.quota.present()
+            if self.service.allocation(container_id) is None and self.quota.remove(container_id)
+        ]
+        if swept:
+            log.info(
+                "swept %d quota director%s of containers that hold no allocation: %s",
+                len(swept),
+                "y" if len(swept) == 1 else "ies",
+                ", ".join(swept),
+            )
+        return swept
+
+    async def sweep_every(self, interval: float) -> None:
+        """`sweep` every `interval` seconds (a supervised task of the daemon)."""
+        while True:
+            await asyncio.sleep(interval)
+            self.sweep()
 
     def verify_injected(
         self, info: ContainerInfo, edits: ContainerEdits, view: ContainerView

@@ -92,6 +92,12 @@ class RuntimeSection(Section):
         "Where hcsd writes its CDI spec (hcs.io-device.yaml); empty disables it.",
         checks.path_or_empty,
     )
+    sweep_interval: float = setting(
+        60.0,
+        "Seconds between sweeps of per-container quota directories whose container holds no "
+        "allocation (left by a removal that failed or a crash between release and removal).",
+        checks.seconds,
+    )
     driver_paths: DriverPaths = section(
         DriverPaths,
         "Driver files mounted into containers, per vendor; a vendor CDI spec, where "

@@ -155,15 +155,19 @@ async def test_local_annotation_gets_devices_env_mounts_and_quota(nri: Setup) ->
     assert "device.0.vram_limit=8589934592" in quota and f"device.0.uuid={A100_0}" in quota
     held = nri.service.allocation("c1")
     assert held is not None and held.pod == PodRef("team-a", "trainer", "pod-uid-1")
-    # stop releases the memory, remove the directory; both are idempotent
+    # stop releases the memory and removes the directory at once (kubelet removes a dead
+    # container only at its next GC); a second stop and the late removal find nothing to do
     await nri.peer.call("StopContainer", container_request("c1"), api.StopContainerResponse)
     assert nri.service.allocation("c1") is None
+    assert not directory.exists()
+    await nri.peer.call("StopContainer", container_request("c1"), api.StopContainerResponse)
+    await nri.peer.call("RemoveContainer", container_request("c1"), api.Empty)
     await nri.peer.call(
         "StateChange",
         api.StateChangeEvent(event=api.REMOVE_CONTAINER, container=api.Container(id="c1")),
         api.Empty,
     )
-    assert not (nri.run_dir / "containers" / "c1").exists()
+    assert not directory.exists() and nri.service.allocation("c1") is None
 
 
 async def test_containers_without_requests_are_left_alone(nri: Setup) -> None:

@@ -4,6 +4,7 @@ the runtime says the container runs as."""
 
 from __future__ import annotations
 
+import asyncio
 import stat
 from pathlib import Path
 
@@ -80,3 +81,47 @@ async def test_a_region_in_use_is_kept_and_a_damaged_one_replaced(nri: Setup) ->
     (directory / "usage.shm").write_bytes(used)
     await create(nri, "c1", user=api.User(uid=1000, gid=1000))
     assert (directory / "usage.shm").read_bytes() == region.empty_region()
+
+
+async def test_stop_through_state_change_removes_the_directory(nri: Setup) -> None:
+    """Runtimes before NRI v0.12 report the stop through StateChange: the same cleanup."""
+    directory = await create(nri, "c1")
+    await nri.peer.call(
+        "StateChange",
+        api.StateChangeEvent(event=api.STOP_CONTAINER, container=api.Container(id="c1")),
+        api.Empty,
+    )
+    assert not directory.exists() and nri.service.allocation("c1") is None
+
+
+async def test_the_sweep_removes_directories_that_hold_no_allocation(
+    nri: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Left over by a removal that failed or a crash between release and removal; a running
+    container's directory (its allocation held) stays."""
+    running = await create(nri, "c-running")
+    leftover = await create(nri, "c-left")
+    nri.service.release("c-left")  # as a stop whose removal did not happen
+    (leftover / "core").write_bytes(b"x")
+    (nri.run_dir / "containers" / "not-ours!").mkdir()  # no container id: never touched
+    injector = nri.plugin.injector
+    with caplog.at_level("INFO"):
+        assert injector.sweep() == ["c-left"]
+    assert not leftover.exists() and running.is_dir()
+    assert (nri.run_dir / "containers" / "not-ours!").is_dir()
+    assert "swept 1 quota directory of containers that hold no allocation: c-left" in caplog.text
+    assert injector.sweep() == []
+
+
+async def test_the_sweep_runs_every_interval(nri: Setup) -> None:
+    leftover = await create(nri, "c-left")
+    nri.service.release("c-left")
+    task = asyncio.create_task(nri.plugin.injector.sweep_every(0.01))
+    try:
+        for _ in range(200):
+            if not leftover.exists():
+                break
+            await asyncio.sleep(0.01)
+        assert not leftover.exists()
+    finally:
+        task.cancel()

@@ -1,0 +1,201 @@
+"""What a container leaves when it ends, against a real containerd 2.3 with NRI: hcsd removes
+its quota directory at the stop (NRI StopContainer, which containerd also sends for a container
+that exits on its own), not at kubelet's later RemoveContainer; and after containers of two
+vendors end, nothing of theirs is left: processes, mounts, cgroups, directories, allocations.
+
+The figures (container end → directory gone) are printed; run with `-s` to see them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.daemon import Daemon
+from tests.harness.waiting import wait_for
+from tests.runtime.containerd import CGROUP_ROOT, Containerd
+from tests.runtime.node import allocations, runtime_hcsd, start_registered
+
+pytestmark = pytest.mark.slow
+
+# One GPU and one NPU, their device nodes borrowing /dev/null's numbers (1:3), so runc makes
+# real nodes in each container.
+TWO_VENDORS = """
+[shared_nodes]
+nvidia = ["/dev/nvidiactl:1:3"]
+ascend = ["/dev/davinci_manager:1:3", "/dev/devmm_svm:1:3", "/dev/hisi_hdc:1:3"]
+
+[[device]]
+uuid = "GPU-cleanup-0"
+vendor = "nvidia"
+model = "A100-SXM4-80GB"
+index = 0
+pci_bus_id = "0000:17:00.0"
+vram = "80Gi"
+tflops_fp16 = 312
+nodes = ["/dev/nvidia0:1:3"]
+
+[[device]]
+uuid = "NPU-cleanup-0"
+vendor = "ascend"
+model = "Ascend910B3"
+index = 0
+pci_bus_id = "0000:c1:00.0"
+vram = "64Gi"
+tflops_fp16 = 313
+nodes = ["/dev/davinci0:1:3"]
+"""
+POLL = 0.002  # seconds between looks at the directory: the figures' resolution
+
+
+@pytest.fixture
+def hcsd(containerd: Containerd, tmp_path: Path) -> Iterator[Daemon]:
+    directory = tmp_path / "hcsd"
+    daemon = runtime_hcsd(directory, containerd.nri_socket)
+    node = directory / "two-vendors.toml"
+    node.write_text(TWO_VENDORS)
+    # No sweep during the test: only the stop may remove the directories.
+    daemon.configure({"discovery": {"simulated_node": node}, "runtime": {"sweep_interval": 3600}})
+    start_registered(daemon)
+    yield daemon
+    daemon.close()
+
+
+def quota_dir(hcsd: Daemon, container_id: str) -> Path:
+    return hcsd.dir / "containers" / container_id
+
+
+def gone_at(path: Path, timeout: float = 10.0) -> float:
+    """The wall-clock time at which `path` was first seen gone (polled every POLL s)."""
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} still there after {timeout} s")
+        time.sleep(POLL)
+    return time.time()
+
+
+def finished_at(containerd: Containerd, container_id: str) -> float:
+    """When the container's process exited, as containerd recorded it (wall clock)."""
+    stamp = containerd.inspect(container_id)["status"]["finishedAt"]
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    moment = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC)
+    return moment.timestamp() + float(f"0.{fraction or 0}")
+
+
+def start_vendor(containerd: Containerd, pod: str, vendor: str, command: list[str]) -> str:
+    annotations = {"hcs.io/vram": "1Gi", "hcs.io/vendors": vendor}
+    ctr = containerd.create_container(pod, vendor, command=command, annotations=annotations)
+    containerd.start(ctr)
+    return ctr
+
+
+def test_the_quota_directory_goes_when_the_container_stops(
+    containerd: Containerd, hcsd: Daemon
+) -> None:
+    """Both ends a container has: it exits on its own (containerd sends StopContainer from its
+    exit event) or kubelet stops it (CRI StopContainer). Neither waits for RemoveContainer."""
+    pod = containerd.run_pod("cleanup", "team-c", "uid-c1")
+    exits = start_vendor(containerd, pod, "nvidia", ["sh", "-c", "sleep 1"])
+    stopped = start_vendor(containerd, pod, "ascend", ["sleep", "300"])
+    for ctr in (exits, stopped):
+        assert quota_dir(hcsd, ctr).is_dir()
+        assert ctr in allocations(hcsd)
+
+    removed = gone_at(quota_dir(hcsd, exits))
+    # containerd tells NRI plugins while it deletes the task, before CRI shows the exit
+    containerd.wait_exited(exits)  # exited, not removed: kubelet's GC does that much later
+    exited = finished_at(containerd, exits)
+    print(f"\nexit on its own -> quota directory gone: {(removed - exited) * 1000:.1f} ms")
+
+    asked = time.time()
+    containerd.stop_container(stopped, timeout=1)
+    removed = gone_at(quota_dir(hcsd, stopped))
+    print(
+        f"crictl stop -> quota directory gone: {(removed - asked) * 1000:.1f} ms "
+        f"(container's exit -> gone: {(removed - finished_at(containerd, stopped)) * 1000:.1f} ms)"
+    )
+    containerd.wait_exited(stopped)
+    assert not ({exits, stopped} & set(allocations(hcsd))), "released at the same time"
+    # kubelet's removal comes later and finds nothing to do
+    for ctr in (exits, stopped):
+        containerd.remove_container(ctr)
+    assert "cannot remove" not in hcsd.logs() and "Traceback" not in hcsd.logs()
+
+
+def test_nothing_is_left_after_containers_of_two_vendors_end(
+    containerd: Containerd, hcsd: Daemon
+) -> None:
+    pod = containerd.run_pod("leftovers", "team-c", "uid-c2")
+    ended = {
+        vendor: start_vendor(containerd, pod, vendor, ["sleep", "300"])
+        for vendor in ("nvidia", "ascend")
+    }
+    pids = {ctr: int(containerd.inspect(ctr)["info"]["pid"]) for ctr in ended.values()}
+    cgroups = [path for pid in pids.values() for path in cgroup_dirs(pid)]
+    assert cgroups and all(path.is_dir() for path in cgroups)
+    held = allocations(hcsd)
+    granted = {held[ctr]["grants"][0]["device_uuid"] for ctr in ended.values()}  # type: ignore[index]
+    assert granted == {"GPU-cleanup-0", "NPU-cleanup-0"}
+    for ctr in ended.values():
+        containerd.stop_container(ctr, timeout=1)
+    # At the stop: directories and allocations go (the containers still exist in containerd).
+    wait_for(lambda: not allocations(hcsd), "both allocations released")
+    assert sorted(os.listdir(hcsd.dir / "containers")) == []
+    containerd.stop_pod(pod)
+    containerd.remove_pod(pod)
+    left = leftovers(set(ended.values()), pids, cgroups, hcsd)
+    assert left == [], left
+    snapshot = hcsd.hcsctl("--json", "allocations")
+    assert snapshot.returncode == 0 and snapshot.stdout.strip() == "[]"
+
+
+def cgroup_dirs(pid: int) -> list[Path]:
+    """The cgroup directories a process is in, one per hierarchy (v1 controllers, the v2 or
+    hybrid unified one), from /proc/PID/cgroup."""
+    found = []
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if path == "/":
+            continue
+        if not controllers:
+            hierarchy = (
+                CGROUP_ROOT / "unified" if (CGROUP_ROOT / "unified").is_dir() else CGROUP_ROOT
+            )
+        else:
+            hierarchy = CGROUP_ROOT / controllers.removeprefix("name=")
+        found.append(hierarchy / path.lstrip("/"))
+    return found
+
+
+def leftovers(ids: set[str], pids: dict[str, int], cgroups: list[Path], hcsd: Daemon) -> list[str]:
+    """Everything of these containers that is still on the host, each named."""
+    found = [f"process {pid} of {ctr[:12]}" for ctr, pid in pids.items() if _alive(pid)]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                lines = (entry / "cgroup").read_text()
+            except OSError:
+                continue
+            found += [f"process {entry.name} in {c[:12]}'s cgroup" for c in ids if c in lines]
+    mountinfo = Path("/proc/self/mountinfo").read_text()
+    found += [f"mount naming {c[:12]}" for c in ids if c in mountinfo]
+    if f"{hcsd.dir}/containers/" in mountinfo:
+        found.append(f"a mount from {hcsd.dir}/containers")
+    found += [f"cgroup {path}" for path in cgroups if path.exists()]
+    found += [f"directory {path}" for path in (hcsd.dir / "containers").iterdir()]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """The pid exists and is not a zombie (containerd's shim reaps its children)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
