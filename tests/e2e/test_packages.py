@@ -66,6 +66,8 @@ def test_deb_install_run_upgrade_purge(packages: dict[str, Path], debian_root: P
         "test -f /usr/share/man/man8/hcs-syncer.8.gz; "
         "diff /etc/hcsd/hcsd.toml /dev/null | grep -q 'print-default\\|Every key' || "
         "  grep -q '^#backends' /etc/hcsd/hcsd.toml; "
+        # the packaged default: real backends, whatever the node has
+        "grep -q '^#backends = \\[\"auto\"\\]' /etc/hcsd/hcsd.toml; "
         f"cat > /etc/hcsd/hcsd.toml <<'X'\n{TEST_CONFIG}X\n"
         f"{run_hcsd} hcsctl devices; hcsctl allocate --container e2e-1 --vram 1Gi; "
         "kill $pid; wait $pid; ls /var/lib/hcsd; md5sum /var/lib/hcsd/journal",

@@ -19,7 +19,8 @@ from tests.e2e.conftest import HERE, REPO, in_root, need, sh
 
 pytestmark = pytest.mark.slow
 
-VM_CONFIG = """\
+# The checks after the defaults' run need devices: the simulated node, NRI off (no runtime).
+SIMULATED_CONFIG = """\
 [discovery]
 backends = ["simulated"]
 simulated_node = "/usr/share/hcsd/examples/nodes/mixed.toml"
@@ -46,6 +47,16 @@ WantedBy=multi-user.target
 """
 
 
+ASCEND_CAMBRICON_NODES = (
+    "davinci0",
+    "davinci_manager",
+    "devmm_svm",
+    "hisi_hdc",
+    "cambricon_ctl",
+    "cambricon_dev0",
+)
+
+
 def kvm_usable(kernel: Path, scratch: Path) -> bool:
     """/dev/kvm opens and a guest kernel really prints under it: nested KVM on some hosts
     opens fine and then hangs or asserts on an MSR. HCS_E2E_ACCEL=kvm|tcg overrides."""
@@ -69,7 +80,9 @@ def kvm_usable(kernel: Path, scratch: Path) -> bool:
     return ok
 
 
-def test_hcsd_under_systemd(packages: dict[str, Path], debian_root: Path, tmp_path: Path) -> None:
+def test_hcsd_under_systemd(
+    packages: dict[str, Path], debian_root: Path, chrdev_module: Path | None, tmp_path: Path
+) -> None:
     need("qemu-system-x86_64", "mkfs.ext4")
     root = debian_root
     kernels = sorted((root / "boot").glob("vmlinuz-*"))
@@ -81,12 +94,17 @@ def test_hcsd_under_systemd(packages: dict[str, Path], debian_root: Path, tmp_pa
     (root / "usr/local/sbin/hcs-e2e").chmod(0o755)
     (root / "etc/systemd/system/hcs-e2e.service").write_text(RUNNER_UNIT)
     (root / "etc/fstab").write_text("/dev/vda / ext4 rw 0 1\n")
+    extras = root / "usr/local/lib/hcs-e2e"
+    extras.mkdir(parents=True)
+    (extras / "simulated.toml").write_text(SIMULATED_CONFIG)
+    if chrdev_module is not None:
+        shutil.copy(chrdev_module, extras / "hcs_e2e_chrdev.ko")
+    # The package as installed, its conffile untouched: the VM starts hcsd with the defaults.
     in_root(
         root,
         "dpkg -i /hcsd.deb >/dev/null && rm /hcsd.deb && "
         "systemctl disable hcsd.service && systemctl enable hcs-e2e.service && "
-        "systemctl mask serial-getty@ttyS0.service getty@tty1.service && "
-        f"cat > /etc/hcsd/hcsd.toml <<'X'\n{VM_CONFIG}X\n",
+        "systemctl mask serial-getty@ttyS0.service getty@tty1.service",
     )
     image = tmp_path / "root.img"
     sh("mkfs.ext4", "-q", "-F", "-L", "root", "-d", root, image, "3G")
@@ -124,7 +142,28 @@ def test_hcsd_under_systemd(packages: dict[str, Path], debian_root: Path, tmp_pa
     out = REPO / "bench/out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "e2e_vm.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    (out / "e2e_vm_console.log").write_text(text)  # the whole run: journal, status lines
     assert "done" in text.split("E2E ")[-1], "the in-VM checks did not finish"
+    # Installed with its defaults: discovery `auto` on a VM with no accelerator runs with
+    # zero devices and says why, per vendor, in `hcsctl status` and the journal.
+    assert results.get("default_conffile") == "pristine"
+    assert (
+        results.get("default_active") == "active" and results.get("default_substate") == "running"
+    )
+    assert results.get("default_devices") == "0" and results.get("default_not_found") == "4"
+    assert results.get("default_status_ascend", "").startswith("ascend:_not_run,_no_Huawei")
+    assert results.get("default_journal_notes") == "4"
+    # Each Ascend and Cambricon node, under its driver's /proc/devices name, opens from inside
+    # the unit (ExecStartPre=hcsd --open-device-nodes); a name the unit does not allow fails
+    # there and opens outside it, so the denial is the unit's device policy.
+    if chrdev_module is None:
+        print("WARNING: no char-device test module: the unit's device access is NOT checked")
+    else:
+        for node in ASCEND_CAMBRICON_NODES:
+            assert results.get(f"open_{node}") == "ok", (node, results.get(f"open_{node}"))
+            assert results.get(f"outside_{node}") == "ok", node
+        assert results.get("open_hcs_e2e_denied") == "Operation_not_permitted"
+        assert results.get("outside_hcs_e2e_denied") == "ok"
     # The root is minbase without man-db: verify cannot resolve Documentation=man:hcsd(8).
     verify = [v for v in results.get("verify", "").split("|") if v and "'man" not in v]
     assert not verify, verify

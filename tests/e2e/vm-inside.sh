@@ -16,7 +16,52 @@ say begin kernel=$(uname -r) systemd=$(systemctl --version | head -1 | cut -d' '
 say verify=$(systemd-analyze verify hcsd.service hcs-syncer.service 2>&1 | tr '\n' '|' | tr ' ' '_')
 say security=$(systemd-analyze security hcsd 2>/dev/null | sed -n 's/.*Overall exposure level for hcsd.service: //p')
 
+# The package's defaults, conffile untouched: discovery `auto` on a VM with no accelerator.
+conffile_md5=$(dpkg-query -W -f='${Conffiles}' hcsd | awk '$1 == "/etc/hcsd/hcsd.toml" {print $2}')
+say default_conffile=$([ "$(md5sum < /etc/hcsd/hcsd.toml | cut -d' ' -f1)" = "$conffile_md5" ] && echo pristine || echo changed)
 systemctl enable --now hcsd
+say default_active=$(systemctl is-active hcsd) default_substate=$(show SubState)
+systemctl status hcsd --no-pager -l -n 0 | sed 's/^/DEFAULT_STATUS /'
+hcsctl status > /run/default-status.txt 2>&1
+sed 's/^/DEFAULT_HCSCTL /' /run/default-status.txt
+say default_devices=$(awk '/^devices:/ {print $2}' /run/default-status.txt) default_not_found=$(grep -c ': not run, no ' /run/default-status.txt)
+say default_status_ascend=$(sed -n 's/^ *\(not found: *\)\{0,1\}\(ascend: .*\)/\2/p' /run/default-status.txt | tr ' ' _)
+say default_journal_notes=$(journalctl -u hcsd -b --no-pager -o cat | grep -c '^<*[0-9]*>*discovery: [a-z]*: not run, no ')
+journalctl -u hcsd -b --no-pager -o cat | sed 's/^/DEFAULT_JOURNAL /'
+
+# Device access: the Ascend and Cambricon nodes under their drivers' /proc/devices names
+# (the test module registers each name; this kernel has neither driver), opened from inside
+# the unit by an ExecStartPre= drop-in, and from outside it for contrast.
+mkdir -p /run/systemd/system/hcsd.service.d
+if insmod /usr/local/lib/hcs-e2e/hcs_e2e_chrdev.ko 2>/run/insmod.err; then
+  major() { awk -v name="$1" '$2 == name {print $1}' /proc/devices; }
+  grep -E 'devdrv-cdev|hisi_|devmm_svm|cambricon_|hcs_e2e' /proc/devices | sed 's/^/PROC_DEVICES /'
+  nodes=""
+  for pair in davinci0:devdrv-cdev davinci_manager:hisi_davinci_intf devmm_svm:devmm_svm \
+      hisi_hdc:hisi_hdc cambricon_ctl:cambricon_ctl cambricon_dev0:cambricon_dev \
+      hcs_e2e_denied:hcs_e2e_denied; do
+    node=${pair%%:*}
+    mknod /dev/$node c "$(major "${pair#*:}")" 0
+    nodes="$nodes /dev/$node"
+  done
+  printf '[Service]\nExecStartPre=-/usr/bin/hcsd --open-device-nodes%s\n' "$nodes" > /run/systemd/system/hcsd.service.d/open.conf
+  systemctl daemon-reload && systemctl restart hcsd
+  journalctl -u hcsd -b --no-pager -o cat | grep '^open ' | sed 's/^/OPEN_UNIT /'
+  for node in $nodes; do
+    inside=$(journalctl -u hcsd -b --no-pager -o cat | grep "^open $node " | tail -1 | sed 's/.*): //')
+    outside=$(hcsd --open-device-nodes $node | sed 's/.*): //')
+    say open_${node#/dev/}=$(echo "$inside" | tr ' ' _) outside_${node#/dev/}=$(echo "$outside" | tr ' ' _)
+  done
+  say unit_device_allow=$(show DeviceAllow | tr ' \n' '_,')
+  rm -f /run/systemd/system/hcsd.service.d/open.conf
+  systemctl daemon-reload
+else
+  say chrdev_module=unavailable reason=$(tr ' ' _ < /run/insmod.err)
+fi
+
+# The rest needs devices: the simulated node (the package ships it as an example), NRI off.
+cp /usr/local/lib/hcs-e2e/simulated.toml /etc/hcsd/hcsd.toml
+systemctl restart hcsd
 say active=$(systemctl is-active hcsd) substate=$(show SubState)
 start=$(show ExecMainStartTimestampMonotonic)
 ready=$(show ActiveEnterTimestampMonotonic)
@@ -61,7 +106,6 @@ fi
 # CAP_BPF, without CAP_PERFMON, CAP_SYS_ADMIN alone (what root has on kernels < 5.8), and the
 # documented bcc drop-in (CAP_SYS_ADMIN and perf_event_open back) on top of the shipped unit.
 say bounding_set=$(show CapabilityBoundingSet | tr ' ' ,) paranoid=$(cat /proc/sys/kernel/perf_event_paranoid)
-mkdir -p /run/systemd/system/hcsd.service.d
 caps_case() { # name, then the drop-in's [Service] lines
   name=$1; shift
   printf '[Service]\n' > /run/systemd/system/hcsd.service.d/cap.conf
