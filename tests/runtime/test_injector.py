@@ -222,14 +222,19 @@ def test_an_unsafe_container_id_is_refused_before_anything_is_recorded(
     assert not setup.run_dir.exists()
 
 
-def test_stop_releases_and_remove_also_deletes_the_quota_directory(setup: Setup) -> None:
+def test_stop_releases_and_deletes_the_quota_directory_removal_finds_nothing(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
     setup.injector.create(info(annotations={"hcs.io/vram": "8Gi"}))
     directory = setup.run_dir / "containers" / "c1"
+    assert directory.is_dir()
     setup.injector.stopped("c1")
-    assert setup.service.allocation("c1") is None and directory.is_dir()
-    setup.injector.removed("c1")
-    setup.injector.removed("c1")  # again: harmless
-    assert not directory.exists()
+    assert setup.service.allocation("c1") is None and not directory.exists()
+    with caplog.at_level("WARNING"):
+        setup.injector.stopped("c1")  # again: harmless
+        setup.injector.removed("c1")  # kubelet's later removal: nothing left to do
+        setup.injector.removed("c1")
+    assert not directory.exists() and caplog.records == []
 
 
 def seen(cid: str, setup: Setup) -> RunningContainer:

@@ -131,6 +131,7 @@ touch /run/hcs/planted; echo "plant=$?"
 echo 'device.0.vram_limit=999999999999' > /run/hcs/quota.conf; echo "rewrite quota=$?"
 chmod 0777 /run/hcs/quota.conf; echo "chmod quota=$?"
 echo done
+exec sleep 300
 """
 
 
@@ -148,11 +149,12 @@ def test_a_root_container_cannot_break_removal_nor_rewrite_its_quota(
     out = containerd.logs(ctr)
     left = sorted(p.name for p in directory.iterdir())
     host_quota = (directory / "quota.conf").read_text()
-    containerd.wait_exited(ctr)
+    containerd.stop_container(ctr, timeout=1)
+    # What used to fail from here on: the removal (now at the stop), then every Synchronize,
+    # so that the next containerd (or hcsd) restart left hcsd unregistered and every GPU pod
+    # without devices.
+    wait_for(lambda: not directory.exists(), "the stop took its directory")
     containerd.remove_container(ctr)
-    # What used to fail from here on: the removal, then every Synchronize, so that the next
-    # containerd (or hcsd) restart left hcsd unregistered and every GPU pod without devices.
-    wait_for(lambda: not directory.exists(), "removal took its directory")
     containerd.restart()
     wait_for(lambda: hcsd.logs().count("nri: synchronized") >= 2, "Synchronize after a restart")
     later = containerd.create_container(pod, "later", annotations={"hcs.io/vram": "2Gi"})
