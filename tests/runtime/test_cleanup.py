@@ -53,15 +53,20 @@ nodes = ["/dev/davinci0:1:3"]
 POLL = 0.002  # seconds between looks at the directory: the figures' resolution
 
 
-@pytest.fixture
-def hcsd(containerd: Containerd, tmp_path: Path) -> Iterator[Daemon]:
-    directory = tmp_path / "hcsd"
-    daemon = runtime_hcsd(directory, containerd.nri_socket)
+def two_vendor_hcsd(runtime: Containerd, directory: Path) -> Daemon:
+    """hcsd on the two-vendor node, registered with `runtime`'s NRI, with no sweep during
+    the test: only the stop may remove the directories."""
+    daemon = runtime_hcsd(directory, runtime.nri_socket)
     node = directory / "two-vendors.toml"
     node.write_text(TWO_VENDORS)
-    # No sweep during the test: only the stop may remove the directories.
     daemon.configure({"discovery": {"simulated_node": node}, "runtime": {"sweep_interval": 3600}})
     start_registered(daemon)
+    return daemon
+
+
+@pytest.fixture
+def hcsd(containerd: Containerd, tmp_path: Path) -> Iterator[Daemon]:
+    daemon = two_vendor_hcsd(containerd, tmp_path / "hcsd")
     yield daemon
     daemon.close()
 
@@ -126,6 +131,24 @@ def test_the_quota_directory_goes_when_the_container_stops(
     for ctr in (exits, stopped):
         containerd.remove_container(ctr)
     assert "cannot remove" not in hcsd.logs() and "Traceback" not in hcsd.logs()
+
+
+def test_containerd_17_stops_a_container_that_exits_on_its_own_too(
+    containerd_17: Containerd, tmp_path: Path
+) -> None:
+    """containerd 1.7 (NRI v0.8, the stop arrives through StateChange) removes it the same."""
+    hcsd = two_vendor_hcsd(containerd_17, tmp_path / "hcsd")
+    try:
+        pod = containerd_17.run_pod("cleanup-17", "team-c", "uid-c3")
+        exits = start_vendor(containerd_17, pod, "ascend", ["sh", "-c", "sleep 1"])
+        assert quota_dir(hcsd, exits).is_dir()
+        removed = gone_at(quota_dir(hcsd, exits))
+        containerd_17.wait_exited(exits)
+        gone_ms = (removed - finished_at(containerd_17, exits)) * 1000
+        print(f"\ncontainerd 1.7: exit on its own -> quota directory gone: {gone_ms:.1f} ms")
+        assert exits not in allocations(hcsd)
+    finally:
+        hcsd.close()
 
 
 def test_nothing_is_left_after_containers_of_two_vendors_end(
