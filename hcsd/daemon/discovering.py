@@ -99,7 +99,7 @@ def plan(settings: DiscoverySection) -> Plan:
         found = [vendor for vendor in VENDOR_BACKENDS if vendor in present]
         log.info("discovery: auto found %s on the PCI bus", ", ".join(found) or "no accelerator")
         for vendor_id, vendor in pci.VENDOR_IDS.items():
-            if vendor.value in present or vendor.value in names:
+            if vendor.value in present or vendor.value in settings.backends:
                 continue
             note = (
                 f"{vendor.value}: not run, no {_PRODUCTS[vendor]} on the PCI bus (vendor "

@@ -81,6 +81,12 @@ def test_named_backends_need_no_notes(tmp_path: Path) -> None:
     chosen = plan(config.discovery)
     assert chosen.names == ("nvidia",)
     assert [n.split(":")[0] for n in chosen.notes] == ["ascend", "hygon", "cambricon"]
+    config = load_config(str(_config(tmp_path, backends=["auto", "hygon"], sysfs=str(tmp_path))))
+    assert [n.split(":")[0] for n in plan(config.discovery).notes] == [
+        "nvidia",
+        "ascend",
+        "cambricon",
+    ]
     config = load_config(str(_config(tmp_path, backends=["simulated"])))
     assert plan(config.discovery).notes == ()
 
