@@ -4,12 +4,17 @@ The scheduler extender builds and signs it at bind; hcsd verifies it before it h
 for the pod's containers; the extender's informer parses it back (unverified) to know what
 bound pods hold. JSON, signed with HMAC-SHA256 over its canonical form (sorted keys, no spaces)
 without `sig`:
-  {"v": 1, "node": "node-1", "pod_uid": "…", "issued": 1763800000,
+  {"v": 2, "kid": "k2", "node": "node-1", "pod_uid": "…", "issued": 1763800000,
    "containers": {"main": [{"uuid": "GPU-…", "vram": 17179869184, "compute": 0}]},
    "sig": "<64 lower-case hex digits>"}
+`kid` names the key that signed it (hcsd.contract.keyring: a node holds several during a
+rotation, each node its own derived ones). Version 1 is the same without `kid`, signed with
+the one cluster key of older releases; it is still read, and verified with the key a keyring
+holds under the empty id (the single key file of those releases).
 The signature binds the pod uid and the node, so an annotation copied to another pod or node
-does not verify there; `issued` bounds how long an unused assignment stays valid. Whatever the
-text holds, every failure is an `AssignmentError` whose message says what is wrong.
+does not verify there; `issued` bounds how long it is accepted for a pod's first container.
+Whatever the text holds, every failure is an `AssignmentError` whose message says what is
+wrong.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ __all__ = [
     "Assignment",
     "AssignmentError",
     "build",
+    "check_bound",
+    "digest",
     "encode",
     "parse",
     "sign",
@@ -38,10 +45,12 @@ __all__ = [
 ]
 
 ANNOTATION = ANNOTATION_ASSIGNMENT
-VERSION = 1
+VERSION = 2
+LEGACY_VERSION = 1  # no key id: verified with the key under the id ""
 MAX_BYTES = 64 * 1024
 CLOCK_SKEW = 300.0
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
+_KID = re.compile(r"[a-z0-9][a-z0-9.-]{0,62}")  # as hcsd.contract.keyring.KID
 
 
 class AssignmentError(ValueError):
@@ -54,14 +63,21 @@ class Assignment:
     pod_uid: str
     issued: float
     containers: Mapping[str, tuple[Grant, ...]]
+    kid: str = ""  # the key id that signed it; "" for version 1
 
 
 def build(
-    node: str, pod_uid: str, issued: float, containers: Mapping[str, Sequence[Grant]]
+    node: str,
+    pod_uid: str,
+    issued: float,
+    containers: Mapping[str, Sequence[Grant]],
+    kid: str = "",
 ) -> dict[str, Any]:
-    """The unsigned body for a pod's grants per container (`issued`: unix seconds)."""
+    """The unsigned body for a pod's grants per container (`issued`: unix seconds); version 2
+    naming `kid`, or version 1 (what older nodes verify) when `kid` is empty."""
+    head: dict[str, Any] = {"v": VERSION, "kid": kid} if kid else {"v": LEGACY_VERSION}
     return {
-        "v": VERSION,
+        **head,
         "node": node,
         "pod_uid": pod_uid,
         "issued": int(issued),
@@ -94,7 +110,13 @@ def sign(body: Mapping[str, Any], key: bytes) -> str:
 
 def encode(assignment: Assignment, key: bytes) -> str:
     """The signed annotation value for an assignment."""
-    body = build(assignment.node, assignment.pod_uid, assignment.issued, assignment.containers)
+    body = build(
+        assignment.node,
+        assignment.pod_uid,
+        assignment.issued,
+        assignment.containers,
+        assignment.kid,
+    )
     return sign(body, key)
 
 
@@ -129,10 +151,21 @@ def _grant(raw: Any) -> Grant:
     return Grant(uuid, vram, compute)
 
 
-def _assignment(body: Mapping[str, Any]) -> Assignment:
+def _kid(body: Mapping[str, Any]) -> str:
+    """The key id the body names ("" for version 1)."""
     version = body.get("v")
-    if version != VERSION or isinstance(version, bool):
+    if version not in (VERSION, LEGACY_VERSION) or isinstance(version, bool):
         raise AssignmentError(f"{ANNOTATION} version {version!r} is not supported")
+    if version == LEGACY_VERSION:
+        return ""
+    kid = _field(body, "kid", str)
+    if not _KID.fullmatch(kid):
+        raise AssignmentError(f"{ANNOTATION} is malformed: 'kid' {kid[:40]!r} is not a key id")
+    return str(kid)
+
+
+def _assignment(body: Mapping[str, Any]) -> Assignment:
+    kid = _kid(body)
     issued = body.get("issued")
     if not isinstance(issued, int | float) or isinstance(issued, bool) or not math.isfinite(issued):
         raise AssignmentError(f"{ANNOTATION} is malformed: 'issued' must be a finite number")
@@ -142,7 +175,7 @@ def _assignment(body: Mapping[str, Any]) -> Assignment:
         if not isinstance(raw, list):
             raise AssignmentError(f"{ANNOTATION} is malformed: container {name!r} needs a list")
         grants[name] = tuple(_grant(g) for g in raw)
-    return Assignment(_field(body, "node", str), _field(body, "pod_uid", str), issued, grants)
+    return Assignment(_field(body, "node", str), _field(body, "pod_uid", str), issued, grants, kid)
 
 
 def parse(text: str) -> Assignment:
@@ -152,9 +185,16 @@ def parse(text: str) -> Assignment:
 
 
 def verify(
-    text: str, key: bytes, *, node: str, pod_uid: str, now: float, max_age: float
+    text: str,
+    keys: Mapping[str, bytes],
+    *,
+    node: str,
+    pod_uid: str,
+    now: float,
+    max_age: float,
 ) -> Assignment:
-    """The assignment, if `key` signed it for this node and pod within `max_age` seconds."""
+    """The assignment, if the key it names in `keys` (kid -> key) signed it for this node and
+    pod within `max_age` seconds."""
     body = _load(text)
     signature = body.get("sig")
     if not isinstance(signature, str):
@@ -163,15 +203,20 @@ def verify(
         raise AssignmentError(
             f"{ANNOTATION} signature is not 64 lower-case hex digits (forged or damaged)"
         )
-    if not key:
+    if not keys:
         raise AssignmentError("no assignment key is configured on this node; cannot verify")
+    kid = _kid(body)
+    key = keys.get(kid)
+    if not key:
+        held = ", ".join(repr(k) for k in sorted(keys)) or "none"
+        raise AssignmentError(
+            f"{ANNOTATION} is signed with key id {kid!r}, which this node does not hold "
+            f"(it holds {held}): a key not yet delivered, retired, or a forgery"
+        )
     if not hmac.compare_digest(_signature(body, key).encode(), signature.encode()):
         raise AssignmentError(f"{ANNOTATION} signature does not verify (forged or wrong key)")
     assignment = _assignment(body)
-    if assignment.node != node:
-        raise AssignmentError(f"{ANNOTATION} is for node {assignment.node}, this is {node}")
-    if assignment.pod_uid != pod_uid:
-        raise AssignmentError(f"{ANNOTATION} is for pod uid {assignment.pod_uid}, not {pod_uid}")
+    check_bound(assignment, node=node, pod_uid=pod_uid)
     issued = assignment.issued
     if issued > now + CLOCK_SKEW:
         raise AssignmentError(f"{ANNOTATION} was issued in the future ({issued - now:.0f}s)")
@@ -180,3 +225,16 @@ def verify(
             f"{ANNOTATION} is stale: issued {now - issued:.0f}s ago (limit {max_age:.0f}s)"
         )
     return assignment
+
+
+def check_bound(assignment: Assignment, *, node: str, pod_uid: str) -> None:
+    """Raise unless the assignment is for this node and pod."""
+    if assignment.node != node:
+        raise AssignmentError(f"{ANNOTATION} is for node {assignment.node}, this is {node}")
+    if assignment.pod_uid != pod_uid:
+        raise AssignmentError(f"{ANNOTATION} is for pod uid {assignment.pod_uid}, not {pod_uid}")
+
+
+def digest(text: str) -> str:
+    """What a node remembers of an accepted annotation (sha256 hex of its exact text)."""
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,8 +1,9 @@
-"""The assignment key file: one set of checks for every program that reads it.
+"""Assignment key files: one set of checks for every program that reads one.
 
-The key is the HMAC-SHA256 key of `hcs.io/assignment` (hcsd.contract.assignment). It lives in
-the Kubernetes Secret `hcs-assignment-key`; the scheduler extender and each node's hcs-syncer
-read it from a Secret volume, and hcs-syncer installs it at /etc/hcsd/assignment.key for hcsd.
+A key is an HMAC-SHA256 key of `hcs.io/assignment` (hcsd.contract.assignment). The cluster's
+keys live in the Kubernetes Secret `hcs-assignment-key`, which only the scheduler extender
+reads, from a Secret volume (hcsd.contract.keyring: one `<kid>.key` file per key). hcsd reads
+`/etc/hcsd/assignment.key`, the single key of earlier releases, while it is there.
 
 The key is the file's bytes with surrounding whitespace stripped, used as they are (base64 text
 is not decoded: every reader must agree on the bytes, and they always have). Rules, checked by
@@ -11,10 +12,10 @@ every reader:
   44 bytes of base64 carrying 256 random bits; `secrets.token_hex(32)` gives 64;
 - not the manifest's placeholder (packaging/kubernetes/secret.yaml);
 - who may read the file:
-  - `NODE` (hcsd, and the copy hcs-syncer installs for it): owned by this process's user, and
+  - `NODE` (hcsd's files): owned by this process's user, and
     no permission at all for group or others (0600 or 0400). Anyone else who can read it can
     forge assignments; anyone who can write it can swap it;
-  - `SECRET_VOLUME` (the extender, hcs-syncer's source): nothing for others; the group may read
+  - `SECRET_VOLUME` (the extender's Secret): nothing for others; the group may read
     (never write) only when the file's group is one of this process's own groups. That is how
     a Secret volume reaches a non-root container: mounted 0440 root:<fsGroup>, with fsGroup
     added to the container's groups (packaging/kubernetes/extender.yaml); the group is the
@@ -39,8 +40,8 @@ __all__ = [
     "AssignmentKeyError",
     "KeyFile",
     "Readers",
+    "check_access",
     "check_key",
-    "install_key",
     "read_key",
 ]
 
@@ -80,7 +81,7 @@ def check_key(key: bytes, where: str) -> bytes:
     return key
 
 
-def _check_access(path: str, info: os.stat_result, readers: Readers) -> None:
+def check_access(path: str, info: os.stat_result, readers: Readers) -> None:
     mode = stat.S_IMODE(info.st_mode)
     if not stat.S_ISREG(info.st_mode):
         raise AssignmentKeyError(f"assignment key {path} is not a regular file")
@@ -116,7 +117,7 @@ def read_key(path: str | Path, *, readers: Readers = Readers.NODE) -> bytes:
     try:
         with open(where, "rb") as f:
             info = os.fstat(f.fileno())
-            _check_access(where, info, readers)
+            check_access(where, info, readers)
             key = f.read(MAX_KEY_BYTES + 1).strip()
     except FileNotFoundError as e:
         raise AssignmentKeyError(f"no assignment key at {where}") from e
@@ -125,32 +126,6 @@ def read_key(path: str | Path, *, readers: Readers = Readers.NODE) -> bytes:
     if len(key) > MAX_KEY_BYTES:
         raise AssignmentKeyError(f"{where} is larger than {MAX_KEY_BYTES} bytes: not a key")
     return check_key(key, where)
-
-
-def install_key(source: str | Path, target: str | Path) -> bool:
-    """Copy the key from a Secret volume to where hcsd reads it, if it differs; True when the
-    file was (re)written. The copy is atomic (write, fsync, rename), so hcsd never reads half
-    a key, and is made 0600 by this (root) process: what `Readers.NODE` accepts."""
-    key = read_key(source, readers=Readers.SECRET_VOLUME)
-    target = Path(target)
-    try:
-        current = read_key(target)
-    except AssignmentKeyError:
-        current = b""  # absent, or not what hcsd accepts: write it anew
-    if current == key:
-        return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.tmp")
-    temporary.unlink(missing_ok=True)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # whatever the umask
-        os.write(fd, key + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, target)
-    return True
 
 
 class KeyFile:

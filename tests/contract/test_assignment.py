@@ -20,6 +20,7 @@ from hcsd.contract.assignment import (
 from hcsd.model import Grant
 
 KEY = b"k" * 32
+KEYS = {"": KEY}  # version 1 assignments name no key id: verified with the key under ""
 NOW = 1_763_800_000.0
 GiB = 2**30
 GRANTS = {
@@ -32,8 +33,8 @@ ASSIGNMENT = Assignment("node-1", "uid-1", NOW, GRANTS)
 def check(text: str, **overrides: Any) -> Assignment:
     where: dict[str, Any] = {"node": "node-1", "pod_uid": "uid-1", "now": NOW, "max_age": 600.0}
     where.update(overrides)
-    key = where.pop("key", KEY)
-    return verify(text, key, **where)
+    keys = where.pop("keys", KEYS)
+    return verify(text, keys, **where)
 
 
 def resigned(change: dict[str, Any], key: bytes = KEY) -> str:
@@ -68,6 +69,39 @@ def test_the_wire_format_is_the_one_hcsd_has_always_verified() -> None:
     )
 
 
+V2 = Assignment("node-1", "uid-1", NOW, GRANTS, "k2")
+
+
+def test_version_2_names_its_key_and_is_verified_with_that_key() -> None:
+    """Version 2 (key ids) is what the extender signs; the golden value pins the wire format
+    (canonical JSON, HMAC-SHA256 over it without `sig`) for nodes of other releases."""
+    body = build("node-1", "uid-1", 1763800000.9, {"main": (Grant("GPU-a", 1024, 0),)}, "k2")
+    assert body["v"] == 2
+    assert body["kid"] == "k2"
+    assert sign(body, KEY) == (
+        '{"containers":{"main":[{"compute":0,"uuid":"GPU-a","vram":1024}]},"issued":1763800000,'
+        '"kid":"k2","node":"node-1","pod_uid":"uid-1",'
+        '"sig":"' + _hmac_hex(body) + '","v":2}'
+    )
+    text = encode(V2, KEY)
+    ring = {"k1": b"o" * 32, "k2": KEY}
+    assert check(text, keys=ring) == V2
+    assert parse(text).kid == "k2"
+    with pytest.raises(AssignmentError, match="key id 'k2', which this node does not hold"):
+        check(text, keys={"k1": KEY})
+    with pytest.raises(AssignmentError, match="does not verify"):
+        check(text, keys={"k2": b"o" * 32})
+
+
+def _hmac_hex(body: dict[str, Any]) -> str:
+    """An independent HMAC over the canonical body, as the format's docstring defines it."""
+    import hashlib
+    import hmac
+
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(KEY, canonical, hashlib.sha256).hexdigest()
+
+
 def tampered(path: tuple[Any, ...], value: Any) -> str:
     body = json.loads(encode(ASSIGNMENT, KEY))
     target = body
@@ -92,7 +126,10 @@ def tampered(path: tuple[Any, ...], value: Any) -> str:
         pytest.param(encode(ASSIGNMENT, KEY), {"pod_uid": "uid-2"}, "not uid-2", id="pod-uid"),
         pytest.param(encode(ASSIGNMENT, KEY), {"now": NOW + 601}, "is stale", id="stale"),
         pytest.param(encode(ASSIGNMENT, KEY), {"now": NOW - 301}, "in the future", id="future"),
-        pytest.param(encode(ASSIGNMENT, KEY), {"key": b""}, "no assignment key", id="no-key"),
+        pytest.param(encode(ASSIGNMENT, KEY), {"keys": {}}, "no assignment key", id="no-key"),
+        pytest.param(
+            encode(ASSIGNMENT, KEY), {"keys": {"k1": KEY}}, "key id ''", id="v1-no-legacy-key"
+        ),
         pytest.param(
             tampered(("sig",), "\u00e9" * 64), {}, "not 64 lower-case hex", id="non-ascii"
         ),
@@ -103,7 +140,9 @@ def tampered(path: tuple[Any, ...], value: Any) -> str:
         pytest.param("[" * 50_000, {}, "not JSON", id="nested-too-deep"),
         pytest.param("[]", {}, "not a JSON object", id="array"),
         pytest.param(" " * (MAX_BYTES + 1), {}, "larger than", id="huge"),
-        pytest.param(resigned({"v": 2}), {}, "version 2", id="version"),
+        pytest.param(resigned({"v": 3}), {}, "version 3", id="version"),
+        pytest.param(resigned({"v": 2}), {}, "'kid' must be a str", id="v2-without-kid"),
+        pytest.param(resigned({"v": 2, "kid": "../k"}), {}, "is not a key id", id="v2-odd-kid"),
         pytest.param(resigned({"v": True}), {}, "version True", id="bool-version"),
         pytest.param(resigned({"issued": float("nan")}), {}, "finite", id="nan-never-stale"),
         pytest.param(resigned({"issued": "soon"}), {}, "finite", id="text-issued"),

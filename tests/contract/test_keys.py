@@ -6,7 +6,6 @@ import logging
 import os
 import secrets
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from hcsd.contract.keys import (
     AssignmentKeyError,
     KeyFile,
     Readers,
-    install_key,
     read_key,
 )
 
@@ -57,13 +55,13 @@ def test_keys_that_are_no_secret_are_refused(tmp_path: Path, content: bytes, mes
 
 def test_the_manifest_placeholder_is_the_one_refused() -> None:
     secret = yaml.safe_load((ROOT / "packaging" / "kubernetes" / "secret.yaml").read_text())
-    assert secret["stringData"]["assignment.key"].encode() == PLACEHOLDER
+    assert secret["stringData"]["k1.key"].encode() == PLACEHOLDER
 
 
 def test_the_documented_key_generation_passes(tmp_path: Path) -> None:
     """packaging/kubernetes/secret.yaml and docs/cluster.md: `head -c 32 /dev/urandom | base64`."""
     documented = (ROOT / "packaging" / "kubernetes" / "secret.yaml").read_text()
-    command = documented.split("assignment.key=$(", 1)[1].split(")", 1)[0]
+    command = documented.split("k1.key=$(", 1)[1].split(")", 1)[0]
     assert command == "head -c 32 /dev/urandom | base64"
     assert command in (ROOT / "docs" / "cluster.md").read_text()
     generated = subprocess.run(["sh", "-c", command], capture_output=True, check=True).stdout
@@ -141,44 +139,6 @@ def test_a_missing_key_says_where_it_was_looked_for(tmp_path: Path) -> None:
         read_key(tmp_path / "absent")
     with pytest.raises(AssignmentKeyError, match="not a regular file"):
         read_key("/dev/null")
-
-
-@pytest.fixture
-def open_umask() -> Iterator[None]:
-    before = os.umask(0)
-    yield
-    os.umask(before)
-
-
-def test_install_writes_what_hcsd_accepts_and_only_on_change(
-    tmp_path: Path, open_umask: None
-) -> None:
-    source = key_file(tmp_path / "secret", mode=0o400)
-    target = tmp_path / "etc" / "assignment.key"
-    assert install_key(source, target) is True
-    assert target.stat().st_mode & 0o777 == 0o600
-    assert read_key(target) == KEY
-    assert install_key(source, target) is False
-    target.chmod(0o644)  # same key, but hcsd would refuse it: written anew
-    assert install_key(source, target) is True
-    assert target.stat().st_mode & 0o777 == 0o600
-
-
-def test_install_does_not_follow_a_planted_temporary_file(tmp_path: Path) -> None:
-    source = key_file(tmp_path / "secret", mode=0o400)
-    (tmp_path / "etc").mkdir()
-    victim = tmp_path / "victim"
-    victim.write_text("keep me")
-    (tmp_path / "etc" / ".assignment.key.tmp").symlink_to(victim)
-    assert install_key(source, tmp_path / "etc" / "assignment.key") is True
-    assert victim.read_text() == "keep me"
-
-
-def test_install_refuses_the_placeholder(tmp_path: Path) -> None:
-    source = key_file(tmp_path / "secret", PLACEHOLDER, mode=0o400)
-    with pytest.raises(AssignmentKeyError, match="placeholder"):
-        install_key(source, tmp_path / "assignment.key")
-    assert not (tmp_path / "assignment.key").exists()
 
 
 def test_hcsd_reads_the_key_again_when_it_changes(
