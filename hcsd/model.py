@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field
 
 __all__ = [
+    "Acceptance",
     "Allocation",
     "Device",
     "DeviceNode",
@@ -202,6 +203,17 @@ class Allocation:
     @property
     def device_uuids(self) -> tuple[str, ...]:
         return tuple(g.device_uuid for g in self.grants)
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """A pod whose signed scheduler assignment this node accepted: the sha256 of the
+    annotation's exact text, and when. The same text for the same pod is accepted again
+    without the age limit and without its key (docs/cluster.md, "Keys")."""
+
+    pod_uid: str
+    digest: str
+    accepted_at: float  # unix seconds
 
 
 @dataclass(frozen=True, slots=True)

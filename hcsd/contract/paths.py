@@ -9,11 +9,15 @@ from __future__ import annotations
 
 # --- on the node --------------------------------------------------------------------------------
 CONFIG_FILE = "/etc/hcsd/hcsd.toml"
-KEY_FILE = "/etc/hcsd/assignment.key"  # installed by hcs-syncer, read by hcsd
+KEY_FILE = "/etc/hcsd/assignment.key"  # the single key of earlier releases
 SIMULATED_NODE_FILE = "/etc/hcsd/nodes/mixed.toml"
 STATE_DIR = "/var/lib/hcsd"  # the ledger
+KEYRING_FILE = f"{STATE_DIR}/keyring.json"  # this node's assignment keys (InstallKeys)
 RUN_DIR = "/run/hcsd"  # sockets, per-container quota files, the preload file
-SOCKET = f"{RUN_DIR}/hcsd.sock"  # hcsd's API (gRPC), root only
+# hcsd's API (gRPC), root only, in a directory of its own: hcs-syncer's DaemonSet mounts this
+# directory alone (read-only), never RUN_DIR with every container's quota files beside it.
+API_DIR = f"{RUN_DIR}/api"
+SOCKET = f"{API_DIR}/hcsd.sock"
 NRI_PRELAUNCH_SOCKET = f"{RUN_DIR}/nri-prelaunch.sock"
 LIBHCS = "/usr/lib/hcs/libhcs.so"
 BPF_DIR = "/usr/lib/hcs/bpf"

@@ -21,7 +21,8 @@ from dataclasses import replace
 
 from hcsd import __version__
 from hcsd.api.server import ApiServer, SocketInUse
-from hcsd.contract.keys import AssignmentKeyError, KeyFile
+from hcsd.contract.keyring import KeyringFile
+from hcsd.contract.keys import AssignmentKeyError
 from hcsd.daemon import notify
 from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config
 from hcsd.daemon.devicecheck import open_device_nodes
@@ -188,7 +189,12 @@ class Daemon:
     def _injector(self, service: NodeService) -> Injector:
         """Container injection, shared by the NRI plugin and the front ends' API calls."""
         config = self.config
-        key = KeyFile(config.runtime.assignment_key_file, log_to=log)
+        key = KeyringFile(
+            config.runtime.assignment_keyring_file,
+            config.node.resolved_name(),
+            legacy=config.runtime.assignment_key_file,
+            log_to=log,
+        )
         with contextlib.suppress(AssignmentKeyError):
             key()  # read (and say what is wrong with) it now, not at the first pod
         injector = Injector(
@@ -198,7 +204,7 @@ class Daemon:
                 run_dir=config.daemon.run_dir,
                 mode=config.node.mode,
                 runtime=config.runtime,
-                key_loader=key,
+                keyring=key,
             ),
         )
         self.injector = injector

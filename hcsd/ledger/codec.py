@@ -12,9 +12,17 @@ from typing import Any
 
 import msgpack
 
-from hcsd.model import Allocation, FrontEnd, Grant, PodRef
+from hcsd.model import Acceptance, Allocation, FrontEnd, Grant, PodRef
 
-__all__ = ["decode", "decode_allocation", "encode", "encode_allocation", "payload_size"]
+__all__ = [
+    "decode",
+    "decode_acceptance",
+    "decode_allocation",
+    "encode",
+    "encode_acceptance",
+    "encode_allocation",
+    "payload_size",
+]
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -75,3 +83,14 @@ def decode_allocation(raw: dict[str, Any]) -> Allocation:
         source=str(raw["o"]),
         front_end=FrontEnd(str(raw.get("f", FrontEnd.UNKNOWN.value))),
     )
+
+
+def encode_acceptance(acceptance: Acceptance) -> list[Any]:
+    return [acceptance.pod_uid, acceptance.digest, acceptance.accepted_at]
+
+
+def decode_acceptance(raw: Any) -> Acceptance:
+    pod_uid, digest, accepted_at = raw
+    if not isinstance(pod_uid, str) or not isinstance(digest, str):
+        raise ValueError(f"bad acceptance {raw!r}")
+    return Acceptance(pod_uid, digest, float(accepted_at))

@@ -1,5 +1,9 @@
 """The ledger: allocations kept in memory, made durable in an fsync'd journal before any ack.
 
+Besides allocations it keeps one small record per pod whose scheduler assignment this node
+accepted (`Acceptance`: pod uid, digest of the annotation, when), so that the pod's later
+containers are accepted on day 8 and after a key retirement (hcsd/runtime/acceptance.py).
+
 Files in the state directory:
 - `journal`: framed msgpack records, one per operation, each with a sequence number;
 - `snapshot`: the whole state at some sequence number, written atomically;
@@ -20,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from hcsd.ledger import codec
+from hcsd.ledger.capacity import Capacity, check_capacity
 from hcsd.ledger.errors import (
     LedgerConflict,
     LedgerCorrupt,
     LedgerError,
     LedgerLocked,
     LedgerWriteError,
-    OverCapacity,
 )
 from hcsd.ledger.framing import (
     JOURNAL_HEADER,
@@ -37,7 +41,7 @@ from hcsd.ledger.framing import (
     unframe_one,
 )
 from hcsd.ledger.fs import FileSystem, OsFileSystem, write_atomic
-from hcsd.model import Allocation
+from hcsd.model import Acceptance, Allocation
 from hcsd.quantity import format_bytes
 from hcsd.sections import Section, checks, setting
 
@@ -47,6 +51,8 @@ log = logging.getLogger(__name__)
 
 _ALLOCATE = "a"
 _RELEASE = "r"
+_ACCEPT = "p"  # a pod's assignment accepted
+_FORGET = "x"  # a gone pod's acceptance dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +65,6 @@ class LedgerSection(Section):
         "Journal records after which the ledger writes a snapshot and starts afresh.",
         checks.positive_int,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Capacity:
-    """What one device can give out."""
-
-    vram_bytes: int
-    compute_percent: int = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +97,7 @@ class Ledger:
         self._journal_path = os.path.join(state_dir, "journal")
         self._snapshot_path = os.path.join(state_dir, "snapshot")
         self._allocations: dict[str, Allocation] = {}
+        self._accepted: dict[str, Acceptance] = {}
         self._vram_used: dict[str, int] = {}
         self._compute_used: dict[str, int] = {}
         self._capacity: dict[str, Capacity] = {}
@@ -187,6 +186,8 @@ class Ledger:
             self._seq = int(record["s"])
             for raw in record["allocations"]:
                 self._insert(codec.decode_allocation(raw))
+            for raw in record.get("accepted", ()):  # absent in snapshots of older builds
+                self._accept(codec.decode_acceptance(raw))
         except (ValueError, KeyError, TypeError) as e:
             raise LedgerCorrupt(f"{self._snapshot_path}: cannot be decoded: {e}") from e
         return self._seq
@@ -203,6 +204,12 @@ class Ledger:
 
     def get(self, container_id: str) -> Allocation | None:
         return self._allocations.get(container_id)
+
+    def acceptance(self, pod_uid: str) -> Acceptance | None:
+        return self._accepted.get(pod_uid)
+
+    def acceptances(self) -> list[Acceptance]:
+        return sorted(self._accepted.values(), key=lambda a: (a.accepted_at, a.pod_uid))
 
     def vram_used(self, device_uuid: str) -> int:
         return self._vram_used.get(device_uuid, 0)
@@ -246,7 +253,7 @@ class Ledger:
                 f"container {allocation.container_id} already holds "
                 f"{_describe(existing)}; release it first"
             )
-        self._check_capacity(allocation)
+        check_capacity(allocation, self._capacity, self.vram_used, self.compute_used)
         record = {"s": self._seq + 1, "op": _ALLOCATE, "a": codec.encode_allocation(allocation)}
         self._append(record)
         self._apply(record)
@@ -266,12 +273,33 @@ class Ledger:
         self._maybe_compact()
         return existing
 
+    def accept(self, acceptance: Acceptance) -> None:
+        """Remember durably that this pod's assignment (by digest) was accepted; no write
+        when the same digest is already recorded."""
+        existing = self._accepted.get(acceptance.pod_uid)
+        if existing is not None and existing.digest == acceptance.digest:
+            return
+        self._write({"op": _ACCEPT, "p": codec.encode_acceptance(acceptance)})
+
+    def forget(self, pod_uid: str) -> None:
+        """Drop a pod's acceptance durably (the pod is gone); no write if there is none."""
+        if pod_uid in self._accepted:
+            self._write({"op": _FORGET, "u": pod_uid})
+
+    def _write(self, operation: dict[str, Any]) -> None:
+        record = {"s": self._seq + 1, **operation}
+        self._append(record)
+        self._apply(record)
+        self._seq += 1
+        self._maybe_compact()
+
     def compact(self) -> None:
         """Snapshot the state and start an empty journal."""
         self._check_writable()
         state = {
             "s": self._seq,
             "allocations": [codec.encode_allocation(a) for a in self.allocations()],
+            "accepted": [codec.encode_acceptance(a) for a in self.acceptances()],
         }
         try:
             write_atomic(self.fs, self._snapshot_path, snapshot_bytes(codec.encode(state)))
@@ -298,33 +326,6 @@ class Ledger:
             raise LedgerWriteError(f"failed to start a new journal: {failure}") from failure
 
     # -- internals --------------------------------------------------------------------------
-
-    def _check_capacity(self, allocation: Allocation) -> None:
-        if not allocation.grants:
-            raise OverCapacity(f"container {allocation.container_id}: an allocation needs grants")
-        seen: set[str] = set()
-        for grant in allocation.grants:
-            uuid = grant.device_uuid
-            if uuid in seen:
-                raise OverCapacity(f"device {uuid} appears twice in one allocation")
-            seen.add(uuid)
-            capacity = self._capacity.get(uuid)
-            if capacity is None:
-                raise OverCapacity(f"device {uuid} is not on this node")
-            if grant.vram_bytes <= 0 or not 0 <= grant.compute_percent <= 100:
-                raise OverCapacity(f"device {uuid}: a grant needs positive VRAM and 0..100%")
-            free = capacity.vram_bytes - self.vram_used(uuid)
-            if grant.vram_bytes > free:
-                raise OverCapacity(
-                    f"device {uuid}: {format_bytes(grant.vram_bytes)} of VRAM requested, "
-                    f"{format_bytes(max(free, 0))} free of {format_bytes(capacity.vram_bytes)}"
-                )
-            compute_free = capacity.compute_percent - self.compute_used(uuid)
-            if grant.compute_percent > compute_free:
-                raise OverCapacity(
-                    f"device {uuid}: {grant.compute_percent}% compute requested, "
-                    f"{max(compute_free, 0)}% free"
-                )
 
     def _check_writable(self) -> None:
         if self._broken is not None:
@@ -372,8 +373,15 @@ class Ledger:
             self._insert(codec.decode_allocation(record["a"]))
         elif op == _RELEASE:
             self._remove(str(record["c"]))
+        elif op == _ACCEPT:
+            self._accept(codec.decode_acceptance(record["p"]))
+        elif op == _FORGET:
+            self._accepted.pop(str(record["u"]), None)
         else:
             raise ValueError(f"unknown operation {op!r}")
+
+    def _accept(self, acceptance: Acceptance) -> None:
+        self._accepted[acceptance.pod_uid] = acceptance
 
     def _insert(self, allocation: Allocation) -> None:
         self._remove(allocation.container_id)

@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from hcsd.contract.assignment import ANNOTATION, AssignmentError, verify
+from hcsd.contract.assignment import ANNOTATION, AssignmentError
 from hcsd.contract.names import container_id_problem
 from hcsd.model import Allocation, Device, FrontEnd, NodeMode, PodRef
 from hcsd.refusals import Reason, Refusal
+from hcsd.runtime.acceptance import Acceptances
 from hcsd.runtime.annotations import RequestError, local_request, requested_keys
 from hcsd.runtime.container_files import ContainerUser, QuotaFiles
 from hcsd.runtime.edits import ContainerEdits, merge
@@ -60,10 +61,11 @@ class InjectorSettings:
     run_dir: str
     # libhcs, the assignments' maximum age, the driver paths
     runtime: RuntimeSection = field(default_factory=RuntimeSection)
+    # One key under the id "" (version-1 assignments), for tests and embedders
     assignment_key: bytes = b""
-    # Called per assignment when set: the daemon's key file, re-read when hcs-syncer installs
-    # or rotates it (wins over `assignment_key`).
-    key_loader: Callable[[], bytes] | None = None
+    # Called per new assignment when set: kid -> key, the daemon's keyring file, re-read when
+    # InstallKeys or an operator changes it (wins over `assignment_key`).
+    keyring: Callable[[], Mapping[str, bytes]] | None = None
     # `node.mode`: in cluster mode a pod's containers get devices only from an assignment
     mode: NodeMode = NodeMode.STANDALONE
 
@@ -80,6 +82,14 @@ class Injector:
         self.settings = settings
         self.clock = clock
         self.quota = QuotaFiles(settings.run_dir, settings.runtime.libhcs_path)
+        self.acceptances = Acceptances(
+            service,
+            settings.keyring or (lambda: {"": settings.assignment_key}),
+            node=settings.node_name,
+            max_age=settings.runtime.assignment_max_age,
+            forget_after=settings.runtime.assignment_forget_after,
+            clock=clock,
+        )
 
     def create(self, info: ContainerInfo) -> ContainerEdits | None:
         """Allocate (durably) and return the container's edits; None if it asks for nothing.
@@ -118,9 +128,11 @@ class Injector:
         mounts its quota directory any more, so that goes now too (kubelet removes a dead
         container only at its next garbage collection, up to a minute later). A runtime that
         starts the same container again runs it without an allocation, as before; a later
-        RemoveContainer (or a second stop) finds nothing left and does nothing."""
+        RemoveContainer (or a second stop) finds nothing left and does nothing. Pods gone
+        long enough are forgotten (`Acceptances.sweep`)."""
         self.service.release(container_id)
         self.quota.remove(container_id)
+        self.acceptances.sweep()
 
     def removed(self, container_id: str) -> None:
         """The container is gone from the runtime: the same as a stop, if none came."""
@@ -133,6 +145,7 @@ class Injector:
         until its stop, when both go in one step: a directory without one is left over (a
         removal that failed, hcsd stopped between the two). Runs on the event loop like every
         create, stop and removal, so it never sees a directory being prepared."""
+        self.acceptances.sweep()  # and the accepted assignments of pods long gone
         swept = [
             container_id
             for container_id in self.quota.present()
@@ -202,6 +215,7 @@ class Injector:
         for leftover in self.quota.present():
             if leftover not in alive and self.service.allocation(leftover) is None:
                 self.quota.remove(leftover)
+        self.acceptances.sweep()
         if released:
             log.info(
                 "reconciled with the runtime: released %d allocation(s) of containers that "
@@ -257,15 +271,7 @@ class Injector:
         text = info.pod_annotations.get(ANNOTATION)
         if text is not None:
             try:
-                key = self.settings.key_loader or (lambda: self.settings.assignment_key)
-                assignment = verify(
-                    text,
-                    key(),
-                    node=self.settings.node_name,
-                    pod_uid=info.pod.uid,
-                    now=self.clock(),
-                    max_age=self.settings.runtime.assignment_max_age,
-                )
+                assignment = self.acceptances.check(text, info.pod.uid)
             except AssignmentError as e:
                 raise self.service.refuse(
                     Refusal(Reason.BAD_ASSIGNMENT, f"{info.label}: {e}")

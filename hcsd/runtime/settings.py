@@ -77,14 +77,28 @@ class RuntimeSection(Section):
     libhcs_path: str = setting(
         paths.LIBHCS, "The quota library preloaded into containers.", checks.path
     )
+    assignment_keyring_file: str = setting(
+        paths.KEYRING_FILE,
+        "This node's keys (key id -> key) that verify hcs.io/assignment: written by "
+        "InstallKeys (hcs-syncer), or by hand (docs/cluster.md, Keys).",
+        checks.path,
+    )
     assignment_key_file: str = setting(
         paths.KEY_FILE,
-        "HMAC key shared with the scheduler extender to verify hcs.io/assignment.",
+        'The single key of earlier releases: verifies version-1 assignments (key id ""), '
+        "used only while the file exists.",
         checks.path,
     )
     assignment_max_age: float = setting(
-        604800.0,
-        "Seconds a scheduler assignment stays valid for a container's first start.",
+        600.0,
+        "Seconds after its issue a scheduler assignment is accepted for its pod's first "
+        "container on this node; the pod's later containers (restarts) need no age.",
+        checks.seconds,
+    )
+    assignment_forget_after: float = setting(
+        86400.0,
+        "Seconds a pod with no container holding devices stays remembered as accepted "
+        "(longer than kubelet's restart back-off).",
         checks.seconds,
     )
     cdi_dir: str = setting(

@@ -19,6 +19,7 @@ from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
 from hcsd.ledger.ledger import Capacity
 from hcsd.model import (
+    Acceptance,
     Allocation,
     Device,
     HealthState,
@@ -241,6 +242,26 @@ class NodeService:
             self._publish(EventKind.RELEASED, allocation=released)
             self._publish_devices(released)
         return released
+
+    def acceptance(self, pod_uid: str) -> Acceptance | None:
+        """The pod's accepted scheduler assignment, if this node accepted one."""
+        return self._ledger.acceptance(pod_uid)
+
+    def acceptances(self) -> list[Acceptance]:
+        return self._ledger.acceptances()
+
+    def accept(self, acceptance: Acceptance) -> None:
+        """Remember durably that the pod's assignment was accepted (before anything is held)."""
+        try:
+            self._ledger.accept(acceptance)
+        except Refusal as e:
+            raise self.refuse(e.about(acceptance.pod_uid)) from e
+
+    def forget_pod(self, pod_uid: str) -> None:
+        try:
+            self._ledger.forget(pod_uid)
+        except Refusal as e:
+            raise self.refuse(e.about(pod_uid)) from e
 
     def set_device(self, device: Device) -> None:
         """Replace a device's record (health change, hot-plug) and tell the watchers."""

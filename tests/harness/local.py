@@ -57,7 +57,7 @@ class LocalNode:
         **settings: Any,
     ) -> Injector:
         """An injector over this node's service, writing under `run_dir`; `settings` are
-        InjectorSettings fields (assignment_key, key_loader, …). Without `libhcs`, a
+        InjectorSettings fields (assignment_key, keyring, …). Without `libhcs`, a
         placeholder file stands in for the library (these tests check edits, not libhcs)."""
         if libhcs is None:
             libhcs = self.directory / "libhcs.so"

@@ -356,7 +356,8 @@ def test_an_open_key_file_refuses_assignments_with_the_fix(
     key.write_bytes(KEY)
     key.chmod(mode)
     node = local_node(tmp_path, mixed_inventory)
-    injector = node.injector(key_loader=KeyFile(str(key)))
+    key_file = KeyFile(str(key))
+    injector = node.injector(keyring=lambda: {"": key_file()})
     info = ContainerInfo(
         "c10",
         "main",

@@ -43,7 +43,7 @@ class Setup:
 def setup(tmp_path: Path, mixed_inventory: Inventory) -> Setup:
     node = local_node(tmp_path, mixed_inventory, clock=lambda: NOW)
     keys = [KEY]
-    injector = node.injector(key_loader=lambda: keys[-1], clock=lambda: NOW)
+    injector = node.injector(keyring=lambda: {"": keys[-1]}, clock=lambda: NOW)
     return Setup(injector, node.service, node.ledger, node.disk, node.run_dir, keys)
 
 
@@ -272,5 +272,5 @@ def test_reconcile_keeps_the_directory_of_a_held_container(setup: Setup) -> None
 def test_assignments_use_the_injector_clock(setup: Setup) -> None:
     # By the wall clock this assignment is long stale; the injector's clock decides.
     assert time.time() - NOW > 8 * 86400
-    setup.injector.create(info(pod_annotations=assignment(issued=NOW - 3600)))
+    setup.injector.create(info(pod_annotations=assignment(issued=NOW - 500)))
     assert setup.service.allocation("c1") is not None

@@ -20,7 +20,7 @@ from hcsd.ledger import (
 )
 from hcsd.ledger.framing import JOURNAL_HEADER, frame, snapshot_bytes
 from hcsd.ledger.ledger import Capacity, LedgerSection
-from hcsd.model import Allocation, FrontEnd, Grant, PodRef
+from hcsd.model import Acceptance, Allocation, FrontEnd, Grant, PodRef
 from tests.conftest import GiB
 
 CAPACITY = {"g0": Capacity(80 * GiB), "g1": Capacity(80 * GiB)}
@@ -435,3 +435,31 @@ def test_a_front_end_this_build_does_not_know_is_corruption(tmp_path: Path) -> N
     (tmp_path / "journal").write_bytes(JOURNAL_HEADER + frame(msgpack.packb(record)))
     with pytest.raises(LedgerCorrupt, match="record #0 cannot be decoded"):
         open_ledger(tmp_path)
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["journal", "snapshot"])
+def test_acceptances_survive_a_restart_and_forgetting_is_durable(
+    tmp_path: Path, compact: bool
+) -> None:
+    ledger = open_ledger(tmp_path)
+    ledger.accept(Acceptance("uid-1", "d" * 64, 1700000000.0))
+    ledger.accept(Acceptance("uid-2", "e" * 64, 1700000001.0))
+    seq = ledger.seq
+    ledger.accept(Acceptance("uid-1", "d" * 64, 1700000099.0))  # the same text: no write
+    assert ledger.seq == seq
+    ledger.forget("uid-2")
+    ledger.forget("uid-2")  # nothing left to forget: no write
+    assert ledger.seq == seq + 1
+    if compact:
+        ledger.compact()
+    ledger.close()
+    again = open_ledger(tmp_path)
+    assert again.acceptances() == [Acceptance("uid-1", "d" * 64, 1700000000.0)]
+    assert again.acceptance("uid-2") is None
+
+
+def test_a_snapshot_without_acceptances_still_loads(tmp_path: Path) -> None:
+    """Snapshots written before acceptances were recorded have no "accepted" list."""
+    payload = msgpack.packb({"s": 1, "allocations": []}, use_bin_type=True)
+    (tmp_path / "snapshot").write_bytes(snapshot_bytes(payload))
+    assert open_ledger(tmp_path).acceptances() == []
