@@ -39,6 +39,7 @@ from hcsd.cluster.http import serve
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import compute_node, node_spec, node_status, node_view
 from hcsd.cluster.timefmt import micro_time
+from hcsd.contract.keyring import Keyring
 from hcsd.contract.names import NAMESPACE, NODE_LEASE_PREFIX
 from hcsd.profiles.database import ProfileDatabase
 
@@ -125,7 +126,9 @@ CASES = {
 def serve_fleet(size: int) -> None:
     """The extender process: a fleet of `size` nodes, one of which changes every 10 ms."""
     rng = random.Random(size)
-    extender = Extender(Kube.__new__(Kube), b"k" * 32, ProfileDatabase.load(None))
+    extender = Extender(
+        Kube.__new__(Kube), lambda: Keyring({"k": b"k" * 32}, "k"), ProfileDatabase.load(None)
+    )
     names = [f"node-{i:05d}" for i in range(size)]
     for name in names:
         extender.state.nodes.apply(name, node_view(node_object(name, rng)))

@@ -73,6 +73,10 @@ class Client:
     def container_gone(self, request: pb.ContainerGoneRequest) -> pb.ReleaseResponse:
         return self._call(self._stub.ContainerGone, request)  # type: ignore[no-any-return]
 
+    def install_keys(self, keyring: str) -> pb.InstallKeysResponse:
+        request = pb.InstallKeysRequest(keyring=keyring)
+        return self._call(self._stub.InstallKeys, request)  # type: ignore[no-any-return]
+
     def watch(self, *, send_initial: bool = True) -> Iterator[pb.Event]:
         try:
             yield from self._stub.Watch(pb.WatchRequest(send_initial=send_initial))

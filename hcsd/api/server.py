@@ -31,6 +31,9 @@ from hcsd.api.messages import (
 )
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
+from hcsd.contract.keyring import decode as decode_keyring
+from hcsd.contract.keyring import write_keyring
+from hcsd.contract.keys import AssignmentKeyError
 from hcsd.contract.names import container_id_problem
 from hcsd.model import FrontEnd, PodRef
 from hcsd.refusals import METADATA_KEY, Reason, Refusal
@@ -178,6 +181,39 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
         if held is None:
             return pb.ReleaseResponse(released=False)
         return pb.ReleaseResponse(released=True, allocation=allocation_to_pb(held))
+
+    async def InstallKeys(
+        self, request: pb.InstallKeysRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InstallKeysResponse:
+        """hcs-syncer hands over this node's keys; only root reaches this socket."""
+        if self.injector is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime integration is disabled")
+            raise AssertionError  # unreachable: abort raises
+        settings = self.injector.settings
+        path = settings.runtime.assignment_keyring_file
+        try:
+            keyring = decode_keyring(request.keyring, "the keyring sent")
+            if keyring.node != settings.node_name:
+                raise AssignmentKeyError(
+                    f"the keyring sent is node {keyring.node!r}'s; this is {settings.node_name!r}"
+                )
+            changed = write_keyring(path, keyring)
+        except AssignmentKeyError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"InstallKeys: {e}")
+            raise AssertionError from e  # unreachable: abort raises
+        except OSError as e:
+            await context.abort(grpc.StatusCode.INTERNAL, f"failed to write {path}: {e}")
+            raise AssertionError from e
+        if changed:
+            log.info(
+                "assignment keys installed at %s: ids %s, signing %s",
+                path,
+                ", ".join(sorted(keyring.keys)),
+                keyring.signing or "-",
+            )
+        return pb.InstallKeysResponse(
+            changed=changed, key_ids=sorted(keyring.keys), signing=keyring.signing
+        )
 
     async def Watch(
         self, request: pb.WatchRequest, context: grpc.aio.ServicerContext

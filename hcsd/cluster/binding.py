@@ -33,6 +33,7 @@ from hcsd.cluster.objects import PodHold
 from hcsd.cluster.planner import Unfit
 from hcsd.cluster.state import ClusterState
 from hcsd.contract import assignment
+from hcsd.contract.keyring import Keyring, node_key
 from hcsd.contract.names import ANNOTATION_ASSIGNMENT
 from hcsd.model import Grant
 
@@ -53,10 +54,13 @@ class BindRequest:
 
 
 def signed_assignment(
-    node: str, pod_uid: str, grants: Mapping[str, tuple[Grant, ...]], key: bytes, issued: float
+    node: str, pod_uid: str, grants: Mapping[str, tuple[Grant, ...]], keys: Keyring, issued: float
 ) -> str:
-    """The `hcs.io/assignment` annotation: what each container got, signed for hcsd."""
-    return assignment.encode(assignment.Assignment(node, pod_uid, issued, grants), key)
+    """The `hcs.io/assignment` annotation: what each container got, signed for hcsd with the
+    node's own key derived from the cluster's signing key, and naming that key's id."""
+    key = node_key(keys.signing_key, node)
+    body = assignment.Assignment(node, pod_uid, issued, grants, keys.signing)
+    return assignment.encode(body, key)
 
 
 class SeenPods:
@@ -99,7 +103,7 @@ class Binder:
     def __init__(
         self,
         kube: Kube,
-        key: bytes,
+        keys: Callable[[], Keyring],
         state: ClusterState,
         decider: Decider,
         metrics: Metrics,
@@ -110,7 +114,7 @@ class Binder:
     ) -> None:
         self.kube = kube
         self.schedulers = schedulers
-        self.key = key
+        self.keys = keys  # the cluster keyring, as the Secret holds it now
         self.state = state
         self.decider = decider
         self.metrics = metrics
@@ -168,7 +172,7 @@ class Binder:
                     return reason
                 holds = tuple(PodHold(uid, c, namespace, g) for c, g in found.grants.items())
                 self.state.assume(uid, node, holds)
-            annotation = signed_assignment(node, uid, found.grants, self.key, self.clock())
+            annotation = signed_assignment(node, uid, found.grants, self.keys(), self.clock())
             binding["metadata"]["annotations"] = {ANNOTATION_ASSIGNMENT: annotation}
         try:
             self.kube.create(pod_path + "/binding", binding)

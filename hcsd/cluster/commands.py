@@ -19,9 +19,11 @@ from hcsd.cluster.endpoints import add_flags, open_endpoints, settings_from
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.leader import LeaderElector
-from hcsd.cluster.syncer import Syncer, SyncerSettings
+from hcsd.cluster.node_keys import ClusterKeys, NodeKeys, syncer_user
+from hcsd.cluster.node_keys_http import serve_node_keys
+from hcsd.cluster.syncer import SYNCER_TOKEN_FILE, Syncer, SyncerSettings
 from hcsd.contract import paths
-from hcsd.contract.keys import AssignmentKeyError, Readers, read_key
+from hcsd.contract.keys import AssignmentKeyError
 from hcsd.contract.names import LEADER_LEASE, NAMESPACE
 from hcsd.profiles.database import ProfileDatabase, ProfileError
 
@@ -66,16 +68,18 @@ def syncer_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--renew-seconds", type=float, default=10.0)
     parser.add_argument("--resync-seconds", type=float, default=300.0)
     parser.add_argument(
-        "--install-key",
+        "--node-keys-url",
         default="",
-        metavar="SRC",
-        help="copy the assignment key from SRC (the mounted Secret) for hcsd",
+        help="the extender's node-keys endpoint (https://…/node-keys): fetch this node's "
+        "assignment keys there and install them in hcsd; empty: do not",
     )
+    parser.add_argument("--node-keys-ca", default="", help="CA bundle of its serving cert")
     parser.add_argument(
-        "--key-file",
-        default=paths.KEY_FILE,
-        help="where hcsd reads the key (with --install-key)",
+        "--token-file",
+        default=SYNCER_TOKEN_FILE,
+        help="projected service-account token with audience hcs-node-keys",
     )
+    parser.add_argument("--keys-seconds", type=float, default=60.0, help="fetch interval")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     _logging(args.verbose)
@@ -88,8 +92,10 @@ def syncer_main(argv: Sequence[str] | None = None) -> int:
         lease_seconds=args.lease_seconds,
         renew=args.renew_seconds,
         resync=args.resync_seconds,
-        key_source=args.install_key,
-        key_target=args.key_file,
+        keys_url=args.node_keys_url,
+        keys_ca=args.node_keys_ca,
+        token_file=args.token_file,
+        keys_every=args.keys_seconds,
     )
     syncer = Syncer(settings, _connect(args.kubeconfig))
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -97,6 +103,50 @@ def syncer_main(argv: Sequence[str] | None = None) -> int:
     log.info("hcs-syncer %s for node %s (hcsd at %s)", __version__, args.node_name, args.socket)
     syncer.run()
     return 0
+
+
+def _address(parser: argparse.ArgumentParser, flag: str, text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not port.isdigit():
+        parser.error(f"{flag} must be HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def _node_keys_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--node-keys-listen",
+        default="",
+        help="HOST:PORT of the node-keys endpoint for hcs-syncers (HTTPS); empty: off",
+    )
+    parser.add_argument("--node-keys-cert", default="", help="its TLS serving certificate")
+    parser.add_argument("--node-keys-key", default="", help="its TLS private key")
+    parser.add_argument(
+        "--node-keys-insecure-http",
+        action="store_true",
+        help="serve node keys over plain HTTP: tests and development ONLY",
+    )
+    parser.add_argument(
+        "--syncer-user",
+        default=syncer_user(),
+        help="the only user node keys are given to (the syncers' service account)",
+    )
+
+
+def _start_node_keys(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, kube: Kube, keys: ClusterKeys
+) -> None:
+    """The node-keys endpoint for hcs-syncers, in a thread of its own."""
+    host, port = _address(parser, "--node-keys-listen", args.node_keys_listen)
+    server = serve_node_keys(
+        NodeKeys(kube, keys, user=args.syncer_user),
+        host or "0.0.0.0",  # noqa: S104 - an empty host means all
+        port,
+        cert=args.node_keys_cert,
+        key=args.node_keys_key,
+        plain_http=args.node_keys_insecure_http,
+    )
+    threading.Thread(target=server.serve_forever, name="node-keys", daemon=True).start()
+    log.info("node keys for %s on %s:%d", args.syncer_user, *server.server_address[:2])
 
 
 def tune_gc() -> None:
@@ -117,7 +167,12 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         "--version", action="version", version=f"hcs-scheduler-extender {__version__}"
     )
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""))
-    parser.add_argument("--key-file", required=True, help="the assignment HMAC key (the Secret)")
+    parser.add_argument(
+        "--keys-dir",
+        required=True,
+        help="the mounted Secret hcs-assignment-key: <kid>.key files and `signing`",
+    )
+    _node_keys_arguments(parser)
     parser.add_argument("--profiles", default="", help="profile database (default: built in)")
     parser.add_argument("--namespace", default=NAMESPACE)
     parser.add_argument(
@@ -138,8 +193,10 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _logging(args.verbose)
     serving = settings_from(args, parser)
+    if args.node_keys_listen and not (args.node_keys_cert or args.node_keys_insecure_http):
+        parser.error("--node-keys-listen needs --node-keys-cert (or --node-keys-insecure-http)")
     try:
-        key = read_key(args.key_file, readers=Readers.SECRET_VOLUME)
+        keys = ClusterKeys(args.keys_dir)
         db = ProfileDatabase.load(Path(args.profiles) if args.profiles else None)
     except (AssignmentKeyError, ProfileError, OSError) as e:
         print(f"hcs-scheduler-extender: {e}", file=sys.stderr)
@@ -150,13 +207,15 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         elector = LeaderElector(kube, args.namespace, LEADER_LEASE, args.identity).start()
     extender = Extender(
         kube,
-        key,
+        keys,
         db,
         namespace=args.namespace,
         is_leader=elector.is_leader if elector else (lambda: True),
         schedulers=frozenset(args.scheduler_name) or DEFAULT_SCHEDULERS,
     )
     endpoints = open_endpoints(extender, serving)
+    if args.node_keys_listen:
+        _start_node_keys(parser, args, kube, keys)
     extender.start()
     stopping = threading.Event()
 

@@ -24,6 +24,7 @@ from hcsd.cluster.extender_metrics import Metrics
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.quota_status import QuotaStatusWriter
 from hcsd.cluster.state import ClusterState
+from hcsd.contract.keyring import Keyring
 from hcsd.contract.names import NAMESPACE
 from hcsd.profiles.database import ProfileDatabase
 
@@ -44,7 +45,7 @@ class Extender:
     def __init__(
         self,
         kube: Kube,
-        key: bytes,
+        keys: Callable[[], Keyring],
         db: ProfileDatabase,
         *,
         namespace: str = NAMESPACE,
@@ -54,10 +55,10 @@ class Extender:
     ) -> None:
         self.is_leader = is_leader
         self.metrics = Metrics()
-        self.state = ClusterState(kube, key=key, namespace=namespace, clock=clock)
+        self.state = ClusterState(kube, keys=keys, namespace=namespace, clock=clock)
         self.decider = Decider(db, self.metrics, self.state.changed_between)
         self.binder = Binder(
-            kube, key, self.state, self.decider, self.metrics,
+            kube, keys, self.state, self.decider, self.metrics,
             is_leader=is_leader, clock=clock, schedulers=schedulers,
         )  # fmt: skip
         self.quota_status = QuotaStatusWriter(kube, self.state)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from hcsd.cluster.objects import NodeView, PodHold
 from hcsd.contract import assignment
+from hcsd.contract.keyring import Keyring, derive
 from hcsd.contract.names import ANNOTATION_ASSIGNMENT
 
 __all__ = ["Holds", "PodInfo", "pod_info"]
@@ -33,10 +34,10 @@ class PodInfo:
     holds: tuple[PodHold, ...]
 
 
-def pod_info(obj: Mapping[str, Any], key: bytes) -> PodInfo | None:
-    """Pods that hold accelerators: bound, not ended, with an assignment signed with `key`
-    for this pod's uid and the node it is bound to (what hcsd accepts, so what can hold a
-    device); None for all others.
+def pod_info(obj: Mapping[str, Any], keys: Callable[[], Keyring]) -> PodInfo | None:
+    """Pods that hold accelerators: bound, not ended, with an assignment signed for this
+    pod's uid and the node it is bound to with that node's key of an id the cluster keyring
+    `keys` holds (what hcsd accepts, so what can hold a device); None for all others.
 
     Annotations are anyone's to write who may update the pod: an unsigned, copied or
     hand-edited assignment holds nothing on a node, so it must neither fill the node in the
@@ -52,7 +53,12 @@ def pod_info(obj: Mapping[str, Any], key: bytes) -> PodInfo | None:
     uid = str(meta.get("uid") or "")
     try:
         assigned = assignment.verify(
-            text, key, node=node, pod_uid=uid, now=time.time(), max_age=math.inf
+            text,
+            derive(keys(), node).keys,
+            node=node,
+            pod_uid=uid,
+            now=time.time(),
+            max_age=math.inf,
         )
     except assignment.AssignmentError as e:
         raise ValueError(f"{ANNOTATION_ASSIGNMENT} does not count: {e}") from e

@@ -1,10 +1,10 @@
 """The extender's picture of the cluster: what each node has, who holds what, who is alive.
 
-Four informers feed it: ComputeNodes, bound pods with assignments signed for them (with the
-key bind signs with), ComputeQuotas and the syncers' heartbeat Leases; `Binder` adds what
-this process has just bound (the assume cache, in `holds.py`). Decisions never read the live
-state: they take a `Snapshot`, which does not change however the state moves on while they
-work. All in memory, rebuilt from the API server on start.
+Four informers feed it: ComputeNodes, bound pods with assignments signed for them (with their
+node's key of an id the cluster keyring holds), ComputeQuotas and the syncers' heartbeat
+Leases; `Binder` adds what this process has just bound (the assume cache, in `holds.py`).
+Decisions never read the live state: they take a `Snapshot`, which does not change however
+the state moves on while they work. All in memory, rebuilt from the API server on start.
 
 Locking: ONE lock, `ClusterState._lock`. It guards every field set under "guarded by _lock"
 in `__init__`: the node views, the holds (assume cache), the heartbeats, the quotas, the
@@ -36,6 +36,7 @@ from hcsd.cluster.informer import Informer
 from hcsd.cluster.kube import Kube, paths_for
 from hcsd.cluster.objects import NodeView, ObjectError, PodHold, node_view
 from hcsd.cluster.planner import Summary, shape_of, summarise
+from hcsd.contract.keyring import Keyring
 from hcsd.contract.names import API_VERSION, COMPUTE_NODES, COMPUTE_QUOTAS, NAMESPACE
 from hcsd.model import Grant
 from hcsd.profiles.exchange import share_tflops
@@ -88,7 +89,7 @@ class ClusterState:
         self,
         kube: Kube,
         *,
-        key: bytes,
+        keys: Callable[[], Keyring],
         namespace: str = NAMESPACE,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -113,7 +114,7 @@ class ClusterState:
             name=COMPUTE_NODES, on_change=self._node_changed,
         )  # fmt: skip
         self.pods: Informer[PodInfo] = Informer(
-            kube, "/api/v1/pods", functools.partial(pod_info, key=key),
+            kube, "/api/v1/pods", functools.partial(pod_info, keys=keys),
             name="pods", on_change=self._pod_changed, on_listed=self._pods_listed,
         )  # fmt: skip
         self.quotas: Informer[Quota] = Informer(

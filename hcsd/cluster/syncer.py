@@ -23,16 +23,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from hcsd.api.client import ApiError, Client
+from hcsd.cluster.key_fetch import KeyFetcher
 from hcsd.cluster.kube import Kube, KubeError, lease_object, paths_for
 from hcsd.cluster.objects import compute_node, node_spec, node_status
 from hcsd.cluster.timefmt import micro_time, rfc3339
 from hcsd.contract import paths
-from hcsd.contract.keys import AssignmentKeyError, install_key
 from hcsd.contract.names import API_VERSION, COMPUTE_NODES, NAMESPACE, NODE_LEASE_PREFIX
 
-__all__ = ["Syncer", "SyncerSettings"]
+__all__ = ["SYNCER_TOKEN_FILE", "Syncer", "SyncerSettings"]
 
 log = logging.getLogger(__name__)
+
+# The DaemonSet's projected token for the node-keys endpoint (audience hcs-node-keys)
+SYNCER_TOKEN_FILE = "/var/run/secrets/hcs/token"  # noqa: S105 - a path, not a secret
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +48,10 @@ class SyncerSettings:
     settle: float = 0.2  # coalesce a burst of hcsd events into one status write
     resync: float = 300.0  # re-read the object (a read, no write unless it differs)
     backoff_max: float = 30.0
-    key_source: str = ""  # the Secret's file in the pod; empty: do not install a key
-    key_target: str = paths.KEY_FILE
+    keys_url: str = ""  # the extender's node-keys endpoint; empty: hcsd's keys come otherwise
+    keys_ca: str = ""
+    token_file: str = SYNCER_TOKEN_FILE
+    keys_every: float = 60.0
 
 
 class Syncer:
@@ -71,6 +76,17 @@ class Syncer:
         self._hcsd_up = False
         self._failures = 0
         self.synced = threading.Event()  # set after each pass that left the object current
+        self.keys = (
+            KeyFetcher(
+                settings.keys_url,
+                settings.token_file,
+                settings.socket_path,
+                ca=settings.keys_ca,
+                every=settings.keys_every,
+            )
+            if settings.keys_url
+            else None
+        )
 
     @property
     def node_path(self) -> str:
@@ -96,8 +112,9 @@ class Syncer:
                 self._written = None  # read back and compare: catches edits by others
                 self._dirty = True
                 next_resync = now + self.settings.resync
+            if self.keys is not None and self.keys.due():
+                self.keys.run_once()  # logs and retries on its own; the Lease goes on
             try:
-                self._install_key()
                 if self._dirty:
                     self._dirty = False
                     self._sync()
@@ -117,7 +134,10 @@ class Syncer:
                 log.warning("sync failed (%s); retrying in %.1fs", e, delay)
                 self._stopping.wait(delay)
                 continue
-            wait = max(0.0, min(next_renew, next_resync) - time.monotonic())
+            wake_at = min(next_renew, next_resync)
+            if self.keys is not None:
+                wake_at = min(wake_at, self.keys.next_at)
+            wait = max(0.0, wake_at - time.monotonic())
             self._wake.wait(wait)
             if self._wake.is_set():
                 self._wake.clear()
@@ -244,12 +264,3 @@ class Syncer:
                 raise
             return
         self.writes["lease"] += 1
-
-    def _install_key(self) -> None:
-        if not self.settings.key_source:
-            return
-        try:
-            if install_key(self.settings.key_source, self.settings.key_target):
-                log.info("assignment key installed at %s", self.settings.key_target)
-        except (AssignmentKeyError, OSError) as e:
-            log.error("%s", e)

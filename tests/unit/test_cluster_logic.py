@@ -20,11 +20,16 @@ from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import compute_node, node_spec, node_status, node_view
 from hcsd.cluster.planner import Plan, plan, quick_fit, summarise
 from hcsd.cluster.timefmt import micro_time
+from hcsd.contract.keyring import Keyring
 from hcsd.model import HealthState
 from hcsd.profiles.database import ProfileDatabase
 from tests.conftest import GiB, gpu
 
 DB = ProfileDatabase.load(None)
+
+
+def KEYS() -> Keyring:
+    return Keyring({"k": b"k" * 32}, "k")
 
 
 def pod(limits: dict[str, str] | None, annotations: dict[str, str] | None = None,
@@ -165,7 +170,7 @@ def test_node_status_keeps_transition_times_so_resyncs_do_not_write() -> None:
 @pytest.fixture
 def extender() -> Extender:
     """An extender whose caches are filled as its informers fill them (no server runs)."""
-    e = Extender(Kube.__new__(Kube), b"k" * 32, DB)
+    e = Extender(Kube.__new__(Kube), KEYS, DB)
     for name in ("fresh", "stale"):
         e.state.nodes.apply(name, node_view(_node_object(name)))
     e.state.nodes.apply("sick", node_view(_node_object("sick", health=pb.HEALTH_STATE_UNHEALTHY)))

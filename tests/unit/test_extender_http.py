@@ -15,6 +15,7 @@ import pytest
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.http import MAX_BODY, Limits, serve
 from hcsd.cluster.kube import Kube
+from hcsd.contract.keyring import Keyring
 from hcsd.profiles.database import ProfileDatabase
 from tests.unit.fleet import add_node, beat, pod
 
@@ -22,10 +23,14 @@ DB = ProfileDatabase.load(None)
 LIMIT = 64 * 1024  # the test server's body limit
 
 
+def KEYS() -> Keyring:
+    return Keyring({"k": b"k" * 32}, "k")
+
+
 class Served:
     def __init__(self, *, leader: bool = True, max_body: int = LIMIT) -> None:
         self.leader = leader
-        self.extender = Extender(Kube.__new__(Kube), b"k" * 32, DB, is_leader=lambda: self.leader)
+        self.extender = Extender(Kube.__new__(Kube), KEYS, DB, is_leader=lambda: self.leader)
         for name in ("node-a", "node-b"):
             add_node(self.extender, name)
             beat(self.extender, name)

@@ -20,6 +20,7 @@ from hcsd.cluster.holds import pod_info
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import node_view
 from hcsd.cluster.state import ClusterState
+from hcsd.contract.keyring import Keyring
 from hcsd.model import Grant
 from hcsd.profiles.database import ProfileDatabase
 from tests.unit.fleet import GiB, add_node, assigned, beat, node_object, pod
@@ -28,8 +29,12 @@ from tests.unit.watchserver import WatchServer
 DB = ProfileDatabase.load(None)
 
 
+def KEYS() -> Keyring:
+    return Keyring({"k": b"k" * 32}, "k")
+
+
 def new_extender() -> Extender:
-    return Extender(Kube.__new__(Kube), b"k" * 32, DB)
+    return Extender(Kube.__new__(Kube), KEYS, DB)
 
 
 def passed(extender: Extender, limits: dict[str, str], names: list[str], **kw: Any) -> list[str]:
@@ -255,7 +260,7 @@ def test_an_assumed_pod_that_a_later_full_list_does_not_show_is_forgotten() -> N
     (its watch broke in between, so neither event came) would otherwise hold its grants until
     the extender restarts; the informer's next full list settles it."""
     server = WatchServer(path="/api/v1/pods")
-    state = ClusterState(server.kube(), key=b"k" * 32)
+    state = ClusterState(server.kube(), keys=KEYS)
     try:
         state.nodes.apply("n", node_view(node_object("n")))
         for uid, gib in (("gone", 1), ("in-flight", 2), ("listed", 4)):
@@ -263,7 +268,7 @@ def test_an_assumed_pod_that_a_later_full_list_does_not_show_is_forgotten() -> N
         state.bound("gone")  # then deleted, unseen
         state.bound("listed")  # and still there:
         grants = {"main": (Grant("n-0", 4 * GiB, 0),)}
-        annotation = signed_assignment("n", "listed", grants, b"k" * 32, int(time.time()))
+        annotation = signed_assignment("n", "listed", grants, KEYS(), int(time.time()))
         meta = {"uid": "listed", "annotations": {"hcs.io/assignment": annotation}}
         server.put("listed", meta=meta, spec={"nodeName": "n"}, status={"phase": "Running"})
         state.pods.start()
@@ -292,7 +297,7 @@ def _pod_with(annotation: str, *, uid: str = "u1", node: str = "n", phase: str =
 
 
 GRANTS = {"main": (Grant("n-0", 4 * GiB, 0),)}
-SIGNED = signed_assignment("n", "u1", GRANTS, b"k" * 32, int(time.time()))
+SIGNED = signed_assignment("n", "u1", GRANTS, KEYS(), int(time.time()))
 
 
 @pytest.mark.parametrize(
@@ -303,7 +308,10 @@ SIGNED = signed_assignment("n", "u1", GRANTS, b"k" * 32, int(time.time()))
         (_pod_with(SIGNED, node=""), False),  # not bound (the annotation came some other way)
         (_pod_with(SIGNED, uid="u2"), False),  # copied to another pod
         (_pod_with(SIGNED, node="m"), False),  # a pod bound elsewhere
-        (_pod_with(signed_assignment("n", "u1", GRANTS, b"x" * 32, 0)), False),  # forged
+        (
+            _pod_with(signed_assignment("n", "u1", GRANTS, Keyring({"k": b"x" * 32}, "k"), 0)),
+            False,
+        ),  # forged
         (_pod_with('{"v": 1}'), False),
     ],
     ids=["signed", "ended", "unbound", "copied", "other-node", "other-key", "malformed"],
@@ -312,7 +320,7 @@ def test_only_bound_pods_whose_assignment_verifies_hold_anything(pod: dict, coun
     """An annotation anyone who can update the pod may write: what it claims neither fills a
     node nor counts in a quota unless the extender's key signed it for this pod and node."""
     try:
-        info = pod_info(pod, b"k" * 32)
+        info = pod_info(pod, KEYS)
     except ValueError as e:  # the informer logs it and keeps the pod out
         assert not counts, e
         return

@@ -204,7 +204,7 @@ def test_the_verbs_need_mutual_tls_or_the_insecure_flag(
 ) -> None:
     """Checked before anything starts (the key file is not even read)."""
     with pytest.raises(SystemExit) as stopped:
-        extender_main(["--key-file", "/nonexistent", *flags])
+        extender_main(["--keys-dir", "/nonexistent", *flags])
     assert stopped.value.code == 2 and error in capsys.readouterr().err
 
 

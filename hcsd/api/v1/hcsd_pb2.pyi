@@ -20,6 +20,22 @@ HEALTH_STATE_DEGRADED: HealthState
 HEALTH_STATE_UNHEALTHY: HealthState
 HEALTH_STATE_LOST: HealthState
 
+class InstallKeysRequest(_message.Message):
+    __slots__ = ("keyring",)
+    KEYRING_FIELD_NUMBER: _ClassVar[int]
+    keyring: str
+    def __init__(self, keyring: _Optional[str] = ...) -> None: ...
+
+class InstallKeysResponse(_message.Message):
+    __slots__ = ("changed", "key_ids", "signing")
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    KEY_IDS_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    key_ids: _containers.RepeatedScalarFieldContainer[str]
+    signing: str
+    def __init__(self, changed: _Optional[bool] = ..., key_ids: _Optional[_Iterable[str]] = ..., signing: _Optional[str] = ...) -> None: ...
+
 class PrepareContainerRequest(_message.Message):
     __slots__ = ("container_id", "container_name", "pod", "container_annotations", "pod_annotations", "front_end", "spec", "user")
     class ContainerAnnotationsEntry(_message.Message):

@@ -74,6 +74,11 @@ class HcsdStub:
                 request_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.ContainerGoneRequest.SerializeToString,
                 response_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.InstallKeys = channel.unary_unary(
+                '/hcsd.v1.Hcsd/InstallKeys',
+                request_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysRequest.SerializeToString,
+                response_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysResponse.FromString,
+                _registered_method=True)
 
 
 class HcsdServicer:
@@ -139,6 +144,15 @@ class HcsdServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InstallKeys(self, request, context):
+        """Store this node's assignment keys (hcs-syncer hands over what the extender gave this
+        node): the keyring JSON of hcsd.contract.keyring, written atomically, 0600, at
+        runtime.assignment_keyring_file. INVALID_ARGUMENT when it is malformed or another node's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HcsdServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -181,6 +195,11 @@ def add_HcsdServicer_to_server(servicer, server):
                     servicer.ContainerGone,
                     request_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.ContainerGoneRequest.FromString,
                     response_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'InstallKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.InstallKeys,
+                    request_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysRequest.FromString,
+                    response_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -399,6 +418,33 @@ class Hcsd:
             '/hcsd.v1.Hcsd/ContainerGone',
             hcsd_dot_api_dot_v1_dot_hcsd__pb2.ContainerGoneRequest.SerializeToString,
             hcsd_dot_api_dot_v1_dot_hcsd__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InstallKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hcsd.v1.Hcsd/InstallKeys',
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysRequest.SerializeToString,
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysResponse.FromString,
             options,
             channel_credentials,
             insecure,

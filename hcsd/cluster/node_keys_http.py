@@ -1,0 +1,94 @@
+"""The extender's node-keys port: `GET /node-keys` over HTTPS, for hcs-syncers only.
+
+Its own port and server, apart from kube-scheduler's: callers are every node's syncer, not
+the scheduler, and they authenticate by service-account token (node_keys.NodeKeys), not by
+client certificate. Requests carry no body; a request line or header past the standard
+library's 64 KiB limits is refused by it. Plain HTTP only with an explicit flag, for tests
+and development: a token and the keys then cross the network readable.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from hcsd.cluster.node_keys import NodeKeys, Refused
+
+__all__ = ["PATH", "serve_node_keys"]
+
+log = logging.getLogger(__name__)
+
+PATH = "/node-keys"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    node_keys: NodeKeys
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+    timeout = 30  # a caller that sends nothing does not hold a thread for ever
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _reply(self, status: int, body: str, content_type: str = "text/plain") -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path != PATH:
+            self._reply(404, "not found\n")
+            return
+        try:
+            keys = self.server.node_keys.answer(self.headers.get("Authorization", ""))
+        except Refused as e:
+            log.warning("node keys refused to %s: %s", self.address_string(), e)
+            self._reply(e.status, f"{e}\n")
+            return
+        except Exception as e:  # a bug answers 500 rather than dropping the connection
+            log.exception("node keys failed")
+            self._reply(500, f"node keys failed: {e!r}\n")
+            return
+        self._reply(200, keys, "application/json")
+
+    def _not_allowed(self) -> None:
+        self.close_connection = True  # a body, if any, is not read
+        self._reply(405, "GET only\n")
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = _not_allowed
+
+
+def serve_node_keys(
+    node_keys: NodeKeys, host: str, port: int, *, cert: str, key: str, plain_http: bool = False
+) -> _Server:
+    """Bind (port 0 picks one); the caller runs serve_forever in a thread of its own."""
+    if not cert and not plain_http:
+        raise ValueError("the node-keys port needs a TLS certificate (or the explicit dev flag)")
+    server = _Server((host, port), _Handler)
+    server.node_keys = node_keys
+    if cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(cert, key or None)
+        # The handshake in the connection's thread, not in accept(): a slow or silent client
+        # must not hold up every other syncer.
+        server.socket = context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
+    else:
+        log.warning(
+            "SERVING NODE KEYS OVER PLAIN HTTP (--node-keys-insecure-http): tokens and keys "
+            "cross the network readable; for tests and development only"
+        )
+    return server
