@@ -32,9 +32,8 @@ LEADER_LEASE = "hcs-scheduler-extender"
 SYNCER_ACCOUNT = "hcs-syncer"
 EXTENDER_ACCOUNT = "hcs-scheduler-extender"
 KEY_SECRET = "hcs-assignment-key"  # noqa: S105 - a Secret's name, not a secret
-NODE_KEYS_PORT = 8889  # the extender's node-keys endpoint (HTTPS), for hcs-syncers
+NODE_KEYS_PORT = 8890  # the extender's node-keys endpoint (HTTPS), for hcs-syncers
 NODE_KEYS_AUDIENCE = "hcs-node-keys"  # the audience of the syncers' token for it
-NODE_KEYS_TLS_SECRET = "hcs-node-keys-tls"  # noqa: S105 - its serving certificate's Secret
 NODE_KEYS_CA = "hcs-node-keys-ca"  # the ConfigMap with the CA the syncers check it against
 
 # The extender's HTTP paths (urlPrefix + verb) as the scheduler configuration names them.

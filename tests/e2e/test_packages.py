@@ -51,7 +51,7 @@ def test_deb_install_run_upgrade_purge(packages: dict[str, Path], debian_root: P
     shutil.copy(packages["deb2"], root / "tmp-hcsd2.deb")
     run_hcsd = (
         "hcsd --config /etc/hcsd/hcsd.toml & pid=$!; "
-        "for i in $(seq 50); do [ -S /run/hcsd/hcsd.sock ] && break; sleep 0.2; done; "
+        "for i in $(seq 50); do [ -S /run/hcsd/api/hcsd.sock ] && break; sleep 0.2; done; "
     )
     out = in_root(
         root,

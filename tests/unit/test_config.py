@@ -28,7 +28,7 @@ def write(tmp_path: Path, text: str) -> str:
 def test_missing_default_file_means_defaults() -> None:
     config = load_config("/nonexistent/hcsd.toml")
     assert config == Config()
-    assert config.daemon.socket == "/run/hcsd/hcsd.sock"
+    assert config.daemon.socket == "/run/hcsd/api/hcsd.sock"
     assert config.metrics.listen == "127.0.0.1:9400"
     assert config.allocator.policy is SpreadPolicy.BINPACK
     assert config.runtime.driver_paths.nvidia == ("/usr/local/nvidia",)
@@ -314,7 +314,7 @@ def test_default_config_documents_every_key_and_parses_to_the_defaults(tmp_path:
         for s in table.settings:
             assert f"\n#{s.name} = " in text
     uncommented = re.sub(r"^#(\w+ = )", r"\1", text, flags=re.MULTILINE)
-    assert tomllib.loads(uncommented)["daemon"]["socket"] == "/run/hcsd/hcsd.sock"
+    assert tomllib.loads(uncommented)["daemon"]["socket"] == "/run/hcsd/api/hcsd.sock"
     assert load_config(write(tmp_path, uncommented)) == Config()
 
 
@@ -379,7 +379,7 @@ def test_reload_takes_only_the_reloadable_keys(tmp_path: Path) -> None:
     merged = merge_reloadable(old, new)
     assert merged.daemon.log_level == "debug"
     assert merged.allocator.policy is SpreadPolicy.SPREAD
-    assert merged.daemon.socket == "/run/hcsd/hcsd.sock"
+    assert merged.daemon.socket == "/run/hcsd/api/hcsd.sock"
     assert merged.runtime.driver_paths.nvidia == ("/usr/local/nvidia",)
 
 

@@ -25,7 +25,7 @@ from hcsd.cluster.commands import extender_main, syncer_main
 from hcsd.cluster.compute_quota import Amounts
 from hcsd.cluster.endpoints import PROBE_PORT
 from hcsd.cluster.objects import compute_node, node_spec, node_status
-from hcsd.contract import names
+from hcsd.contract import names, paths
 from hcsd.quantity import QuantityError, parse_quantity
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,6 +56,7 @@ RBAC: dict[tuple[str, str], Rules] = {
         (names.GROUP, f"{names.COMPUTE_QUOTAS}/status"): frozenset({"patch"}),  # status.used
         ("", "pods"): frozenset({"get", "list", "watch"}),  # informer; GET in bind
         ("", "pods/binding"): frozenset({"create"}),  # carries the assignment annotation
+        ("authentication.k8s.io", "tokenreviews"): frozenset({"create"}),  # node keys' callers
     },
     ("Role", names.EXTENDER_ACCOUNT): {
         # list+watch: the nodes' heartbeats; get/create/update: the leader Lease
@@ -488,12 +489,15 @@ def test_bindings_tie_each_account_to_its_own_roles() -> None:
     assert bound == set(RBAC)
 
 
-def test_the_secret_holds_the_key_under_the_name_the_programs_read() -> None:
+def test_the_secret_holds_keys_by_id_and_names_the_signing_one() -> None:
+    """The layout hcsd.contract.keyring.read_secret_dir reads: `<kid>.key` and `signing`."""
     (secret,) = documents(OPERATORS_SECRET)
     name = secret["metadata"]["name"]
     assert name == names.KEY_SECRET and secret["type"] == "Opaque"
-    assert list(secret["stringData"]) == [names.KEY_SECRET_FIELD]
-    assert "create secret generic " + names.KEY_SECRET in (ROOT / "secret.yaml").read_text()
+    assert secret["stringData"] == {"k1.key": "REPLACE-WITH-32-RANDOM-BYTES", "signing": "k1"}
+    text = (ROOT / "secret.yaml").read_text()
+    assert "create secret generic " + names.KEY_SECRET in text
+    assert "--from-literal=k1.key=" in text and "--from-literal=signing=k1" in text
 
 
 # --- workloads: image, account, key, commands, ports ----------------------------------------
@@ -533,13 +537,13 @@ def mounts(pod: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def key_path(pod: Mapping[str, Any]) -> str:
-    """Where the pod sees the Secret's key: the mount of the volume of Secret KEY_SECRET."""
+    """Where the pod sees the Secret's keys: the mount of the volume of Secret KEY_SECRET."""
     (path,) = [
         p
         for p, v in mounts(pod).items()
         if v.get("secret", {}).get("secretName") == names.KEY_SECRET
     ]
-    return f"{path}/{names.KEY_SECRET_FIELD}"
+    return path
 
 
 def env_field(pod: Mapping[str, Any], name: str) -> str:
@@ -555,9 +559,7 @@ def env_field(pod: Mapping[str, Any], name: str) -> str:
         ("Deployment", names.EXTENDER_ACCOUNT, names.EXTENDER_ACCOUNT),
     ],
 )
-def test_workloads_run_our_image_as_our_account_with_the_key(
-    kind: str, name: str, account: str
-) -> None:
+def test_workloads_run_our_image_as_our_account(kind: str, name: str, account: str) -> None:
     pod = pod_spec(kind, name)
     (container,) = pod["containers"]
     assert container["image"] == IMAGE
@@ -569,19 +571,37 @@ def test_workloads_run_our_image_as_our_account_with_the_key(
     assert security["allowPrivilegeEscalation"] is False
     assert security["readOnlyRootFilesystem"] is True
     assert security["capabilities"] == {"drop": ["ALL"]}
-    assert key_path(pod)
 
 
-def test_the_syncer_command_points_at_its_mounts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Socket and key target on the host mounts, key source in the Secret mount."""
+def test_the_syncer_mounts_only_the_api_socket_directory_and_holds_no_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The socket's own directory, read-only, is its one host path: not /run/hcsd (every
+    container's quota files), not /etc/hcsd; no key Secret. Its keys come from the extender
+    with a token of audience hcs-node-keys bound to the pod."""
     pod = pod_spec("DaemonSet", names.SYNCER_ACCOUNT)
     (container,) = pod["containers"]
     args = parse_command(syncer_main, container["command"][1:], monkeypatch)
     host = {p: v["hostPath"]["path"] for p, v in mounts(pod).items() if "hostPath" in v}
-    assert host[str(Path(args.socket).parent)] == "/run/hcsd"
-    assert host[str(Path(args.key_file).parent)] == "/etc/hcsd"  # where hcsd reads the key
-    assert Path(args.key_file).name == names.KEY_SECRET_FIELD
-    assert args.install_key == key_path(pod)
+    assert args.socket == paths.SOCKET
+    assert host == {paths.API_DIR: paths.API_DIR}
+    (socket_mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == paths.API_DIR]
+    assert socket_mount["readOnly"] is True
+    assert not [v for v in mounts(pod).values() if "secret" in v]
+    token = mounts(pod)[str(Path(args.token_file).parent)]["projected"]["sources"]
+    assert token == [
+        {
+            "serviceAccountToken": {
+                "audience": names.NODE_KEYS_AUDIENCE,
+                "expirationSeconds": 3600,
+                "path": Path(args.token_file).name,
+            }
+        }
+    ]
+    host_name = f"{names.EXTENDER_ACCOUNT}.{names.NAMESPACE}.svc"
+    assert args.node_keys_url == f"https://{host_name}:{names.NODE_KEYS_PORT}/node-keys"
+    ca = mounts(pod)[str(Path(args.node_keys_ca).parent)]
+    assert ca == {"name": "node-keys-ca", "configMap": {"name": names.NODE_KEYS_CA}}
     assert args.namespace == names.NAMESPACE
     assert env_field(pod, "NODE_NAME") == "spec.nodeName"
     assert {"operator": "Exists"} in pod["tolerations"]  # runs on tainted accelerator nodes
@@ -595,7 +615,11 @@ def test_one_extender_port_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     args = parse_command(extender_main, container["command"][1:], monkeypatch)
     assert args.listen.rpartition(":")[2] == str(names.EXTENDER_PORT)
     assert args.probe_listen.rpartition(":")[2] == str(PROBE_PORT)
-    assert args.key_file == key_path(pod)
+    assert args.keys_dir == key_path(pod)
+    assert args.node_keys_listen.rpartition(":")[2] == str(names.NODE_KEYS_PORT)
+    # The node-keys port serves the extender's own certificate (to the syncers)
+    assert (args.node_keys_cert, args.node_keys_key) == (args.tls_cert, args.tls_key)
+    assert args.node_keys_insecure_http is False
     assert args.leader_elect is True and args.namespace == names.NAMESPACE
     assert not args.insecure_plain_http
     tls = {p: v["secret"]["secretName"] for p, v in mounts(pod).items() if "secret" in v}
@@ -604,13 +628,14 @@ def test_one_extender_port_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
         assert str(Path(path).parent) == "/etc/hcs-tls"
     assert env_field(pod, "POD_NAME") == "metadata.name"  # the leader Lease's identity
     ports = [p["containerPort"] for p in container["ports"]]
-    assert ports == [names.EXTENDER_PORT, PROBE_PORT]
+    assert ports == [names.EXTENDER_PORT, PROBE_PORT, names.NODE_KEYS_PORT]
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": PROBE_PORT}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": PROBE_PORT}
     service = by_kind("Service")[names.EXTENDER_ACCOUNT]
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
         (names.EXTENDER_PORT, names.EXTENDER_PORT),
         (PROBE_PORT, PROBE_PORT),
+        (names.NODE_KEYS_PORT, names.NODE_KEYS_PORT),
     ]
     labels = by_kind("Deployment")[names.EXTENDER_ACCOUNT]["spec"]["template"]["metadata"]
     assert service["spec"]["selector"].items() <= labels["labels"].items()
