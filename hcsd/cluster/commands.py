@@ -112,7 +112,18 @@ def _address(parser: argparse.ArgumentParser, flag: str, text: str) -> tuple[str
     return host, int(port)
 
 
-def _node_keys_arguments(parser: argparse.ArgumentParser) -> None:
+def _key_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--keys-dir",
+        required=True,
+        help="the mounted Secret hcs-assignment-key: <kid>.key files and `signing`",
+    )
+    parser.add_argument(
+        "--keys-reload-seconds",
+        type=float,
+        default=10.0,
+        help="how often the Secret's files are read again (a rotation step needs no restart)",
+    )
     parser.add_argument(
         "--node-keys-listen",
         default="",
@@ -167,12 +178,7 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         "--version", action="version", version=f"hcs-scheduler-extender {__version__}"
     )
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""))
-    parser.add_argument(
-        "--keys-dir",
-        required=True,
-        help="the mounted Secret hcs-assignment-key: <kid>.key files and `signing`",
-    )
-    _node_keys_arguments(parser)
+    _key_arguments(parser)
     parser.add_argument("--profiles", default="", help="profile database (default: built in)")
     parser.add_argument("--namespace", default=NAMESPACE)
     parser.add_argument(
@@ -196,7 +202,7 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
     if args.node_keys_listen and not (args.node_keys_cert or args.node_keys_insecure_http):
         parser.error("--node-keys-listen needs --node-keys-cert (or --node-keys-insecure-http)")
     try:
-        keys = ClusterKeys(args.keys_dir)
+        keys = ClusterKeys(args.keys_dir, every=args.keys_reload_seconds)
         db = ProfileDatabase.load(Path(args.profiles) if args.profiles else None)
     except (AssignmentKeyError, ProfileError, OSError) as e:
         print(f"hcs-scheduler-extender: {e}", file=sys.stderr)

@@ -5,6 +5,7 @@ Kubernetes binaries or etcd cannot be had."""
 from __future__ import annotations
 
 import base64
+import json
 import secrets
 import signal
 import subprocess
@@ -19,12 +20,16 @@ import pytest
 import yaml
 
 from hcsd.cluster.kube import Kube, KubeError
+from hcsd.contract.keyring import Keyring, derive
 from tests.cluster.controlplane import (
     MANIFESTS,
     ControlPlane,
+    _sign,
     free_port,
     manifests,
     register_node,
+    request_token,
+    syncer_pod,
 )
 from tests.harness.daemon import LIBHCS, Daemon, build_libhcs
 from tests.harness.peers.kubernetes import ensure_kubernetes, find_etcd
@@ -85,32 +90,65 @@ NODES: dict[str, tuple[str, list[dict[str, Any]], tuple[str, float] | None]] = {
 
 
 class NodeDaemon(Daemon):
-    """hcsd for one simulated node, named as its Kubernetes Node, with the cluster's key."""
+    """hcsd for one simulated node, named as its Kubernetes Node; its keys come from its
+    hcs-syncer (InstallKeys), as on a real node."""
 
-    def __init__(self, directory: Path, name: str, node: Path, key_file: Path) -> None:
+    def __init__(self, directory: Path, name: str, node: Path) -> None:
         self.name = name
-        self.key_file = key_file
+        self.keyring_file = directory / "state" / "keyring.json"
         super().__init__(
             directory,
             node_file=node,
             settings={
                 "node": {"name": name},
-                "runtime": {"assignment_key_file": key_file, "libhcs_path": LIBHCS},
+                "runtime": {
+                    "assignment_keyring_file": self.keyring_file,
+                    "assignment_key_file": directory / "no-legacy.key",
+                    "libhcs_path": LIBHCS,
+                },
             },
         )
+
+    def key_ids(self) -> set[str]:
+        """The key ids hcsd holds now (its keyring file; root-only, and the tests are root)."""
+        if not self.keyring_file.exists():
+            return set()
+        return set(json.loads(self.keyring_file.read_text())["keys"])
 
 
 @dataclass
 class Cluster:
     plane: ControlPlane
     work: Path
-    key: bytes
+    keys: Keyring  # the cluster keyring, as the Secret holds it now
     daemons: dict[str, NodeDaemon] = field(default_factory=dict)
     syncers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     extender: subprocess.Popen[bytes] | None = None
     extender_port: int = 0
     probe_port: int = 0
+    node_keys_port: int = 0
     admin: Kube | None = None
+
+    @property
+    def secret(self) -> Path:
+        """The extender's Secret volume: `<kid>.key` files and `signing`."""
+        return self.work / "secret"
+
+    def write_secret(self, keys: Keyring) -> None:
+        """Change the Secret as `kubectl apply` and kubelet would (files in place)."""
+        self.secret.mkdir(exist_ok=True)
+        for old in self.secret.iterdir():
+            old.unlink()
+        for kid, key in keys.keys.items():
+            (self.secret / f"{kid}.key").write_bytes(key)
+        (self.secret / "signing").write_text(keys.signing)
+        for path in self.secret.iterdir():
+            path.chmod(0o440)  # as mounted for it: the group is the process's own
+        self.keys = keys
+
+    def node_keys(self, node: str) -> dict[str, bytes]:
+        """What `node` verifies with when its syncer has fetched the current keys."""
+        return dict(derive(self.keys, node).keys)
 
     @property
     def kube(self) -> Kube:
@@ -118,15 +156,23 @@ class Cluster:
         return self.admin
 
     def start_syncer(self, name: str) -> None:
+        """As the DaemonSet runs it: its pod's token for the API (admission-syncer.yaml wants
+        the node in it), a projected token of audience hcs-node-keys for its keys."""
+        admin = self.plane.kube()
+        pod = syncer_pod(admin, name)
+        token = self.work / f"syncer-{name}.token"
+        token.write_text(request_token(admin, "hcs-syncer", pod=pod, audience="hcs-node-keys"))
+        admin.close()
+        self.node_keys_port = self.node_keys_port or free_port()
         log = open(self.work / f"syncer-{name}.log", "ab")  # noqa: SIM115
         self.syncers[name] = subprocess.Popen(
             [sys.executable, "-m", "hcsd.cluster.syncer_cli", "--node-name", name,
              "--socket", self.daemons[name].socket,
-             "--kubeconfig", str(self.plane.config_for("syncer")),
+             "--kubeconfig", str(self.plane.syncer_config(name)),
              "--lease-seconds", "8", "--renew-seconds", "2", "--resync-seconds", "30",
-             # As the DaemonSet does: the Secret's file installed where this node's hcsd reads.
-             "--install-key", str(self.work / "secret.key"),
-             "--key-file", str(self.daemons[name].key_file)],
+             "--node-keys-url", f"https://127.0.0.1:{self.node_keys_port}/node-keys",
+             "--node-keys-ca", str(self.work / "certs" / "ca.crt"),
+             "--token-file", str(token), "--keys-seconds", "2"],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -144,23 +190,34 @@ class Cluster:
     def probe_url(self) -> str:
         return f"http://127.0.0.1:{self.probe_port}"
 
+    def extender_command(self, port: int, probes: int, identity: str, keys_port: int) -> list[str]:
+        """As the Deployment runs it: the Secret's directory, and the node-keys port serving
+        the extender's own certificate (as the manifests do)."""
+        certs = self.work / "certs"
+        return [
+            sys.executable, "-m", "hcsd.cluster.extender_cli",
+            "--listen", f"127.0.0.1:{port}",
+            "--probe-listen", f"127.0.0.1:{probes}", *self.plane.extender_tls(),
+            "--keys-dir", str(self.secret), "--keys-reload-seconds", "0.5",
+            "--node-keys-listen", f"127.0.0.1:{keys_port}",
+            "--node-keys-cert", str(certs / "extender-serving.crt"),
+            "--node-keys-key", str(certs / "extender-serving.key"),
+            "--kubeconfig", str(self.plane.config_for("extender")), "--leader-elect",
+            "--identity", identity, "--quota-status-seconds", "0.5",
+            # kube-scheduler's default profile, and one no kube-scheduler here runs, for the
+            # tests that call bind themselves.
+            "--scheduler-name", "default-scheduler", "--scheduler-name", MANUAL_SCHEDULER,
+        ]  # fmt: skip
+
     def start_extender(self) -> None:
         self.extender_port = self.extender_port or free_port()
         self.probe_port = self.probe_port or free_port()
-        key_file = self.work / "extender.key"
-        key_file.write_bytes(self.key)
-        key_file.chmod(0o440)  # as the Secret is mounted for it: the group is the process's own
+        self.node_keys_port = self.node_keys_port or free_port()
         log = open(self.work / "extender.log", "ab")  # noqa: SIM115
         self.extender = subprocess.Popen(
-            [sys.executable, "-m", "hcsd.cluster.extender_cli",
-             "--listen", f"127.0.0.1:{self.extender_port}",
-             "--probe-listen", f"127.0.0.1:{self.probe_port}", *self.plane.extender_tls(),
-             "--key-file", str(key_file),
-             "--kubeconfig", str(self.plane.config_for("extender")), "--leader-elect",
-             "--identity", "extender-0", "--quota-status-seconds", "0.5",
-             # kube-scheduler's default profile, and one no kube-scheduler here runs, for the
-             # tests that call bind themselves.
-             "--scheduler-name", "default-scheduler", "--scheduler-name", MANUAL_SCHEDULER],
+            self.extender_command(
+                self.extender_port, self.probe_port, "extender-0", self.node_keys_port
+            ),
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.plane.processes["extender"] = self.extender  # for wait_ready's exit check
@@ -173,6 +230,16 @@ class Cluster:
         self.extender.wait(30)
         self.plane.processes.pop("extender", None)
         self.extender = None
+
+    def wait_keys(self, kids: set[str], timeout: float = 30) -> None:
+        """Until every node's hcsd holds exactly `kids` (its syncer fetched them)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            held = {name: d.key_ids() for name, d in self.daemons.items()}
+            if all(k == kids for k in held.values()):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"nodes hold {held}, not {kids}:\n" + self.log("syncer-gpu-node"))
 
     def log(self, name: str) -> str:
         path = self.work / f"{name}.log"
@@ -271,11 +338,14 @@ def kustomized() -> list[str]:
     return list(kustomization["resources"])
 
 
-def secret_with(key: bytes) -> list[dict[str, Any]]:
+def secret_with(keys: Keyring) -> list[dict[str, Any]]:
     docs = manifests("secret.yaml")
     for doc in docs:
         doc.pop("stringData", None)
-        doc["data"] = {"assignment.key": base64.b64encode(key).decode()}
+        doc["data"] = {
+            **{f"{k}.key": base64.b64encode(v).decode() for k, v in keys.keys.items()},
+            "signing": base64.b64encode(keys.signing.encode()).decode(),
+        }
     return docs
 
 
@@ -286,27 +356,27 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         build_libhcs()
     work = tmp_path_factory.mktemp("cluster")
     plane = ControlPlane(binaries, etcd, work).start()
-    key = secrets.token_hex(32).encode()
-    c = Cluster(plane, work, key)
+    keys = Keyring({"k1": secrets.token_hex(32).encode()}, "k1")
+    c = Cluster(plane, work, keys)
     try:
         # Everything the kustomization ships, validated by the real API server (nothing runs
         # the DaemonSet and Deployment here: there is no kubelet), with a real key.
         shipped = [d for d in manifests(*kustomized()) if d["kind"] != "Secret"]
-        plane.apply(shipped + secret_with(key))
+        plane.apply(shipped + secret_with(keys))
         c.admin = plane.kube()
-        (work / "secret.key").write_bytes(key)  # the mounted Secret; hcsd starts without a key
-        (work / "secret.key").chmod(0o400)  # the syncer's defaultMode
+        c.write_secret(keys)  # the extender's Secret volume; hcsd starts without a key
         for name, (prefix, devices, link) in NODES.items():
             directory = work / name
             directory.mkdir()
             node = node_file(directory / "node.toml", prefix, devices, link)
-            daemon = NodeDaemon(directory, name, node, directory / "etc" / "assignment.key")
+            daemon = NodeDaemon(directory, name, node)
             daemon.start()
             c.daemons[name] = daemon
             register_node(c.kube, name)
             c.start_syncer(name)
         c.wait_compute_nodes()
         c.start_extender()
+        c.wait_keys({"k1"})  # each syncer fetched its node's keys from the extender
         plane.start_scheduler(c.extender_url)
         yield c
     finally:

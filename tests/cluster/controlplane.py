@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from hcsd.cluster.kube import Kube
+from hcsd.cluster.kube import Kube, KubeError
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "packaging" / "kubernetes"
@@ -112,6 +112,18 @@ class ControlPlane:
 
     def kube(self, client: str = "admin") -> Kube:
         return Kube.connect(str(self.config_for(client)))
+
+    def syncer_config(self, node: str) -> Path:
+        """A kubeconfig for `node`'s hcs-syncer with the token its DaemonSet pod would have:
+        the syncer's account, bound to a pod on that node (admission-syncer.yaml needs it)."""
+        admin = self.kube()
+        token = request_token(admin, "hcs-syncer", pod=syncer_pod(admin, node))
+        admin.close()
+        path = self.work / f"syncer-{node}.kubeconfig"
+        return token_kubeconfig(path, self.server, self.work / "certs", token)
+
+    def syncer_kube(self, node: str) -> Kube:
+        return Kube.connect(str(self.syncer_config(node)))
 
     def start(self) -> ControlPlane:
         certs = self.work / "certs"
@@ -285,7 +297,7 @@ _PLURALS = {
     "Secret": "secrets", "CustomResourceDefinition": "customresourcedefinitions",
     "DaemonSet": "daemonsets", "Deployment": "deployments", "Service": "services",
     "Node": "nodes", "Pod": "pods", "ComputeQuota": "computequotas", "ComputeNode": "computenodes",
-    "NetworkPolicy": "networkpolicies",
+    "NetworkPolicy": "networkpolicies", "ConfigMap": "configmaps",
     "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }  # fmt: skip
@@ -340,6 +352,76 @@ def register_node(kube: Kube, name: str) -> None:
         c["lastHeartbeatTime"] = now
         c["lastTransitionTime"] = now
     kube.request("PUT", f"/api/v1/nodes/{name}/status", body={**created, "status": status})
+
+
+def token_kubeconfig(path: Path, server: str, certs: Path, token: str) -> Path:
+    """A kubeconfig that authenticates with a bearer token (a service account's)."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "hcs", "cluster": {"server": server,
+                                                 "certificate-authority": str(certs / "ca.crt")}}],
+        "users": [{"name": "token", "user": {"token": token}}],
+        "contexts": [{"name": "hcs", "context": {"cluster": "hcs", "user": "token"}}],
+        "current-context": "hcs",
+    }  # fmt: skip
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def request_token(
+    kube: Kube,
+    account: str,
+    *,
+    namespace: str = "hcs-system",
+    pod: dict[str, Any] | None = None,
+    node: dict[str, Any] | None = None,
+    audience: str = "",
+) -> str:
+    """A TokenRequest for `account`, bound to `pod` or `node` (as kubelet's projected token
+    is bound to its pod) or to nothing; for `audience`, else the API server's."""
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    if audience:
+        spec["audiences"] = [audience]
+    bound = pod or node
+    if bound is not None:
+        spec["boundObjectRef"] = {
+            "apiVersion": "v1",
+            "kind": bound["kind"],
+            "name": bound["metadata"]["name"],
+            "uid": bound["metadata"]["uid"],
+        }
+    answer = kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+    )
+    return str(answer["status"]["token"])
+
+
+def syncer_pod(kube: Kube, node: str, account: str = "hcs-syncer") -> dict[str, Any]:
+    """The DaemonSet's pod on `node` as the API server holds it (spec.nodeName set; no kubelet
+    runs it): its tokens name the node. The Node is registered first if it is missing."""
+    try:
+        kube.get(f"/api/v1/nodes/{node}")
+    except KubeError as e:
+        if not e.not_found:
+            raise
+        register_node(kube, node)
+    name = f"{account}-{node}"
+    path = f"/api/v1/namespaces/hcs-system/pods/{name}"
+    try:
+        return kube.get(path)
+    except KubeError as e:
+        if not e.not_found:
+            raise
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "hcs-system"},
+        "spec": {"nodeName": node, "serviceAccountName": account,
+                 "containers": [{"name": "syncer", "image": "hcs/hcsd"}]},
+    }  # fmt: skip
+    return kube.create("/api/v1/namespaces/hcs-system/pods", pod)
 
 
 def which(name: str) -> str | None:

@@ -15,6 +15,7 @@ from hcsd.cluster.extender import Extender
 from hcsd.cluster.kube import lease_object
 from hcsd.cluster.timefmt import micro_time
 from hcsd.contract.assignment import ANNOTATION, verify
+from hcsd.contract.keyring import Keyring, derive
 from hcsd.profiles.database import ProfileDatabase
 from tests.cluster.controlplane import ControlPlane, register_node
 from tests.harness.waiting import wait_for
@@ -22,12 +23,12 @@ from tests.unit.fleet import GiB, node_object
 
 pytestmark = pytest.mark.slow
 
-KEY = b"0123456789abcdef0123456789abcdef"
+KEYS = Keyring({"k1": b"0123456789abcdef0123456789abcdef"}, "k1")
 
 
 @pytest.fixture(scope="module")
 def extender(plane: ControlPlane) -> Iterator[Extender]:
-    e = Extender(plane.kube("extender"), KEY, ProfileDatabase.load(None)).start()
+    e = Extender(plane.kube("extender"), lambda: KEYS, ProfileDatabase.load(None)).start()
     assert e.state.wait_synced(30)
     yield e
     e.stop()
@@ -78,7 +79,8 @@ def test_bind_signs_binds_and_counts_the_pod_at_once(
     assert bind(extender, first, "bind-a") == ""
     bound = plane.kube().get("/api/v1/namespaces/default/pods/first")
     assert bound["spec"]["nodeName"] == "bind-a"
-    body = verify(bound["metadata"]["annotations"][ANNOTATION], KEY, node="bind-a",
+    node_keys = derive(KEYS, "bind-a").keys  # signed with bind-a's own key
+    body = verify(bound["metadata"]["annotations"][ANNOTATION], node_keys, node="bind-a",
                   pod_uid=first["metadata"]["uid"], now=time.time(), max_age=60)  # fmt: skip
     assert [g.vram_bytes for g in body.containers["main"]] == [50 * GiB]
     # Counted from the moment it was bound (assumed, then as the informer shows it): the

@@ -7,11 +7,12 @@ The tests run in order in one cluster; each cleans up the pods it made.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import os
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +22,7 @@ import pytest
 from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.contract.assignment import ANNOTATION, AssignmentError, sign, verify
+from hcsd.contract.keyring import Keyring
 from tests.cluster.conftest import Cluster, GiB, unschedulable_message
 from tests.cluster.controlplane import free_port
 
@@ -29,7 +31,8 @@ pytestmark = pytest.mark.slow
 
 def assignment_of(cluster: Cluster, pod: dict) -> dict:
     text = pod["metadata"]["annotations"][ANNOTATION]
-    verify(text, cluster.key, node=pod["spec"]["nodeName"], pod_uid=pod["metadata"]["uid"],
+    node = pod["spec"]["nodeName"]
+    verify(text, cluster.node_keys(node), node=node, pod_uid=pod["metadata"]["uid"],
            now=time.time(), max_age=60)  # fmt: skip
     return json.loads(text)
 
@@ -96,8 +99,8 @@ def test_vram_pod_gets_a_signed_assignment_that_hcsd_accepts(cluster: Cluster) -
                 container_id="c-forged", container_name="main", pod=request.pod,
                 pod_annotations=forged))  # fmt: skip
         with pytest.raises(AssignmentError):
-            verify(forged[ANNOTATION], cluster.key, node="gpu-node", pod_uid=request.pod.uid,
-                   now=time.time(), max_age=60)  # fmt: skip
+            verify(forged[ANNOTATION], cluster.node_keys("gpu-node"), node="gpu-node",
+                   pod_uid=request.pod.uid, now=time.time(), max_age=60)  # fmt: skip
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             status = cluster.kube.get("/apis/hcs.io/v1alpha1/computenodes/gpu-node")["status"]
@@ -293,15 +296,87 @@ def test_a_node_whose_heartbeat_stops_gets_no_pods(cluster: Cluster) -> None:
     cluster.delete_pod("late")
 
 
+def prepare(cluster: Cluster, pod: dict, container: str, node: str = "gpu-node") -> pb.Allocation:
+    """The runtime creating one of the pod's containers on its node: hcsd verifies (or
+    recognises) the pod's assignment and holds its grants."""
+    meta = pod["metadata"]
+    request = pb.PrepareContainerRequest(
+        container_id=container, container_name="main",
+        pod=pb.PodRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"]),
+        pod_annotations=meta["annotations"],
+    )  # fmt: skip
+    with Client(cluster.daemons[node].socket) as hcsd:
+        answer = hcsd.prepare_container(request)
+    assert answer.managed
+    return answer.allocation
+
+
+def gone(cluster: Cluster, container: str, node: str = "gpu-node") -> None:
+    with Client(cluster.daemons[node].socket) as hcsd:
+        hcsd.container_gone(pb.ContainerGoneRequest(container_id=container, deleted=True))
+
+
+def test_a_node_refuses_what_another_nodes_keys_sign(cluster: Cluster) -> None:
+    """Root on mlu-node holds mlu-node's keys (its keyring file) and signs an assignment for
+    gpu-node with them: gpu-node's hcsd refuses it."""
+    cluster.create_pod("forged", resources={"ai.compute/vram": "1Gi"},
+                       annotations={"hcs.io/vendors": "nvidia"})  # fmt: skip
+    pod = cluster.wait_pod("forged")
+    body = json.loads(pod["metadata"]["annotations"][ANNOTATION])
+    stolen = json.loads(cluster.daemons["mlu-node"].keyring_file.read_text())
+    assert stolen["node"] == "mlu-node"
+    key = base64.b64decode(stolen["keys"][body["kid"]])
+    body["containers"]["main"][0]["vram"] = 80 * GiB
+    pod["metadata"]["annotations"][ANNOTATION] = sign(body, key)
+    with pytest.raises(ApiError, match="signature does not verify"):
+        prepare(cluster, pod, "c-forged")
+    cluster.delete_pod("forged")
+
+
+def test_rotation_refuses_no_container_at_any_step(cluster: Cluster) -> None:
+    """docs/cluster.md, Rotating keys, end to end: the Secret changes, the extender signs from
+    it, each syncer fetches its node's keys, hcsd verifies. At every step a new pod starts and
+    every earlier pod's container restarts."""
+    old = cluster.keys
+    new_key = base64.b64encode(os.urandom(32))
+    steps = [
+        ("add k2", Keyring({**old.keys, "k2": new_key}, "k1"), {"k1", "k2"}),
+        ("sign with k2", Keyring({**old.keys, "k2": new_key}, "k2"), {"k1", "k2"}),
+        ("retire k1", Keyring({"k2": new_key}, "k2"), {"k2"}),
+    ]
+    running: dict[str, tuple[dict, str]] = {}
+
+    def new_pod(name: str, kid: str) -> None:
+        cluster.create_pod(name, resources={"ai.compute/vram": "1Gi"},
+                           annotations={"hcs.io/vendors": "nvidia"})  # fmt: skip
+        pod = cluster.wait_pod(name)
+        assert pod["spec"].get("nodeName") == "gpu-node", unschedulable_message(pod)
+        assert json.loads(pod["metadata"]["annotations"][ANNOTATION])["kid"] == kid
+        prepare(cluster, pod, f"{name}-0")
+        running[name] = (pod, f"{name}-0")
+
+    new_pod("rot-0", "k1")
+    for number, (step, keys, held) in enumerate(steps, 1):
+        cluster.write_secret(keys)
+        cluster.wait_keys(held)  # the operator waits for this before the next step
+        time.sleep(1)  # the extender reads its Secret again (--keys-reload-seconds 0.5)
+        for name, (pod, container) in running.items():
+            gone(cluster, container)
+            prepare(cluster, pod, f"{name}-{number}")  # a restart: accepted
+            running[name] = (pod, f"{name}-{number}")
+        new_pod(f"rot-{number}", keys.signing)
+        print(step, "ok")
+    for name, (_, container) in running.items():
+        gone(cluster, container)
+        cluster.delete_pod(name)
+
+
 def test_two_extender_replicas_only_the_leader_serves(cluster: Cluster) -> None:
     """Runs last: it stops the first replica."""
     port, probes = free_port(), free_port()
     log = open(cluster.work / "extender-1.log", "ab")  # noqa: SIM115
     standby = subprocess.Popen(
-        [sys.executable, "-m", "hcsd.cluster.extender_cli", "--listen", f"127.0.0.1:{port}",
-         "--probe-listen", f"127.0.0.1:{probes}", *cluster.plane.extender_tls(),
-         "--key-file", str(cluster.work / "extender.key"), "--leader-elect",
-         "--identity", "extender-1", "--kubeconfig", str(cluster.plane.config_for("extender"))],
+        cluster.extender_command(port, probes, "extender-1", free_port()),
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

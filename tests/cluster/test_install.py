@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from hcsd.cluster.kube import Kube, KubeError
-from hcsd.contract.names import KEY_SECRET, KEY_SECRET_FIELD, NAMESPACE
+from hcsd.contract.names import KEY_SECRET, NAMESPACE
 from tests.cluster.conftest import kustomized
 from tests.cluster.controlplane import MANIFESTS, ControlPlane, _collection_path, manifests
 
@@ -83,17 +83,19 @@ def test_apply_k_after_the_documented_secret_keeps_the_key(
 ) -> None:
     kube = plane.kube()
     key = base64.b64encode(secrets.token_bytes(32)).decode()  # head -c 32 /dev/urandom | base64
-    # kubectl -n hcs-system create secret generic hcs-assignment-key --from-literal=...
+    # kubectl -n hcs-system create secret generic hcs-assignment-key \
+    #   --from-literal=k1.key=... --from-literal=signing=k1
+    documented = {"k1.key": key, "signing": "k1"}
     kube.create(f"/api/v1/namespaces/{NAMESPACE}/secrets", {
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
         "metadata": {"name": KEY_SECRET, "namespace": NAMESPACE},
-        "data": {KEY_SECRET_FIELD: base64.b64encode(key.encode()).decode()},
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in documented.items()},
     })  # fmt: skip
     try:
         for _ in range(2):  # the install, then an upgrade
             how = apply_k(plane)
-            stored = kube.get(SECRET_PATH)["data"][KEY_SECRET_FIELD]
-            assert base64.b64decode(stored).decode() == key
+            stored = kube.get(SECRET_PATH)["data"]
+            assert {k: base64.b64decode(v).decode() for k, v in stored.items()} == documented
         with capsys.disabled():
             print(f"\n{Path(__file__).name}: {how}")
     finally:

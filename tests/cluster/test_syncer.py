@@ -39,7 +39,7 @@ class Running:
         options = {"lease_seconds": 3, "renew": 0.3, "settle": 0.2, "resync": 300.0, **settings}
         self.syncer = Syncer(
             SyncerSettings(node_name=node, socket_path=hcsd.socket, **options),
-            plane.kube("syncer"),
+            plane.syncer_kube(node),  # its pod's token: admission-syncer.yaml needs the node
         )
         self.thread = threading.Thread(target=self.syncer.run, daemon=True)
         self.thread.start()

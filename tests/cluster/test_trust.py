@@ -149,8 +149,9 @@ def test_bind_signs_what_the_stored_pod_asks_not_what_filter_said(cluster: Clust
     assert (status, answer) == (200, {"Error": ""})
     bound = get_pod(cluster, "asks-1gi")
     assert bound["spec"]["nodeName"] == "gpu-node"
-    signed = verify(bound["metadata"]["annotations"][ANNOTATION], cluster.key, node="gpu-node",
-                    pod_uid=bound["metadata"]["uid"], now=time.time(), max_age=60)  # fmt: skip
+    signed = verify(bound["metadata"]["annotations"][ANNOTATION], cluster.node_keys("gpu-node"),
+                    node="gpu-node", pod_uid=bound["metadata"]["uid"], now=time.time(),
+                    max_age=60)  # fmt: skip
     assert [g.vram_bytes for g in signed.containers["main"]] == [1 * GiB]
     cluster.delete_pod("asks-1gi")
 
@@ -272,8 +273,9 @@ def live_assignments(cluster: Cluster, namespace: str) -> int:
         if not text or not node or pod["metadata"].get("deletionTimestamp"):
             continue
         try:
-            signed = verify(text, cluster.key, node=node, pod_uid=pod["metadata"]["uid"],
-                            now=time.time(), max_age=3600)  # fmt: skip
+            signed = verify(text, cluster.node_keys(node), node=node,
+                            pod_uid=pod["metadata"]["uid"], now=time.time(),
+                            max_age=3600)  # fmt: skip
         except ValueError:
             continue
         total += sum(g.vram_bytes for grants in signed.containers.values() for g in grants)
