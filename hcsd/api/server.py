@@ -80,7 +80,16 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
             orphaned_containers=[a.container_id for a in s.orphans()],
             health_source=s.health_source,
             mode=self.injector.settings.mode.value if self.injector is not None else "",
+            assignment_key_ids=self._key_ids(),
         )
+
+    def _key_ids(self) -> list[str]:
+        if self.injector is None:
+            return []
+        try:
+            return sorted(self.injector.acceptances.keys())
+        except AssignmentKeyError:
+            return []
 
     async def ListDevices(
         self, request: pb.ListDevicesRequest, context: object

@@ -86,8 +86,10 @@ def node_status(
     *,
     previous: Mapping[str, Any],
     now: str,
+    key_ids: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Usage and health; `previous` (the status last written) keeps transition times stable."""
+    """Usage and health, and the ids of the assignment keys hcsd holds (what a key rotation
+    waits for); `previous` (the status last written) keeps transition times stable."""
     states = {d.uuid: _HEALTH.get(d.health_state, HealthState.HEALTHY) for d in devices}
     healthy = sum(1 for s in states.values() if s is HealthState.HEALTHY)
     schedulable = sum(1 for s in states.values() if s.schedulable)
@@ -114,6 +116,7 @@ def node_status(
         "vramAllocatedBytes": allocated,
         "vramTotal": format_bytes(total),
         "vramFree": format_bytes(total - allocated),
+        "assignmentKeys": sorted(key_ids),
         "conditions": [
             _condition(
                 "Ready", schedulable > 0, ready_reason, ready_message, previous=previous, now=now

@@ -113,7 +113,10 @@ class Syncer:
                 self._dirty = True
                 next_resync = now + self.settings.resync
             if self.keys is not None and self.keys.due():
+                before = self.keys.installed
                 self.keys.run_once()  # logs and retries on its own; the Lease goes on
+                if self.keys.installed != before:
+                    self._dirty = True  # the status lists the key ids hcsd holds
             try:
                 if self._dirty:
                     self._dirty = False
@@ -176,7 +179,13 @@ class Syncer:
         previous = (self._written or {}).get("status") or {}
         spec = node_spec(node, devices)
         spec["nodeName"] = self.settings.node_name  # the Kubernetes name wins over hcsd's
-        status = node_status(devices, allocations, previous=previous, now=rfc3339(self.clock()))
+        status = node_status(
+            devices,
+            allocations,
+            previous=previous,
+            now=rfc3339(self.clock()),
+            key_ids=node.assignment_key_ids,
+        )
         return spec, status
 
     # --- API side ----------------------------------------------------------------------

@@ -232,11 +232,20 @@ class Cluster:
         self.extender = None
 
     def wait_keys(self, kids: set[str], timeout: float = 30) -> None:
-        """Until every node's hcsd holds exactly `kids` (its syncer fetched them)."""
+        """Until every node's hcsd holds exactly `kids`, as an operator sees it between the
+        steps of a rotation: `status.assignmentKeys` of the ComputeNodes. Its hcsd's keyring
+        file says the same."""
         deadline = time.monotonic() + timeout
+        held: dict[str, set[str]] = {}
         while time.monotonic() < deadline:
-            held = {name: d.key_ids() for name, d in self.daemons.items()}
-            if all(k == kids for k in held.values()):
+            items = self.kube.get("/apis/hcs.io/v1alpha1/computenodes").get("items", [])
+            held = {
+                i["metadata"]["name"]: set((i.get("status") or {}).get("assignmentKeys") or [])
+                for i in items
+                if i["metadata"]["name"] in self.daemons
+            }
+            if len(held) == len(self.daemons) and all(k == kids for k in held.values()):
+                assert all(d.key_ids() == kids for d in self.daemons.values())
                 return
             time.sleep(0.2)
         raise AssertionError(f"nodes hold {held}, not {kids}:\n" + self.log("syncer-gpu-node"))

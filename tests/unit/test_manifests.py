@@ -394,7 +394,9 @@ def test_the_syncers_compute_nodes_fit_the_schema(node: str) -> None:
     obj = compute_node(node, node_spec(info, devices))
     assert obj["apiVersion"] == names.API_VERSION and obj["kind"] == "ComputeNode"
     first = node_status(devices, allocations, previous={}, now="2026-01-01T00:00:00Z")
-    obj["status"] = node_status(devices, allocations, previous=first, now="2026-01-02T00:00:00Z")
+    obj["status"] = node_status(
+        devices, allocations, previous=first, now="2026-01-02T00:00:00Z", key_ids=["k1", "k2"]
+    )
     assert problems(obj, names.COMPUTE_NODES) == []
 
 

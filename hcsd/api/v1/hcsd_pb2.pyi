@@ -132,7 +132,7 @@ class GetNodeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("name", "version", "backends", "ledger_seq", "device_count", "allocation_count", "started_at", "orphaned_containers", "health_source", "mode", "discovery_notes")
+    __slots__ = ("name", "version", "backends", "ledger_seq", "device_count", "allocation_count", "started_at", "orphaned_containers", "health_source", "mode", "discovery_notes", "assignment_key_ids")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +144,7 @@ class Node(_message.Message):
     HEALTH_SOURCE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     DISCOVERY_NOTES_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_KEY_IDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     backends: _containers.RepeatedScalarFieldContainer[str]
@@ -155,7 +156,8 @@ class Node(_message.Message):
     health_source: str
     mode: str
     discovery_notes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., ledger_seq: _Optional[int] = ..., device_count: _Optional[int] = ..., allocation_count: _Optional[int] = ..., started_at: _Optional[float] = ..., orphaned_containers: _Optional[_Iterable[str]] = ..., health_source: _Optional[str] = ..., mode: _Optional[str] = ..., discovery_notes: _Optional[_Iterable[str]] = ...) -> None: ...
+    assignment_key_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., ledger_seq: _Optional[int] = ..., device_count: _Optional[int] = ..., allocation_count: _Optional[int] = ..., started_at: _Optional[float] = ..., orphaned_containers: _Optional[_Iterable[str]] = ..., health_source: _Optional[str] = ..., mode: _Optional[str] = ..., discovery_notes: _Optional[_Iterable[str]] = ..., assignment_key_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Link(_message.Message):
     __slots__ = ("peer_uuid", "kind", "gbps")
