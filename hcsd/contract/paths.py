@@ -12,7 +12,7 @@ CONFIG_FILE = "/etc/hcsd/hcsd.toml"
 KEY_FILE = "/etc/hcsd/assignment.key"  # the single key of earlier releases
 SIMULATED_NODE_FILE = "/etc/hcsd/nodes/mixed.toml"
 STATE_DIR = "/var/lib/hcsd"  # the ledger
-KEYRING_FILE = f"{STATE_DIR}/keyring.json"  # this node's assignment keys (InstallKeys)
+KEYRING_NAME = "keyring.json"  # this node's assignment keys (InstallKeys), in STATE_DIR
 RUN_DIR = "/run/hcsd"  # sockets, per-container quota files, the preload file
 # hcsd's API (gRPC), root only, in a directory of its own: hcs-syncer's DaemonSet mounts this
 # directory alone (read-only), never RUN_DIR with every container's quota files beside it.

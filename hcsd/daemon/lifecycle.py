@@ -189,8 +189,12 @@ class Daemon:
     def _injector(self, service: NodeService) -> Injector:
         """Container injection, shared by the NRI plugin and the front ends' API calls."""
         config = self.config
+        runtime = replace(
+            config.runtime,
+            assignment_keyring_file=config.runtime.keyring_path(config.daemon.state_dir),
+        )
         key = KeyringFile(
-            config.runtime.assignment_keyring_file,
+            runtime.assignment_keyring_file,
             config.node.resolved_name(),
             legacy=config.runtime.assignment_key_file,
             log_to=log,
@@ -203,7 +207,7 @@ class Daemon:
                 node_name=config.node.resolved_name(),
                 run_dir=config.daemon.run_dir,
                 mode=config.node.mode,
-                runtime=config.runtime,
+                runtime=runtime,
                 keyring=key,
             ),
         )

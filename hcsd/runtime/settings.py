@@ -7,10 +7,12 @@ the file reaches every front end the same way.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hcsd.contract import paths
+from hcsd.contract.paths import KEYRING_NAME
 from hcsd.model import Vendor
 from hcsd.sections import Section, checks, section, setting
 
@@ -78,10 +80,11 @@ class RuntimeSection(Section):
         paths.LIBHCS, "The quota library preloaded into containers.", checks.path
     )
     assignment_keyring_file: str = setting(
-        paths.KEYRING_FILE,
+        "",
         "This node's keys (key id -> key) that verify hcs.io/assignment: written by "
-        "InstallKeys (hcs-syncer), or by hand (docs/cluster.md, Keys).",
-        checks.path,
+        "InstallKeys (hcs-syncer), or by hand (docs/cluster.md, Keys and trust); empty: "
+        "keyring.json in daemon.state_dir.",
+        checks.path_or_empty,
     )
     assignment_key_file: str = setting(
         paths.KEY_FILE,
@@ -117,3 +120,8 @@ class RuntimeSection(Section):
         "Driver files mounted into containers, per vendor; a vendor CDI spec, where "
         "present, replaces them.",
     )
+
+    def keyring_path(self, state_dir: str) -> str:
+        """Where this node's keyring lives: the setting, else beside the ledger (root's
+        state, which hcsd's unit may write, unlike /etc)."""
+        return self.assignment_keyring_file or os.path.join(state_dir, KEYRING_NAME)

@@ -91,5 +91,8 @@ async def test_keys_that_are_not_this_nodes_are_refused(
 
 
 def test_the_default_keyring_is_root_state_not_configuration() -> None:
-    """hcsd's unit may write /var/lib/hcsd (StateDirectory), not /etc (ProtectSystem)."""
-    assert RuntimeSection().assignment_keyring_file.startswith("/var/lib/hcsd/")
+    """hcsd's unit may write its state directory (StateDirectory), not /etc (ProtectSystem);
+    a test's hcsd, with a state directory of its own, never touches the host's keyring."""
+    assert RuntimeSection().keyring_path("/var/lib/hcsd") == "/var/lib/hcsd/keyring.json"
+    assert RuntimeSection().keyring_path("/tmp/t/state") == "/tmp/t/state/keyring.json"
+    assert RuntimeSection(assignment_keyring_file="/k.json").keyring_path("/x") == "/k.json"
