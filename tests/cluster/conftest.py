@@ -24,7 +24,6 @@ from hcsd.contract.keyring import Keyring, derive
 from tests.cluster.controlplane import (
     MANIFESTS,
     ControlPlane,
-    _sign,
     free_port,
     manifests,
     register_node,
