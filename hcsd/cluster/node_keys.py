@@ -9,8 +9,8 @@ is (TokenReview) and answers only when:
 - the token is bound to a pod on a node, or to a Node: the API server then names the node in
   the user's extra `authentication.kubernetes.io/node-name` (Kubernetes 1.32 and later).
 The answer is that node's derived keyring (hcsd.contract.keyring: kids, keys, the signing
-kid), never the cluster keys nor another node's. Reviews are cached for a minute by the
-token's hash, so 5,000 syncers polling cost the API server little.
+kid; retired kids left out), never the cluster keys nor another node's. Reviews are cached for
+a minute by the token's hash, so 5,000 syncers polling cost the API server little.
 """
 
 from __future__ import annotations
@@ -89,9 +89,10 @@ class ClusterKeys:
                 return self._keys
             if keys != self._keys:
                 log.info(
-                    "assignment keys changed: ids %s, signing with %s",
+                    "assignment keys changed: ids %s, signing with %s, retired %s",
                     ", ".join(sorted(keys.keys)),
                     keys.signing,
+                    ", ".join(sorted(keys.retired)) or "none",
                 )
             self._keys = keys
             return keys
@@ -127,7 +128,7 @@ class NodeKeys:
         if scheme.lower() != "bearer" or not token.strip():
             raise Refused(401, "send the syncer's service-account token as a Bearer token")
         node = self._node_of(token.strip())
-        return encode(derive(self.keys(), node))
+        return encode(derive(self.keys(), node).active())
 
     def _node_of(self, token: str) -> str:
         digest = hashlib.sha256(token.encode()).hexdigest()

@@ -2,18 +2,21 @@
 
 Its own port and server, apart from kube-scheduler's: callers are every node's syncer, not
 the scheduler, and they authenticate by service-account token (node_keys.NodeKeys), not by
-client certificate. Requests carry no body; a request line or header past the standard
-library's 64 KiB limits is refused by it. Plain HTTP only with an explicit flag, for tests
-and development: a token and the keys then cross the network readable.
+client certificate. The transport is the extender's bounded server (httpserver.py: capped
+connections, the handshake in the connection's thread, a deadline per request). Requests
+carry no body; a request line or header past the standard library's 64 KiB limits is
+refused by it. Plain HTTP only with an explicit flag, for tests and development: a token and
+the keys then cross the network readable.
 """
 
 from __future__ import annotations
 
 import logging
 import ssl
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from hcsd.cluster.httpserver import DEFAULT_LIMITS, BoundedServer, Limits
 from hcsd.cluster.node_keys import NodeKeys, Refused
 
 __all__ = ["PATH", "serve_node_keys"]
@@ -23,16 +26,13 @@ log = logging.getLogger(__name__)
 PATH = "/node-keys"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class _Server(BoundedServer):
     node_keys: NodeKeys
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
-    timeout = 30  # a caller that sends nothing does not hold a thread for ever
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
@@ -70,25 +70,28 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve_node_keys(
-    node_keys: NodeKeys, host: str, port: int, *, cert: str, key: str, plain_http: bool = False
+    node_keys: NodeKeys,
+    host: str,
+    port: int,
+    *,
+    cert: str,
+    key: str,
+    plain_http: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> _Server:
     """Bind (port 0 picks one); the caller runs serve_forever in a thread of its own."""
     if not cert and not plain_http:
         raise ValueError("the node-keys port needs a TLS certificate (or the explicit dev flag)")
-    server = _Server((host, port), _Handler)
-    server.node_keys = node_keys
+    context = None
     if cert:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(cert, key or None)
-        # The handshake in the connection's thread, not in accept(): a slow or silent client
-        # must not hold up every other syncer.
-        server.socket = context.wrap_socket(
-            server.socket, server_side=True, do_handshake_on_connect=False
-        )
     else:
         log.warning(
             "SERVING NODE KEYS OVER PLAIN HTTP (--node-keys-insecure-http): tokens and keys "
             "cross the network readable; for tests and development only"
         )
+    server = _Server((host, port), _Handler, tls=context, limits=limits, name="node-keys")
+    server.node_keys = node_keys
     return server

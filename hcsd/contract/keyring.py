@@ -2,15 +2,18 @@
 
 Who holds what:
 - the cluster keyring (the Kubernetes Secret `hcs-assignment-key`, read only by the scheduler
-  extender): one file `<kid>.key` per key (at least 32 bytes, hcsd.contract.keys' checks)
-  and one file `signing` naming the kid the extender signs with;
+  extender): one file `<kid>.key` per key (at least 32 bytes, hcsd.contract.keys' checks),
+  one file `signing` naming the kid the extender signs with, and optionally `retired`
+  naming kids the nodes no longer get (the extender still checks the assignments of running
+  pods with them, for its accounting);
 - a node's keyring: for each cluster key, the node's own key derived from it (`node_key`),
   under the same kid. The extender signs each node's assignments with that node's key, so a
   node's keys verify only assignments for that node: root on one node cannot sign for another.
   hcsd keeps it in one JSON file (`NODE_KEYRING` format below, 0600 root), written by
   InstallKeys (hcs-syncer fetches the keys from the extender) or by an operator by hand.
 
-A rotation adds a kid, moves `signing` to it, then drops the old one (docs/cluster.md);
+A rotation adds a kid, moves `signing` to it, retires the old one, and removes it once no
+running pod's assignment names it (docs/cluster.md);
 hcsd verifies with whichever kid an assignment names, so no step refuses a container.
 
 The node keyring file:
@@ -63,6 +66,7 @@ log = logging.getLogger(__name__)
 KID = re.compile(r"[a-z0-9][a-z0-9.-]{0,62}")  # also a Secret data key: `<kid>.key`
 NODE_KEY_LABEL = b"hcs.io/assignment node key v1\x00"
 SIGNING_FILE = "signing"
+RETIRED_FILE = "retired"
 _KEY_FILE = re.compile(r"([a-z0-9][a-z0-9.-]{0,62})\.key")
 MAX_FILE_BYTES = 64 * 1024
 
@@ -80,6 +84,7 @@ class Keyring:
     keys: Mapping[str, bytes] = field(default_factory=dict)
     signing: str = ""
     node: str = ""  # whose derived keys these are; "" for the cluster keyring
+    retired: frozenset[str] = frozenset()  # kept to check running pods' assignments only
 
     def __post_init__(self) -> None:
         for kid in self.keys:
@@ -91,6 +96,17 @@ class Keyring:
                 f"({', '.join(sorted(self.keys)) or 'none'})"
             )
 
+        if not self.retired <= set(self.keys) or self.signing in self.retired:
+            raise AssignmentKeyError(
+                f"retired key ids {', '.join(sorted(self.retired))} must be among the keys "
+                f"and not the signing one ({self.signing!r})"
+            )
+
+    def active(self) -> Keyring:
+        """The keys that are not retired: what a node gets."""
+        keys = {kid: key for kid, key in self.keys.items() if kid not in self.retired}
+        return Keyring(keys, self.signing, self.node)
+
     @property
     def signing_key(self) -> bytes:
         if not self.signing:
@@ -99,19 +115,21 @@ class Keyring:
 
 
 def derive(cluster: Keyring, node: str) -> Keyring:
-    """`node`'s keyring: each cluster key derived for it, same ids, same signing id."""
-    return Keyring(
-        {kid: node_key(key, node) for kid, key in cluster.keys.items()}, cluster.signing, node
-    )
+    """`node`'s keyring: each cluster key derived for it, same ids, same signing and retired
+    ids (a node is handed `derive(...).active()`)."""
+    keys = {kid: node_key(key, node) for kid, key in cluster.keys.items()}
+    return Keyring(keys, cluster.signing, node, cluster.retired)
 
 
 def encode(keyring: Keyring) -> str:
-    """The node keyring as JSON (the file, InstallKeys' payload, the extender's answer)."""
+    """The node keyring as JSON (the file, InstallKeys' payload, the extender's answer): its
+    active keys only, since retired ones are never a node's."""
+    active = keyring.active()
     return json.dumps(
         {
-            "node": keyring.node,
-            "signing": keyring.signing,
-            "keys": {k: base64.b64encode(v).decode() for k, v in sorted(keyring.keys.items())},
+            "node": active.node,
+            "signing": active.signing,
+            "keys": {k: base64.b64encode(v).decode() for k, v in sorted(active.keys.items())},
         },
         sort_keys=True,
     )
@@ -219,7 +237,20 @@ def read_secret_dir(directory: str | Path) -> Keyring:
         signing = next(iter(keys))
     except OSError as e:
         raise AssignmentKeyError(f"cannot read {signing_file}: {e}") from e
-    return Keyring(keys, signing)
+    return Keyring(keys, signing, retired=_retired(where / RETIRED_FILE))
+
+
+def _retired(path: Path) -> frozenset[str]:
+    """The kids listed in the Secret's optional `retired` entry (spaces, commas or lines)."""
+    try:
+        with open(path, "rb") as f:
+            check_access(str(path), os.fstat(f.fileno()), Readers.SECRET_VOLUME)
+            text = f.read(MAX_KEY_BYTES).decode(errors="replace")
+    except FileNotFoundError:
+        return frozenset()
+    except OSError as e:
+        raise AssignmentKeyError(f"cannot read {path}: {e}") from e
+    return frozenset(text.replace(",", " ").split())
 
 
 def _stamp(path: str) -> tuple[int, ...] | None:

@@ -141,6 +141,8 @@ class Cluster:
         for kid, key in keys.keys.items():
             (self.secret / f"{kid}.key").write_bytes(key)
         (self.secret / "signing").write_text(keys.signing)
+        if keys.retired:
+            (self.secret / "retired").write_text("\n".join(sorted(keys.retired)))
         for path in self.secret.iterdir():
             path.chmod(0o440)  # as mounted for it: the group is the process's own
         self.keys = keys

@@ -333,16 +333,27 @@ def test_a_node_refuses_what_another_nodes_keys_sign(cluster: Cluster) -> None:
     cluster.delete_pod("forged")
 
 
+def assigned_pods(cluster: Cluster) -> int:
+    """The pods the extender counts as holding devices (its /metrics)."""
+    with urllib.request.urlopen(f"{cluster.probe_url}/metrics", timeout=5) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("hcs_extender_assigned_pods "):
+                return int(float(line.split()[1]))
+    raise AssertionError("no hcs_extender_assigned_pods in /metrics")
+
+
 def test_rotation_refuses_no_container_at_any_step(cluster: Cluster) -> None:
     """docs/cluster.md, Rotating keys, end to end: the Secret changes, the extender signs from
     it, each syncer fetches its node's keys, hcsd verifies. At every step a new pod starts and
-    every earlier pod's container restarts."""
+    every earlier pod's container restarts; pods signed with a retired key keep counting in
+    the extender's view (node usage, quotas) until the key is removed, after them."""
     old = cluster.keys
     new_key = base64.b64encode(os.urandom(32))
+    both = {**old.keys, "k2": new_key}
     steps = [
-        ("add k2", Keyring({**old.keys, "k2": new_key}, "k1"), {"k1", "k2"}),
-        ("sign with k2", Keyring({**old.keys, "k2": new_key}, "k2"), {"k1", "k2"}),
-        ("retire k1", Keyring({"k2": new_key}, "k2"), {"k2"}),
+        ("add k2", Keyring(both, "k1"), {"k1", "k2"}),
+        ("sign with k2", Keyring(both, "k2"), {"k1", "k2"}),
+        ("retire k1", Keyring(both, "k2", retired=frozenset({"k1"})), {"k2"}),
     ]
     running: dict[str, tuple[dict, str]] = {}
 
@@ -355,17 +366,32 @@ def test_rotation_refuses_no_container_at_any_step(cluster: Cluster) -> None:
         prepare(cluster, pod, f"{name}-0")
         running[name] = (pod, f"{name}-0")
 
-    new_pod("rot-0", "k1")
-    for number, (step, keys, held) in enumerate(steps, 1):
-        cluster.write_secret(keys)
-        cluster.wait_keys(held)  # the operator waits for this before the next step
-        time.sleep(1)  # the extender reads its Secret again (--keys-reload-seconds 0.5)
+    def restart_all(number: int) -> None:
         for name, (pod, container) in running.items():
             gone(cluster, container)
             prepare(cluster, pod, f"{name}-{number}")  # a restart: accepted
             running[name] = (pod, f"{name}-{number}")
+
+    new_pod("rot-0", "k1")
+    counted = assigned_pods(cluster)
+    for number, (step, keys, held) in enumerate(steps, 1):
+        cluster.write_secret(keys)
+        cluster.wait_keys(held)  # the operator waits for this before the next step
+        time.sleep(1)  # the extender reads its Secret again (--keys-reload-seconds 0.5)
+        restart_all(number)
         new_pod(f"rot-{number}", keys.signing)
+        counted += 1
+        assert assigned_pods(cluster) == counted, step  # k1's pods count on after retirement
         print(step, "ok")
+    # 4. Remove k1 once no running pod names it: its pods are gone first.
+    for name in ("rot-0", "rot-1"):
+        gone(cluster, running.pop(name)[1])
+        cluster.delete_pod(name)
+    cluster.write_secret(Keyring({"k2": new_key}, "k2"))
+    cluster.wait_keys({"k2"})
+    time.sleep(1)
+    restart_all(len(steps) + 1)
+    new_pod("rot-4", "k2")
     for name, (_, container) in running.items():
         gone(cluster, container)
         cluster.delete_pod(name)

@@ -42,6 +42,7 @@ NODES = "/apis/hcs.io/v1alpha1/computenodes"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases"
 K1 = b"cluster-key-one-0123456789abcdef-0123456789"
 K2 = b"cluster-key-two-0123456789abcdef-0123456789"
+K3 = b"cluster-key-three-0123456789abcdef-012345678"
 
 
 def as_token(plane: ControlPlane, name: str, token: str) -> Kube:
@@ -166,7 +167,10 @@ def endpoint(plane: ControlPlane) -> Iterator[tuple[str, Path]]:
     certs = plane.work / "certs"
     (certs / "keys-san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
     _sign(certs, "node-keys", "/CN=hcs-scheduler-extender", ext="keys-san.ext")
-    secret = _secret_dir(plane.work / "secret", {"k1.key": K1, "k2.key": K2, "signing": b"k2"})
+    secret = _secret_dir(
+        plane.work / "secret",
+        {"k1.key": K1, "k2.key": K2, "k3.key": K3, "signing": b"k2", "retired": b"k3"},
+    )
     keys = NodeKeys(plane.kube("extender"), ClusterKeys(secret))
     server = serve_node_keys(keys, "127.0.0.1", 0, cert=str(certs / "node-keys.crt"),
                              key=str(certs / "node-keys.key"))  # fmt: skip
@@ -180,14 +184,14 @@ def test_each_syncer_gets_only_its_own_nodes_keys(
 ) -> None:
     url, ca = endpoint
     admin = plane.kube()
-    cluster = Keyring({"k1": K1, "k2": K2}, "k2")
+    cluster = Keyring({"k1": K1, "k2": K2}, "k2")  # k3 is retired: no node gets it
     for node in ("ident-a", "ident-b"):
         pod = syncer_pod(admin, node)
         token = request_token(admin, "hcs-syncer", pod=pod, audience="hcs-node-keys")
         answer = decode(fetch(url, token, ca=str(ca)))
         assert answer == derive(cluster, node)
         assert answer.node == node and answer.signing == "k2"
-        assert set(answer.keys.values()).isdisjoint({K1, K2})  # never the cluster keys
+        assert set(answer.keys.values()).isdisjoint({K1, K2, K3})  # never the cluster keys
 
 
 @pytest.mark.parametrize(

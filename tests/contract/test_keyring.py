@@ -114,3 +114,22 @@ def test_a_secret_that_cannot_sign_is_refused(
 ) -> None:
     with pytest.raises(AssignmentKeyError, match=message):
         read_secret_dir(_secret(tmp_path / "s", files))
+
+
+def test_retired_keys_stay_with_the_extender_and_never_reach_a_node(tmp_path: Path) -> None:
+    """Step 3 of a rotation: nodes drop k1, while the extender can still check the
+    assignments of pods that run with it (their quota and node usage keep counting)."""
+    secret = _secret(
+        tmp_path / "s",
+        {"k1.key": b"a" * 44, "k2.key": b"b" * 44, "signing": b"k2", "retired": b"k1\n"},
+    )
+    cluster = read_secret_dir(secret)
+    assert cluster.retired == {"k1"}
+    node = derive(cluster, "node-a")
+    assert set(node.keys) == {"k1", "k2"}  # the extender's view, to check running pods
+    assert set(node.active().keys) == {"k2"}
+    assert set(decode(encode_keyring(node)).keys) == {"k2"}  # what the node is handed
+    with pytest.raises(AssignmentKeyError, match="not the signing one"):
+        Keyring({"k1": b"a" * 32}, "k1", retired=frozenset({"k1"}))
+    with pytest.raises(AssignmentKeyError, match="must be among the keys"):
+        Keyring({"k1": b"a" * 32}, "k1", retired=frozenset({"k0"}))

@@ -298,6 +298,14 @@ def _pod_with(annotation: str, *, uid: str = "u1", node: str = "n", phase: str =
 
 GRANTS = {"main": (Grant("n-0", 4 * GiB, 0),)}
 SIGNED = signed_assignment("n", "u1", GRANTS, KEYS(), int(time.time()))
+OLD = Keyring({"old": b"o" * 32}, "old")
+RETIRED = signed_assignment("n", "u1", GRANTS, OLD, int(time.time()))
+REMOVED = signed_assignment("n", "u1", GRANTS, Keyring({"gone": b"g" * 32}, "gone"), 0)
+
+
+def ROTATED() -> Keyring:
+    """After a rotation: signing with "k", "old" retired (kept for running pods)."""
+    return Keyring({"k": b"k" * 32, "old": b"o" * 32}, "k", retired=frozenset({"old"}))
 
 
 @pytest.mark.parametrize(
@@ -313,14 +321,26 @@ SIGNED = signed_assignment("n", "u1", GRANTS, KEYS(), int(time.time()))
             False,
         ),  # forged
         (_pod_with('{"v": 1}'), False),
+        (_pod_with(RETIRED), True),  # signed with a key since retired: it still holds
+        (_pod_with(REMOVED), False),  # signed with a key the Secret no longer has
     ],
-    ids=["signed", "ended", "unbound", "copied", "other-node", "other-key", "malformed"],
+    ids=[
+        "signed",
+        "ended",
+        "unbound",
+        "copied",
+        "other-node",
+        "other-key",
+        "malformed",
+        "retired-key",
+        "removed-key",
+    ],
 )
 def test_only_bound_pods_whose_assignment_verifies_hold_anything(pod: dict, counts: bool) -> None:
     """An annotation anyone who can update the pod may write: what it claims neither fills a
     node nor counts in a quota unless the extender's key signed it for this pod and node."""
     try:
-        info = pod_info(pod, KEYS)
+        info = pod_info(pod, ROTATED)
     except ValueError as e:  # the informer logs it and keeps the pod out
         assert not counts, e
         return
