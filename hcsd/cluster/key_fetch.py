@@ -51,7 +51,7 @@ def fetch(url: str, token: str, *, ca: str = "", timeout: float = 10.0) -> str:
 
 
 class KeyFetcher:
-    """`run_once` when `due`; the interval is `every`, a tenth of it after a failure."""
+    """`run_once` at `next_at`: the interval is `every`, a tenth of it after a failure."""
 
     def __init__(
         self,
@@ -71,9 +71,6 @@ class KeyFetcher:
         self.clock = clock
         self.next_at = 0.0
         self.installed: tuple[str, ...] = ()  # the key ids hcsd holds, as it last said
-
-    def due(self) -> bool:
-        return self.clock() >= self.next_at
 
     def run_once(self) -> bool:
         """Fetch and install; True when hcsd holds the keys now."""

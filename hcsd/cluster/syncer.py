@@ -104,6 +104,8 @@ class Syncer:
     def run(self) -> None:
         watcher = threading.Thread(target=self._watch_hcsd, name="hcsd-watch", daemon=True)
         watcher.start()
+        if self.keys is not None:  # its own thread: a slow extender never delays the Lease
+            threading.Thread(target=self._fetch_keys, name="node-keys", daemon=True).start()
         next_renew = 0.0
         next_resync = time.monotonic() + self.settings.resync
         while not self._stopping.is_set():
@@ -112,11 +114,6 @@ class Syncer:
                 self._written = None  # read back and compare: catches edits by others
                 self._dirty = True
                 next_resync = now + self.settings.resync
-            if self.keys is not None and self.keys.due():
-                before = self.keys.installed
-                self.keys.run_once()  # logs and retries on its own; the Lease goes on
-                if self.keys.installed != before:
-                    self._dirty = True  # the status lists the key ids hcsd holds
             try:
                 if self._dirty:
                     self._dirty = False
@@ -137,10 +134,7 @@ class Syncer:
                 log.warning("sync failed (%s); retrying in %.1fs", e, delay)
                 self._stopping.wait(delay)
                 continue
-            wake_at = min(next_renew, next_resync)
-            if self.keys is not None:
-                wake_at = min(wake_at, self.keys.next_at)
-            wait = max(0.0, wake_at - time.monotonic())
+            wait = max(0.0, min(next_renew, next_resync) - time.monotonic())
             self._wake.wait(wait)
             if self._wake.is_set():
                 self._wake.clear()
@@ -170,6 +164,18 @@ class Syncer:
             self._dirty = True
             self._wake.set()
             self._stopping.wait(min(10.0, 0.2 * 2 ** min(failures, 6)))
+
+    def _fetch_keys(self) -> None:
+        """Fetch and install this node's keys when due; a change of the ids hcsd holds is
+        written to the ComputeNode's status (assignmentKeys)."""
+        assert self.keys is not None
+        while not self._stopping.is_set():
+            before = self.keys.installed
+            self.keys.run_once()  # logs and schedules its retry on failure
+            if self.keys.installed != before:
+                self._dirty = True
+                self._wake.set()
+            self._stopping.wait(max(0.0, self.keys.next_at - time.monotonic()))
 
     def _read_hcsd(self) -> tuple[dict[str, Any], dict[str, Any]]:
         with Client(self.settings.socket_path, timeout=5.0) as hcsd:
