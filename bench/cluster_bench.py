@@ -94,14 +94,16 @@ def throughput(plane: ControlPlane, work: Path, key: bytes) -> dict[str, Any]:
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: fake_fleet_node(kube, f"node-{i:04d}"), range(NODE_COUNT)))
     setup = time.monotonic() - started
-    key_file = work / "extender.key"
-    key_file.write_bytes(key)
+    keys_dir = work / "keys"  # the Secret's volume: one key, which signs
+    keys_dir.mkdir(exist_ok=True)
+    (keys_dir / "k1.key").write_bytes(key)
+    (keys_dir / "k1.key").chmod(0o400)
     port, probes = free_port(), free_port()
     log = open(work / "extender.log", "ab")  # noqa: SIM115
     extender = subprocess.Popen(  # over mutual TLS with kube-scheduler, as the manifests ship it
         [sys.executable, "-m", "hcsd.cluster.extender_cli", "--listen", f"127.0.0.1:{port}",
          "--probe-listen", f"127.0.0.1:{probes}", *plane.extender_tls(),
-         "--key-file", str(key_file), "--kubeconfig", str(plane.config_for("extender"))],
+         "--keys-dir", str(keys_dir), "--kubeconfig", str(plane.config_for("extender"))],
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
     )  # fmt: skip
     plane.processes["extender"] = extender
