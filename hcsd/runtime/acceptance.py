@@ -11,7 +11,10 @@ text for the same pod is verified as new.
 
 A pod is forgotten once none of its containers has held an allocation for
 `runtime.assignment_forget_after` seconds (longer than kubelet's 5-minute restart back-off):
-it is gone, so the ledger does not grow with every pod the node ever ran.
+it is gone, so the ledger does not grow with every pod the node ever ran. The idle time is
+counted in memory from the first sweep that finds the pod holding nothing (sweeps run at
+every stop and removal, at each reconcile with the runtime and with the periodic sweep of
+quota directories), so an hcsd restart starts it again: a later forgetting, never an earlier.
 """
 
 from __future__ import annotations
