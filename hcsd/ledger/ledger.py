@@ -254,11 +254,7 @@ class Ledger:
                 f"{_describe(existing)}; release it first"
             )
         check_capacity(allocation, self._capacity, self.vram_used, self.compute_used)
-        record = {"s": self._seq + 1, "op": _ALLOCATE, "a": codec.encode_allocation(allocation)}
-        self._append(record)
-        self._apply(record)
-        self._seq += 1
-        self._maybe_compact()
+        self._write({"op": _ALLOCATE, "a": codec.encode_allocation(allocation)})
         return allocation, True
 
     def release(self, container_id: str) -> Allocation | None:
@@ -266,11 +262,7 @@ class Ledger:
         existing = self._allocations.get(container_id)
         if existing is None:
             return None
-        record = {"s": self._seq + 1, "op": _RELEASE, "c": container_id}
-        self._append(record)
-        self._apply(record)
-        self._seq += 1
-        self._maybe_compact()
+        self._write({"op": _RELEASE, "c": container_id})
         return existing
 
     def accept(self, acceptance: Acceptance) -> None:
@@ -287,6 +279,7 @@ class Ledger:
             self._write({"op": _FORGET, "u": pod_uid})
 
     def _write(self, operation: dict[str, Any]) -> None:
+        """Append one operation durably (fsync'd) with the next sequence number, then apply it."""
         record = {"s": self._seq + 1, **operation}
         self._append(record)
         self._apply(record)
