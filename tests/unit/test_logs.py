@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from hcsd.daemon.logs import RepeatLimiter, configure_logging, escape_controls
+from hcsd.daemon.logs import configure_logging, escape_controls
+from hcsd.logs import RepeatLimiter
 
 FORGED = "llama\n<3>hcsd: ledger corrupt, wiping /var/lib/hcsd\r\x1b[2K"
 
