@@ -199,6 +199,23 @@ def test_the_assignment_annotation_is_the_extenders_alone(cluster: Cluster) -> N
     cluster.delete_pod("annotated")
 
 
+def test_the_assignment_annotation_cannot_be_dropped_through_pods_status(cluster: Cluster) -> None:
+    """pods/status writes metadata too (a kubelet's credentials, or anyone who may patch it):
+    the policy covers it, and still not pods/binding, so the extender's bind goes through."""
+    pod = make_pod(cluster, "status-writer", {"ai.compute/vram": "1Gi"},
+                   scheduler=MANUAL_SCHEDULER)  # fmt: skip
+    assert call(cluster, "/bind", bind_args(pod, "gpu-node")) == (200, {"Error": ""})
+    text = get_pod(cluster, "status-writer")["metadata"]["annotations"][ANNOTATION]
+    status = "/api/v1/namespaces/default/pods/status-writer/status"
+    refused_by_policy(
+        lambda: cluster.kube.patch(status, {"metadata": {"annotations": {ANNOTATION: None}}})
+    )
+    cluster.kube.patch(status, {"metadata": {"annotations": {"team": "a"}}})  # others: as ever
+    annotations = get_pod(cluster, "status-writer")["metadata"]["annotations"]
+    assert annotations[ANNOTATION] == text and annotations["team"] == "a"
+    cluster.delete_pod("status-writer")
+
+
 def rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
