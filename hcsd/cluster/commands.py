@@ -15,13 +15,20 @@ from pathlib import Path
 
 from hcsd import __version__
 from hcsd.cluster.binding import DEFAULT_SCHEDULERS
-from hcsd.cluster.endpoints import add_flags, open_endpoints, settings_from
+from hcsd.cluster.endpoints import (
+    Settings,
+    UsageError,
+    add_flags,
+    open_endpoints,
+    settings_from,
+)
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.leader import LeaderElector
 from hcsd.cluster.node_keys import ClusterKeys, NodeKeys, syncer_user
 from hcsd.cluster.node_keys_http import serve_node_keys
 from hcsd.cluster.syncer import SYNCER_TOKEN_FILE, Syncer, SyncerSettings
+from hcsd.cluster.tls import TLSSetupError
 from hcsd.contract import paths
 from hcsd.contract.keys import AssignmentKeyError
 from hcsd.contract.names import LEADER_LEASE, NAMESPACE
@@ -169,6 +176,17 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 1000)
 
 
+def _serving(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Settings | None:
+    """The ports' settings, or None after saying why the TLS files cannot be used."""
+    try:
+        return settings_from(args)
+    except UsageError as e:
+        parser.error(str(e))
+    except TLSSetupError as e:
+        print(f"hcs-scheduler-extender: {e}", file=sys.stderr)
+        return None
+
+
 def extender_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="hcs-scheduler-extender",
@@ -198,7 +216,9 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
     add_flags(parser)
     args = parser.parse_args(argv)
     _logging(args.verbose)
-    serving = settings_from(args, parser)
+    serving = _serving(args, parser)
+    if serving is None:
+        return 2
     if args.node_keys_listen and not (args.node_keys_cert or args.node_keys_insecure_http):
         parser.error("--node-keys-listen needs --node-keys-cert (or --node-keys-insecure-http)")
     try:

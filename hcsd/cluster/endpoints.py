@@ -7,29 +7,35 @@
   start.
 - `--probe-listen` (8889) serves /healthz, /readyz and /metrics in plain HTTP: the kubelet's
   probes and Prometheus cannot present kube-scheduler's certificate, and what they read tells
-  nobody anything that decides a placement. The NetworkPolicy leaves it open and keeps the
-  scheduling port to the control plane.
+  nobody anything that decides a placement. The NetworkPolicy lets the nodes (the kubelet)
+  and the monitoring namespace reach it, and keeps the scheduling port to the control plane.
+
+Each port has its own connection caps, in all and per source address, so a flood of one
+does not silence the other: the probe port's are smaller (its clients are few and quick);
+the scheduling port lets one address (kube-scheduler's, whose binds run in parallel) hold
+more.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import ssl
-import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.http import ExtenderServer, serve
 from hcsd.cluster.httpserver import DEFAULT_LIMITS, Limits
-from hcsd.cluster.tls import TLSSetupError, server_context
+from hcsd.cluster.tls import CertificateFiles
 from hcsd.contract.names import EXTENDER_PORT
 
 __all__ = [
+    "PROBE_LIMITS",
     "PROBE_PORT",
+    "SCHEDULING_LIMITS",
     "Endpoints",
     "Settings",
+    "UsageError",
     "add_flags",
     "open_endpoints",
     "settings_from",
@@ -39,6 +45,12 @@ log = logging.getLogger(__name__)
 
 PROBE_PORT = EXTENDER_PORT + 1
 KUBE_SCHEDULER = "system:kube-scheduler"  # the CN of kube-scheduler's client certificate
+SCHEDULING_LIMITS = replace(DEFAULT_LIMITS, max_per_client=32)  # kube-scheduler binds in parallel
+PROBE_LIMITS = replace(DEFAULT_LIMITS, max_connections=16, max_per_client=4)
+
+
+class UsageError(ValueError):
+    """Flags that do not make a safe, complete set (the command says it as a usage error)."""
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -64,15 +76,41 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="serve the scheduling verbs in plain HTTP to anyone who can connect (tests only)",
     )
-    group.add_argument("--max-body-bytes", type=int, default=DEFAULT_LIMITS.max_body)
-    group.add_argument("--max-connections", type=int, default=DEFAULT_LIMITS.max_connections)
-    group.add_argument("--read-timeout", type=float, default=DEFAULT_LIMITS.read_timeout)
+    group.add_argument(
+        "--tls-reload-seconds",
+        type=float,
+        default=10.0,
+        help="look for renewed --tls-* files at most this often (they are reloaded in place)",
+    )
+    limits = parser.add_argument_group("limits")
+    limits.add_argument("--max-body-bytes", type=int, default=SCHEDULING_LIMITS.max_body)
+    limits.add_argument("--read-timeout", type=float, default=SCHEDULING_LIMITS.read_timeout)
+    limits.add_argument(
+        "--handshake-timeout", type=float, default=SCHEDULING_LIMITS.handshake_timeout
+    )
+    limits.add_argument("--max-header-bytes", type=int, default=SCHEDULING_LIMITS.max_header_bytes)
+    for prefix, port, default in (
+        ("", "scheduling", SCHEDULING_LIMITS),
+        ("probe-", "probe", PROBE_LIMITS),
+    ):
+        limits.add_argument(
+            f"--{prefix}max-connections",
+            type=int,
+            default=default.max_connections,
+            help=f"connections served at once on the {port} port",
+        )
+        limits.add_argument(
+            f"--{prefix}max-connections-per-client",
+            type=int,
+            default=default.max_per_client,
+            help="... of them from one source address",
+        )
 
 
-def _address(parser: argparse.ArgumentParser, flag: str, text: str) -> tuple[str, int]:
+def _address(flag: str, text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not port.isdigit():
-        parser.error(f"{flag} must be HOST:PORT, got {text!r}")
+        raise UsageError(f"{flag} must be HOST:PORT, got {text!r}")
     return host or "0.0.0.0", int(port)  # noqa: S104 - an empty host means all, as Services need
 
 
@@ -109,39 +147,51 @@ class Settings:
 
     scheduling: tuple[str, int]
     probes: tuple[str, int] | None  # None: on the scheduling port
-    tls: ssl.SSLContext | None
+    tls: CertificateFiles | None
     allowed: frozenset[str]
     limits: Limits
+    probe_limits: Limits = PROBE_LIMITS
 
 
-def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Settings:
-    """The flags checked: a usage error for an unsafe or incomplete set, exit 2 for TLS files
-    that cannot be loaded."""
-    limits = Limits(
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The flags checked: UsageError for an unsafe or incomplete set, TLSSetupError for TLS
+    files that cannot be loaded."""
+    shared = {
+        "read_timeout": args.read_timeout,
+        "handshake_timeout": args.handshake_timeout,
+        "max_header_bytes": args.max_header_bytes,
+        "max_header_line": min(args.max_header_bytes, DEFAULT_LIMITS.max_header_line),
+    }
+    limits = replace(
+        SCHEDULING_LIMITS,
         max_body=args.max_body_bytes,
         max_connections=args.max_connections,
-        read_timeout=args.read_timeout,
+        max_per_client=args.max_connections_per_client,
+        **shared,
+    )
+    probe_limits = replace(
+        PROBE_LIMITS,
+        max_connections=args.probe_max_connections,
+        max_per_client=args.probe_max_connections_per_client,
+        **shared,
     )
     allowed = frozenset(args.allowed_client or [KUBE_SCHEDULER])
     tls_files = (args.tls_cert, args.tls_key, args.tls_client_ca)
     tls = None
     if args.insecure_plain_http:
         if any(tls_files):
-            parser.error("--insecure-plain-http and --tls-* exclude each other")
+            raise UsageError("--insecure-plain-http and --tls-* exclude each other")
         allowed = frozenset()
     elif not all(tls_files):
-        parser.error(
+        raise UsageError(
             "--tls-cert, --tls-key and --tls-client-ca are required: only kube-scheduler, with "
             "its client certificate, may call the extender (--insecure-plain-http for tests)"
         )
     else:
-        try:
-            tls = server_context(*tls_files)
-        except TLSSetupError as e:
-            print(f"hcs-scheduler-extender: {e}", file=sys.stderr)
-            raise SystemExit(2) from e
-    probes = _address(parser, "--probe-listen", args.probe_listen) if args.probe_listen else None
-    return Settings(_address(parser, "--listen", args.listen), probes, tls, allowed, limits)
+        tls = CertificateFiles(*tls_files, check_every=args.tls_reload_seconds)
+    probes = _address("--probe-listen", args.probe_listen) if args.probe_listen else None
+    scheduling = _address("--listen", args.listen)
+    return Settings(scheduling, probes, tls, allowed, limits, probe_limits)
 
 
 def open_endpoints(extender: Extender, settings: Settings) -> Endpoints:
@@ -153,7 +203,13 @@ def open_endpoints(extender: Extender, settings: Settings) -> Endpoints:
     ]  # fmt: skip
     if settings.probes is not None:
         servers.append(
-            serve(extender, *settings.probes, scheduling=False, limits=limits, name="probes")
+            serve(
+                extender,
+                *settings.probes,
+                scheduling=False,
+                limits=settings.probe_limits,
+                name="probes",
+            )
         )
     if tls is None:
         log.warning(

@@ -16,19 +16,23 @@ limit is refused unread with 413.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import re
 import ssl
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from hcsd.cluster.binding import BindRequest
 from hcsd.cluster.extender import Extender, FilterAnswer
-from hcsd.cluster.httpserver import DEFAULT_LIMITS, BoundedServer, DeadlineReader, Limits
-from hcsd.cluster.tls import peer_of
+from hcsd.cluster.httpserver import (
+    DEFAULT_LIMITS,
+    BoundedHandler,
+    BoundedServer,
+    Limits,
+    TLSSource,
+)
+from hcsd.cluster.tls import PeerError, peer_of
 from hcsd.contract.names import BIND_VERB, FILTER_VERB, PRIORITIZE_VERB
 
 __all__ = [
@@ -120,27 +124,15 @@ class ExtenderServer(BoundedServer):
     ready: bool = False
     scheduling: bool = True  # serves the verbs
     probes: bool = True  # serves /healthz, /readyz, /metrics
-    allowed_clients: frozenset[str] = frozenset()  # client certificate CNs; empty: anyone
+    allowed_clients: frozenset[str] = frozenset()  # client certificate CNs (over TLS)
     siblings: tuple[ExtenderServer, ...] = ()  # the process's other ports, for /metrics
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(BoundedHandler):
     # Headers and body go out as separate writes: without TCP_NODELAY, Nagle's algorithm and
     # the client's delayed ACK add ~40 ms to every answer.
     disable_nagle_algorithm = True
     server: ExtenderServer
-    _reader: DeadlineReader
-
-    def setup(self) -> None:
-        super().setup()
-        limits = self.server.limits
-        self._reader = DeadlineReader(self.connection, limits.idle_timeout, limits.read_timeout)
-        self.rfile = io.BufferedReader(self._reader, 64 * 1024)
-
-    def handle_one_request(self) -> None:
-        self._reader.between_requests()
-        super().handle_one_request()
 
     def handle(self) -> None:
         try:
@@ -200,11 +192,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _refusals(self) -> str:
         lines = [
             "# HELP hcs_extender_connections_refused_total Connections closed unserved: over "
-            "the cap, a failed TLS handshake, a body over the limit.",
+            "the cap in all or per client, a failed TLS handshake, headers or a body over the "
+            "limit.",
             "# TYPE hcs_extender_connections_refused_total counter",
         ]
         for server in (self.server, *self.server.siblings):
-            for reason in ("connections", "tls", "body"):
+            for reason in ("connections", "client", "tls", "headers", "body"):
                 lines.append(
                     f'hcs_extender_connections_refused_total{{port="{server.name}",'
                     f'reason="{reason}"}} {server.refused[reason]}'
@@ -238,7 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
             # The body is not read: the connection cannot carry another request after it.
             self.close_connection = True
             if length > limit:
-                self.server.refused["body"] += 1
+                self.server.count_refusal("body")
                 self._error(413, f"a body of {length} bytes is over the limit of {limit}")
             else:
                 self._error(400, f"body length must be 1..{limit} (Content-Length)")
@@ -259,14 +252,18 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _refused_client(self) -> str | None:
-        """Why this connection's client may not call the verbs, or None."""
-        allowed = self.server.allowed_clients
-        if not allowed:
+        """Why this connection's client may not call the verbs, or None. Over TLS only the
+        allowed names may (none allowed: nobody); in plain HTTP nobody can be told apart, so
+        anyone may (`--insecure-plain-http`, tests)."""
+        if self.server.tls is None:
             return None
-        peer = peer_of(self.connection)
+        try:
+            peer = peer_of(self.connection)
+        except PeerError as e:
+            return str(e)
         if peer is None:
             return "a client certificate is required"
-        if peer.common_name not in allowed:
+        if peer.common_name not in self.server.allowed_clients:
             return f"client {peer.common_name!r} is not allowed to call the extender"
         return None
 
@@ -311,7 +308,7 @@ def serve(
     host: str,
     port: int,
     *,
-    tls: ssl.SSLContext | None = None,
+    tls: TLSSource | None = None,
     allowed_clients: frozenset[str] = frozenset(),
     scheduling: bool = True,
     probes: bool = True,
@@ -320,9 +317,9 @@ def serve(
 ) -> ExtenderServer:
     """Bind (port 0 picks one: see `server.server_address`); the caller runs serve_forever.
 
-    `tls` (see `tls.server_context`) with a client CA and `allowed_clients` is how the verbs
-    are served in production: no certificate, no connection; a certificate of another name,
-    403."""
+    `tls` (see `tls.server_context`, `tls.CertificateFiles`) with a client CA and
+    `allowed_clients` is how the verbs are served in production: no certificate, no
+    connection; a certificate of a name not allowed, 403 (with none allowed: every one)."""
     server = ExtenderServer((host, port), _Handler, tls=tls, limits=limits, name=name or str(port))
     server.extender = extender
     server.scheduling = scheduling

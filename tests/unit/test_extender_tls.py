@@ -5,6 +5,7 @@ certificates made by openssl as the cluster suite makes them)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import logging
@@ -23,9 +24,9 @@ from hcsd.cluster.extender import Extender
 from hcsd.cluster.http import ExtenderServer, serve
 from hcsd.cluster.httpserver import Limits
 from hcsd.cluster.kube import Kube
-from hcsd.cluster.tls import TLSSetupError, server_context
+from hcsd.cluster.tls import CertificateFiles, TLSSetupError, server_context
 from hcsd.profiles.database import ProfileDatabase
-from tests.cluster.controlplane import CLIENTS, make_certs
+from tests.cluster.controlplane import CLIENTS, _sign, make_certs
 from tests.unit.fleet import add_node, beat, pod
 
 DB = ProfileDatabase.load(None)
@@ -93,7 +94,10 @@ def test_a_client_without_a_certificate_is_refused_at_the_handshake(
     connection = client(certs, secured.server_address[1], None)
     with pytest.raises((ssl.SSLError, ConnectionError)):
         post(connection, "/filter", FILTER)  # TLS 1.3: the refusal comes with the first read
-    assert secured.refused["tls"] == 1
+    deadline = time.monotonic() + 10  # counted after the alert is sent
+    while secured.refused["tls"] != 1:
+        assert time.monotonic() < deadline, secured.refused
+        time.sleep(0.02)
     assert secured.extender.metrics.requests["filter"] == 0  # nothing of it was read
 
 
@@ -215,7 +219,7 @@ def test_plain_http_is_said_loudly(extender: Extender, caplog: pytest.LogCapture
         ["--insecure-plain-http", "--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"]
     )
     with caplog.at_level(logging.WARNING):
-        endpoints = open_endpoints(extender, settings_from(args, parser))
+        endpoints = open_endpoints(extender, settings_from(args))
     try:
         assert "INSECURE: --insecure-plain-http" in caplog.text
         scheduling, probes = endpoints.servers
@@ -224,3 +228,275 @@ def test_plain_http_is_said_loudly(extender: Extender, caplog: pytest.LogCapture
     finally:
         for server in endpoints.servers:
             server.server_close()
+
+
+# --- limits on what a client can hold -------------------------------------------------------
+
+
+def plain(server: ExtenderServer, source: str = "127.0.0.1") -> socket.socket:
+    """A raw connection to `server` from `source` (any 127/8 address on Linux)."""
+    sock = socket.socket()
+    sock.settimeout(10)
+    sock.bind((source, 0))
+    sock.connect(server.server_address[:2])
+    return sock
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float:
+    """How long until the server closed `sock` (it sends nothing first)."""
+    started = time.monotonic()
+    sock.settimeout(seconds + 5)
+    with contextlib.suppress(ConnectionResetError):
+        assert sock.recv(1024) == b""
+    return time.monotonic() - started
+
+
+@pytest.fixture
+def limited(extender: Extender, request: pytest.FixtureRequest) -> Iterator[ExtenderServer]:
+    server = start(serve(extender, "127.0.0.1", 0, limits=request.param))
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("limited", [Limits(read_timeout=1.0, idle_timeout=30.0)], indirect=True)
+def test_a_silent_connection_gets_the_read_timeout_not_the_idle_one(
+    limited: ExtenderServer,
+) -> None:
+    """The first request's clock starts at the connection: a client that sends nothing
+    holds its slot for read_timeout, not idle_timeout."""
+    with plain(limited) as silent:
+        assert closed_within(silent, 1.0) < 3.0
+    kept = http.client.HTTPConnection("127.0.0.1", limited.server_address[1], timeout=10)
+    assert post(kept, "/filter", FILTER)[0] == 200
+    time.sleep(1.5)  # idle between requests: the idle timeout, longer
+    assert post(kept, "/filter", FILTER)[0] == 200
+    kept.close()
+
+
+@pytest.mark.parametrize(
+    "limited", [Limits(max_connections=4, max_per_client=2, read_timeout=10.0)], indirect=True
+)
+def test_one_client_cannot_take_every_slot(limited: ExtenderServer) -> None:
+    held = [plain(limited) for _ in range(2)]
+    try:
+        with plain(limited) as third:
+            assert closed_within(third, 1.0) < 1.0  # closed unserved, at once
+        other = plain(limited, "127.0.0.2")  # another address still gets in
+        other.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert other.recv(1024).startswith(b"HTTP/1.1 200")
+        other.close()
+        assert limited.refused["client"] == 1
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def headers(count: int, size: int) -> bytes:
+    return b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * size) for i in range(count))
+
+
+@pytest.mark.parametrize("limited", [Limits()], indirect=True)
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"GET /healthz HTTP/1.1\r\n" + headers(7, 4000), b"200"),
+        (b"GET /healthz HTTP/1.1\r\n" + headers(1, 9000), b"431"),  # one line over 8 KiB
+        (b"GET /healthz HTTP/1.1\r\n" + headers(9, 4000), b"431"),  # over 32 KiB in all
+        (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n", b"414"),
+    ],
+    ids=["under", "long-line", "over-in-all", "request-line"],
+)
+def test_request_headers_are_capped(limited: ExtenderServer, head: bytes, status: bytes) -> None:
+    with plain(limited) as sock:
+        sock.sendall(head + b"\r\n")
+        assert sock.recv(1024).split(b" ")[1] == status
+    deadline = time.monotonic() + 10  # counted after the answer
+    while limited.refused["headers"] != (status != b"200"):
+        assert time.monotonic() < deadline, limited.refused
+        time.sleep(0.02)
+
+
+def rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.parametrize(
+    "limited", [Limits(max_connections=32, max_per_client=32, read_timeout=30.0)], indirect=True
+)
+def test_a_parallel_header_flood_keeps_memory_bounded(limited: ExtenderServer) -> None:
+    """32 connections each sending 60 header lines of 64 KB (123 MB in all, ~500 MiB of
+    parsed headers in a server that reads them all): the server stops at the cap."""
+    line = b"X-Flood: " + b"a" * 64_000 + b"\r\n"
+    before, peak = rss(), [0]
+    sending = threading.Event()
+
+    def sample() -> None:
+        while not sending.is_set():
+            peak[0] = max(peak[0], rss())
+            time.sleep(0.01)
+
+    connected = []
+
+    def flood() -> None:
+        with plain(limited) as sock:
+            connected.append(sock)
+            try:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                for _ in range(60):
+                    sock.sendall(line)
+                sock.sendall(b"\r\n")
+                sock.recv(1024)
+            except OSError:
+                pass  # refused midway: the server closed it
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    floods = [threading.Thread(target=flood) for _ in range(32)]
+    for thread in floods:
+        thread.start()
+    for thread in floods:
+        thread.join(60)
+    sending.set()
+    sampler.join()
+    assert peak[0] - before < 100 * 2**20, f"RSS grew {(peak[0] - before) / 2**20:.0f} MiB"
+    deadline = time.monotonic() + 10  # counted after the answer
+    assert len(connected) == 32
+    while limited.refused["headers"] < 32:
+        assert time.monotonic() < deadline, limited.refused
+        time.sleep(0.02)
+
+
+def client_hello() -> bytes:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing)
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_the_handshake_has_one_short_budget(certs: Path, extender: Extender) -> None:
+    """A slot is taken before the handshake: a client that sends nothing, or dribbles its
+    hello, gives it back after handshake_timeout in all."""
+    tls = server_context(*(str(certs / n) for n in ("extender-serving.crt",
+                                                    "extender-serving.key", "ca.crt")))  # fmt: skip
+    server = start(serve(extender, "127.0.0.1", 0, tls=tls, probes=False,
+                         limits=Limits(handshake_timeout=1.0, read_timeout=10.0)))  # fmt: skip
+    try:
+        with plain(server) as silent:
+            assert closed_within(silent, 1.0) < 2.5
+        hello = client_hello()
+        started = time.monotonic()
+        with plain(server) as slow:
+            try:
+                for byte in hello:
+                    slow.sendall(bytes([byte]))
+                    time.sleep(0.05)
+                    if time.monotonic() - started > 6:
+                        break
+            except OSError:
+                pass
+        assert time.monotonic() - started < 3.0
+        assert server.refused["tls"] == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_failed_handshakes_are_logged_a_few_times_a_minute(
+    secured: ExtenderServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="hcsd.cluster.httpserver"):
+        for _ in range(25):
+            with plain(secured) as sock:
+                sock.sendall(b"GET / HTTP/1.1\r\n\r\n")  # not TLS
+                closed_within(sock, 5.0)
+        deadline = time.monotonic() + 5
+        while secured.refused["tls"] < 25 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    logged = [r for r in caplog.records if "TLS handshake with 127.0.0.1 refused" in r.message]
+    assert secured.refused["tls"] == 25 and 1 <= len(logged) <= 10
+
+
+# --- certificates ---------------------------------------------------------------------------
+
+
+def test_a_certificate_without_exactly_one_cn_is_refused(
+    certs: Path, secured: ExtenderServer
+) -> None:
+    """Go (Kubernetes) reads the last CN, Python the first: a certificate naming both would
+    be kube-scheduler here and someone else to the API server."""
+    _sign(certs, "two-cns", "/CN=system:kube-scheduler/CN=hcs-admin")
+    connection = client(certs, secured.server_address[1], "two-cns")
+    status, data = post(connection, "/filter", FILTER)
+    assert status == 403
+    assert "carries 2 CNs: exactly one" in json.loads(data)["Error"]
+
+
+def test_tls_without_allowed_clients_serves_nobody(certs: Path, extender: Extender) -> None:
+    tls = server_context(*(str(certs / n) for n in ("extender-serving.crt",
+                                                    "extender-serving.key", "ca.crt")))  # fmt: skip
+    server = start(serve(extender, "127.0.0.1", 0, tls=tls, probes=False))
+    try:
+        status, _ = post(client(certs, server.server_address[1], "scheduler"), "/filter", FILTER)
+        assert status == 403
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_no_renegotiation(certs: Path) -> None:
+    context = server_context(str(certs / "extender-serving.crt"),
+                             str(certs / "extender-serving.key"))  # fmt: skip
+    assert context.options & ssl.OP_NO_RENEGOTIATION
+
+
+def served_certificate(certs: Path, port: int) -> bytes:
+    connection = client(certs, port, "scheduler")
+    connection.connect()
+    assert isinstance(connection.sock, ssl.SSLSocket)
+    der = connection.sock.getpeercert(binary_form=True)
+    connection.close()
+    assert der is not None
+    return der
+
+
+def test_renewed_certificates_are_served_without_a_restart(
+    tmp_path: Path, certs: Path, extender: Extender
+) -> None:
+    """cert-manager renews the Secret in place, the kubelet swaps the files: new handshakes
+    get the new certificate; files that do not load keep the last good one."""
+    for name in ("ca.crt", "ca.key", "san.ext", "extender-serving.crt", "extender-serving.key"):
+        (tmp_path / name).write_bytes((certs / name).read_bytes())
+    files = CertificateFiles(*(str(tmp_path / n) for n in ("extender-serving.crt",
+                             "extender-serving.key", "ca.crt")), check_every=0.0)  # fmt: skip
+    server = start(serve(extender, "127.0.0.1", 0, tls=files, probes=False,
+                         allowed_clients=frozenset({"system:kube-scheduler"})))  # fmt: skip
+    port = server.server_address[1]
+    try:
+        first = served_certificate(certs, port)
+        _sign(tmp_path, "extender-serving", "/CN=hcs-scheduler-extender", ext="san.ext")
+        renewed = served_certificate(certs, port)
+        assert renewed != first and renewed == ssl.PEM_cert_to_DER_cert(
+            (tmp_path / "extender-serving.crt").read_text()
+        )
+        (tmp_path / "extender-serving.crt").write_text("half-written")
+        assert served_certificate(certs, port) == renewed
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_each_port_has_its_own_caps() -> None:
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    settings = settings_from(parser.parse_args(["--insecure-plain-http",
+                                                "--probe-max-connections", "5"]))  # fmt: skip
+    assert settings.limits.max_connections == 64 and settings.limits.max_per_client == 32
+    assert (settings.probe_limits.max_connections, settings.probe_limits.max_per_client) == (5, 4)
