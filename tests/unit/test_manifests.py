@@ -648,14 +648,28 @@ def test_one_extender_port_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     assert set(extender["tlsConfig"]) == {"certFile", "keyFile", "caFile"}
 
 
-def test_the_network_policy_keeps_the_scheduling_port_to_the_control_plane() -> None:
+def test_the_network_policy_lets_each_port_be_reached_only_by_its_clients() -> None:
     (policy,) = by_kind("NetworkPolicy").values()
     labels = by_kind("Deployment")[names.EXTENDER_ACCOUNT]["spec"]["template"]["metadata"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels["labels"].items()
     rules = {rule["ports"][0]["port"]: rule.get("from") for rule in policy["spec"]["ingress"]}
-    assert rules[PROBE_PORT] is None  # probes and metrics from anywhere
+    assert PROBE_PORT in rules and names.EXTENDER_PORT in rules
     (source,) = rules[names.EXTENDER_PORT]
     assert set(source) == {"ipBlock"}  # host-network kube-scheduler: node addresses
+    # The probe port: the nodes (the kubelet) and one namespace (Prometheus), not everyone.
+    nodes, monitoring = rules[PROBE_PORT]
+    assert set(nodes) == {"ipBlock"} and set(monitoring) == {"namespaceSelector"}
+    assert monitoring["namespaceSelector"]["matchLabels"]
+
+
+def test_the_assignment_policy_covers_the_subresources_that_write_metadata() -> None:
+    """pods/status can change annotations; pods/* would include pods/binding, which is how
+    the extender writes the annotation, and refuse every bind."""
+    policy = by_kind("ValidatingAdmissionPolicy")["hcs-assignment-annotation"]
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    resources = set(rule["resources"])
+    assert {"pods", "pods/status", "pods/ephemeralcontainers", "pods/resize"} <= resources
+    assert not resources & {"pods/binding", "pods/*", "*"}
 
 
 # --- kube-scheduler's configuration ---------------------------------------------------------
