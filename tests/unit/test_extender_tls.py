@@ -212,6 +212,16 @@ def test_the_verbs_need_mutual_tls_or_the_insecure_flag(
     assert stopped.value.code == 2 and error in capsys.readouterr().err
 
 
+def test_unusable_tls_files_end_the_command_with_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Said by the command (endpoints raises; only the entry point prints and exits)."""
+    missing = [str(tmp_path / name) for name in ("tls.crt", "tls.key", "ca.crt")]
+    flags = ["--tls-cert", missing[0], "--tls-key", missing[1], "--tls-client-ca", missing[2]]
+    assert extender_main(["--key-file", "/nonexistent", *flags]) == 2
+    assert "failed to load the serving certificate" in capsys.readouterr().err
+
+
 def test_plain_http_is_said_loudly(extender: Extender, caplog: pytest.LogCaptureFixture) -> None:
     parser = argparse.ArgumentParser()
     add_flags(parser)
