@@ -2,10 +2,10 @@
 
 Its own port and server, apart from kube-scheduler's: callers are every node's syncer, not
 the scheduler, and they authenticate by service-account token (node_keys.NodeKeys), not by
-client certificate. The transport is the extender's bounded server (httpserver.py: capped
-connections, the handshake in the connection's thread, a deadline per request). Requests
-carry no body; a request line or header past the standard library's 64 KiB limits is
-refused by it. Plain HTTP only with an explicit flag, for tests and development: a token and
+client certificate. The transport is the extender's bounded server and handler
+(httpserver.py: capped connections in all and per client, the handshake in the connection's
+thread, a deadline per request, the first one included, capped headers). Requests carry no
+body. Plain HTTP only with an explicit flag, for tests and development: a token and
 the keys then cross the network readable.
 """
 
@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import logging
 import ssl
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from hcsd.cluster.httpserver import DEFAULT_LIMITS, BoundedServer, Limits
+from hcsd.cluster.httpserver import DEFAULT_LIMITS, BoundedHandler, BoundedServer, Limits
 from hcsd.cluster.node_keys import NodeKeys, Refused
 
 __all__ = ["PATH", "serve_node_keys"]
@@ -30,8 +29,7 @@ class _Server(BoundedServer):
     node_keys: NodeKeys
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(BoundedHandler):
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:

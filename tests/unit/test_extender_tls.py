@@ -24,6 +24,8 @@ from hcsd.cluster.extender import Extender
 from hcsd.cluster.http import ExtenderServer, serve
 from hcsd.cluster.httpserver import Limits
 from hcsd.cluster.kube import Kube
+from hcsd.cluster.node_keys import NodeKeys
+from hcsd.cluster.node_keys_http import serve_node_keys
 from hcsd.cluster.tls import CertificateFiles, TLSSetupError, server_context
 from hcsd.profiles.database import ProfileDatabase
 from tests.cluster.controlplane import CLIENTS, _sign, make_certs
@@ -218,7 +220,7 @@ def test_unusable_tls_files_end_the_command_with_status_2(
     """Said by the command (endpoints raises; only the entry point prints and exits)."""
     missing = [str(tmp_path / name) for name in ("tls.crt", "tls.key", "ca.crt")]
     flags = ["--tls-cert", missing[0], "--tls-key", missing[1], "--tls-client-ca", missing[2]]
-    assert extender_main(["--key-file", "/nonexistent", *flags]) == 2
+    assert extender_main(["--keys-dir", "/nonexistent", *flags]) == 2
     assert "failed to load the serving certificate" in capsys.readouterr().err
 
 
@@ -325,6 +327,20 @@ def test_request_headers_are_capped(limited: ExtenderServer, head: bytes, status
     while limited.refused["headers"] != (status != b"200"):
         assert time.monotonic() < deadline, limited.refused
         time.sleep(0.02)
+
+
+def test_the_node_keys_port_caps_headers_too() -> None:
+    """Every node can reach it: the same header flood would fill the extender there."""
+    server = serve_node_keys(NodeKeys.__new__(NodeKeys), "127.0.0.1", 0, cert="", key="",
+                             plain_http=True)  # fmt: skip
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=10) as sock:
+            sock.sendall(b"GET /node-keys HTTP/1.1\r\n" + headers(1, 9000) + b"\r\n")
+            assert sock.recv(1024).split(b" ")[1] == b"431"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def rss() -> int:
