@@ -1,11 +1,12 @@
 """`python -m tests.harness.peers [runtimes] [kubernetes]`: build the peers ahead of a test
-run (all of them when none is named); prints where each is, or why it cannot be had."""
+run (all of them when none is named; `kubernetes` is the control plane and the node side);
+prints where each is, or why it cannot be had."""
 
 from __future__ import annotations
 
 import sys
 
-from tests.harness.peers.kubernetes import ensure_kubernetes
+from tests.harness.peers.kubernetes import ensure_kubernetes, ensure_kubernetes_node
 from tests.harness.peers.runtimes import ensure_binaries, ensure_containerd_17
 
 
@@ -22,6 +23,7 @@ def main(names: list[str]) -> int:
             print(ensure_containerd_17(found))
     if "kubernetes" in wanted:
         print(ensure_kubernetes())
+        print(ensure_kubernetes_node())
     return 0
 
 

@@ -1,12 +1,16 @@
-"""The real Kubernetes control plane of the cluster tests: kube-apiserver and kube-scheduler
-built from the `k8s.io/kubernetes` Go module at a pinned release, and Debian's etcd.
+"""The real Kubernetes of the cluster tests, built from the `k8s.io/kubernetes` Go module at a
+pinned release: the control plane (kube-apiserver, kube-scheduler; Debian's etcd) and, for the
+real-kubelet cluster, the node side (kubelet, kube-controller-manager, kubectl).
 
 `k8s.io/kubernetes` cannot be `go install`ed: its go.mod replaces every `k8s.io/<staging>`
 module with a directory of its own tree. So a small main module of ours requires it and
 replaces each staging module with its published `v0.<minor>.<patch>` tag; the list of staging
 modules is read from the release's own go.mod at build time, so a version bump needs no edit
-here. The binaries are cached under `~/.cache/hcs/peers/kubernetes-<version>/` (a cold build
-is ~10 minutes on 2 cores; the Go cache grows by ~5 GB).
+here. The control plane is cached under `~/.cache/hcs/peers/kubernetes-<version>/` (a cold
+build is ~10 minutes on 2 cores; the Go cache grows by ~5 GB), the node side apart under
+`kubernetes-node-<version>/` (~3 minutes with the control plane's Go cache warm), so that
+adding it rebuilt nothing. The node side carries the release in its version stamp (kubelet
+reports it to the API server, kubectl prints it): without the ldflags they say v0.0.0-master.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from tests.harness.peers.building import (
 KUBERNETES_VERSION = os.environ.get("HCS_KUBERNETES_VERSION", "v1.36.3")
 ETCD_CANDIDATES = ("/usr/bin/etcd", "/usr/local/bin/etcd")
 COMMANDS = ("kube-apiserver", "kube-scheduler")
+NODE_COMMANDS = ("kubelet", "kube-controller-manager", "kubectl")
 
 
 def _staging_modules(go: str, version: str) -> list[str] | str:
@@ -54,7 +59,17 @@ def _main_module(version: str, staged: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _build(log: Log) -> Build:
+def _version_ldflags(version: str) -> str:
+    """The release in k8s.io/component-base/version, as upstream's build stamps it."""
+    major, minor = version.lstrip("v").split(".")[:2]
+    stamp = "k8s.io/component-base/version"
+    return (
+        f"-X {stamp}.gitVersion={version} -X {stamp}.gitMajor={major} "
+        f"-X {stamp}.gitMinor={minor} -X {stamp}.gitTreeState=clean"
+    )
+
+
+def _build(log: Log, commands: tuple[str, ...], *, stamped: bool) -> Build:
     def build(go: str, work: Path, build_log: Path) -> str | None:
         staged = _staging_modules(go, KUBERNETES_VERSION)
         if isinstance(staged, str):
@@ -62,17 +77,15 @@ def _build(log: Log) -> Build:
         (work / "go.mod").write_text(_main_module(KUBERNETES_VERSION, staged))
         # Go 1.26+ builds the apiserver's OpenAPI wrong with encoding/json/v2 semantics.
         env = go_env(None, False) | {"GOEXPERIMENT": "nojsonv2", "GOFLAGS": "-mod=mod"}
-        log(
-            f"peers: building kube-apiserver and kube-scheduler {KUBERNETES_VERSION} "
-            f"(log: {build_log})"
-        )
-        for name in COMMANDS:
+        log(f"peers: building {', '.join(commands)} {KUBERNETES_VERSION} (log: {build_log})")
+        ldflags = "-s -w" + (f" {_version_ldflags(KUBERNETES_VERSION)}" if stamped else "")
+        for name in commands:
             reason = run_go(
                 [
                     go,
                     "build",
                     "-trimpath",
-                    "-ldflags=-s -w",
+                    f"-ldflags={ldflags}",
                     "-o",
                     name,
                     f"k8s.io/kubernetes/cmd/{name}",
@@ -92,7 +105,16 @@ def _build(log: Log) -> Build:
 
 def ensure_kubernetes(log: Log = say) -> Path | str:
     """The directory holding kube-apiserver and kube-scheduler, or why they cannot be had."""
-    return cached("kubernetes", KUBERNETES_VERSION, COMMANDS, _build(log), log)
+    return cached(
+        "kubernetes", KUBERNETES_VERSION, COMMANDS, _build(log, COMMANDS, stamped=False), log
+    )
+
+
+def ensure_kubernetes_node(log: Log = say) -> Path | str:
+    """The directory holding kubelet, kube-controller-manager and kubectl (reporting the
+    release as their version), or why they cannot be had."""
+    build = _build(log, NODE_COMMANDS, stamped=True)
+    return cached("kubernetes-node", KUBERNETES_VERSION, NODE_COMMANDS, build, log)
 
 
 def find_etcd() -> Path | str:
