@@ -102,6 +102,10 @@ class ControlPlane:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     api_port: int = 0
     etcd_port: int = 0
+    # Client certificates to make (name: (CN, O)) and kube-apiserver flags to add: the
+    # real-kubelet cluster adds its nodes, kube-controller-manager and the kubelet client.
+    clients: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(CLIENTS))
+    apiserver_args: list[str] = field(default_factory=list)
 
     @property
     def server(self) -> str:
@@ -128,14 +132,14 @@ class ControlPlane:
     def start(self) -> ControlPlane:
         certs = self.work / "certs"
         if not (certs / "ca.crt").exists():
-            make_certs(certs, CLIENTS)
-        for client in CLIENTS:
+            make_certs(certs, self.clients)
+        for client in self.clients:
             kubeconfig(
                 self.config_for(client), f"https://127.0.0.1:{self.api_port or 0}", certs, client
             )
         self.etcd_port = self.etcd_port or free_port()
         self.api_port = self.api_port or free_port()
-        for client in CLIENTS:
+        for client in self.clients:
             kubeconfig(self.config_for(client), self.server, certs, client)
         self.start_etcd()
         self.start_apiserver()
@@ -173,6 +177,7 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--disable-admission-plugins=TaintNodesByCondition,ServiceAccount",
             "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
+            *self.apiserver_args,
         ])  # fmt: skip
         self.wait_ready("kube-apiserver", f"{self.server}/readyz", timeout=60)
 
