@@ -1,4 +1,5 @@
-"""Shared fixtures: the simulated mixed node and small device builders."""
+"""Shared fixtures: the simulated mixed node and small device builders; the real-kubelet
+cluster (`kubelet_cluster`, tests/harness/kubecluster) for any suite that asks for it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from hcsd.ledger import Ledger
 from hcsd.model import Device, HealthState, Link, LinkKind, Vendor
 from tests.fakes import build_fakes
 from tests.harness.daemon import MIXED_NODE, ROOT
+from tests.harness.kubecluster.fixture import kubelet_cluster  # noqa: F401 - for every suite
 
 GiB = 2**30
 

@@ -1,0 +1,295 @@
+"""A two-node Kubernetes cluster with real kubelets on this host, HCS deployed on it.
+
+The control plane of tests/cluster (etcd, kube-apiserver, kube-scheduler calling HCS's
+extender) plus kube-controller-manager, and two nodes (node.py) of different vendors
+(vendors.py), each with containerd, hcsd, hcs-syncer and kubelet. HCS's cluster side comes
+from the project's manifests (CRDs, RBAC, namespace, the key Secret, the Service); the
+syncers and the extender run as host processes (hcs.NO_IMAGE says why, loudly).
+
+kubelet rewrites three kernel settings on the host (vm.overcommit_memory, kernel.panic,
+kernel.panic_on_oops): they are saved before and restored after.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from hcsd.cluster.kube import Kube
+from tests.cluster.controlplane import CLIENTS, MANIFESTS, ControlPlane, free_port, manifests
+from tests.harness.kubecluster import hcs
+from tests.harness.kubecluster.node import KubeletNode, cgroup_hierarchies
+from tests.harness.kubecluster.vendors import ASCEND, NVIDIA, VendorNode, build_fakes
+from tests.harness.peers.building import Log, say
+from tests.harness.peers.kubernetes import ensure_kubernetes, ensure_kubernetes_node, find_etcd
+from tests.harness.peers.runtimes import Binaries, ensure_binaries
+from tests.harness.waiting import wait_for
+from tests.runtime.image import ImageError, ensure_busybox_image, ensure_pause_image
+
+#: The nodes: a simulated NVIDIA node and a simulated Ascend node.
+NODES: dict[str, VendorNode] = {"kube-gpu": NVIDIA, "kube-npu": ASCEND}
+SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+NOT_APPLIED = ("DaemonSet", "Deployment")  # they need HCS's image (hcs.NO_IMAGE)
+
+
+def host_address() -> str | None:
+    """The host's first global IPv4 address (kubelet refuses to serve on loopback)."""
+    shown = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "scope", "global"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for line in shown.stdout.splitlines():
+        fields = line.split()
+        if "inet" in fields:
+            return fields[fields.index("inet") + 1].split("/")[0]
+    return None
+
+
+@dataclass(frozen=True)
+class Peers:
+    """What the cluster runs: found or built, or the first reason it cannot run here."""
+
+    control: Path
+    node: Path
+    etcd: Path
+    runtime: Binaries
+    address: str
+
+
+def find_peers(log: Log = say) -> Peers | str:
+    """Every prerequisite, checked in order of cost; a string says which is missing."""
+    if os.geteuid() != 0:
+        return "the kubelet cluster needs root (mount namespaces, cgroups, containerd)"
+    for tool in ("unshare", "nsenter", "openssl", "curl", "ip", "make"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    if not any(h.name == "memory" for h in cgroup_hierarchies()):
+        return "no cgroup v1 memory hierarchy under /sys/fs/cgroup (kubelet's cgroupfs driver)"
+    address = host_address()
+    if address is None:
+        return "this host has no global IPv4 address for kubelet's --node-ip"
+    etcd = find_etcd()
+    if isinstance(etcd, str):
+        return etcd
+    try:
+        ensure_busybox_image()
+        ensure_pause_image()
+    except ImageError as e:
+        return f"the test images cannot be built: {e}"
+    why = build_fakes()
+    if why is not None:
+        return why
+    runtime = ensure_binaries(log)
+    if isinstance(runtime, str):
+        return runtime
+    control = ensure_kubernetes(log)
+    if isinstance(control, str):
+        return control
+    node = ensure_kubernetes_node(log)
+    if isinstance(node, str):
+        return node
+    return Peers(control, node, etcd, runtime, address)
+
+
+def _clients() -> dict[str, tuple[str, str]]:
+    clients = dict(CLIENTS)
+    clients["controller-manager"] = ("system:kube-controller-manager", "")
+    clients["kubelet-client"] = ("kube-apiserver-kubelet-client", "system:masters")
+    for name in NODES:
+        clients[f"node-{name}"] = (f"system:node:{name}", "system:nodes")
+    return clients
+
+
+@dataclass
+class KubeletCluster:
+    """`start()` it; `close()` stops everything and removes what it made."""
+
+    peers: Peers
+    work: Path
+    log: Log = say
+    key: bytes = field(default_factory=lambda: secrets.token_hex(32).encode())
+    nodes: dict[str, KubeletNode] = field(default_factory=dict)
+    sysctls: dict[str, str] = field(default_factory=dict)
+    plane: ControlPlane | None = None
+    admin: Kube | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    extender_port: int = 0
+
+    @property
+    def kube(self) -> Kube:
+        assert self.admin is not None
+        return self.admin
+
+    @property
+    def control(self) -> ControlPlane:
+        assert self.plane is not None
+        return self.plane
+
+    def start(self) -> KubeletCluster:
+        started = time.monotonic()
+        self.sysctls = {name: Path("/proc/sys", name).read_text() for name in SYSCTLS}
+        certs = self.work / "certs"
+        self.plane = ControlPlane(
+            self.peers.control,
+            self.peers.etcd,
+            self.work,
+            clients=_clients(),
+            apiserver_args=[
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={certs / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={certs / 'kubelet-client.key'}",
+            ],
+        ).start()
+        self.admin = self.plane.kube()
+        self._deploy_hcs()
+        self._start_controller_manager()
+        self._start_extender()
+        self.log(f"kubelet cluster: {hcs.NO_IMAGE}")
+        self.plane.start_scheduler(hcs.extender_url(self.extender_port))
+        self.timings["control plane"] = time.monotonic() - started
+        for name, vendor in NODES.items():
+            node = KubeletNode(
+                name,
+                vendor,
+                self.work,
+                runtime=self.peers.runtime,
+                kube_bin=self.peers.node,
+                address=self.peers.address,
+            )
+            self.nodes[name] = node
+            node.start(
+                self.plane.config_for(f"node-{name}"),
+                self.work / "secret.key",
+                self.plane.config_for("syncer"),
+                certs / "ca.crt",
+            )
+        wait_for(self._nodes_ready, "both kubelets' Nodes are Ready", timeout=90)
+        wait_for(self._compute_nodes_ready, "both ComputeNodes are Ready", timeout=60)
+        self.timings["total"] = time.monotonic() - started
+        return self
+
+    def _deploy_hcs(self) -> None:
+        """The shipped objects with a real key, but the workloads that need an image."""
+        docs = []
+        for doc in manifests(*_kustomized()):
+            if doc["kind"] in NOT_APPLIED:
+                continue
+            if doc["kind"] == "Secret":
+                doc.pop("stringData", None)
+                doc["data"] = {"assignment.key": base64.b64encode(self.key).decode()}
+            docs.append(doc)
+        self.control.apply(docs)
+        secret = self.work / "secret.key"  # the Secret as its volume shows it to the syncer
+        secret.write_bytes(self.key)
+        secret.chmod(0o400)
+
+    def _start_controller_manager(self) -> None:
+        certs = self.work / "certs"
+        config = self.control.config_for("controller-manager")
+        port = free_port()
+        self.control._spawn("kube-controller-manager", [
+            str(self.peers.node / "kube-controller-manager"), f"--kubeconfig={config}",
+            f"--authentication-kubeconfig={config}", f"--authorization-kubeconfig={config}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
+            f"--service-account-private-key-file={certs / 'sa.key'}",
+            f"--root-ca-file={certs / 'ca.crt'}", "--use-service-account-credentials=false",
+            f"--flex-volume-plugin-dir={self.work / 'flex-volumes'}",
+            "--service-cluster-ip-range=10.96.0.0/16", "-v=1",
+        ])  # fmt: skip
+        self.control.wait_ready("kube-controller-manager", f"https://127.0.0.1:{port}/healthz", 60)
+
+    def _start_extender(self) -> None:
+        self.extender_port = free_port()
+        key_file = self.work / "extender.key"
+        key_file.write_bytes(self.key)
+        key_file.chmod(0o440)  # as the Secret is mounted for it: the group is the process's own
+        command = hcs.extender_command(
+            self.extender_port, self.control.config_for("extender"), key_file
+        )
+        self.control._spawn("extender", command)
+        url = f"{hcs.extender_url(self.extender_port)}readyz"
+        self.control.wait_ready("extender", url, 60)
+
+    def _nodes_ready(self) -> bool:
+        for name in self.nodes:
+            for daemon, process in self.nodes[name].processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(
+                        f"{daemon} of node {name} exited {process.returncode}:\n"
+                        + tail(self.nodes[name].dir / f"{daemon}.log")
+                    )
+        items = self.kube.get("/api/v1/nodes").get("items", [])
+        ready = {
+            n["metadata"]["name"]
+            for n in items
+            for c in n.get("status", {}).get("conditions", [])
+            if c["type"] == "Ready" and c["status"] == "True"
+        }
+        return ready >= set(self.nodes)
+
+    def _compute_nodes_ready(self) -> bool:
+        items = self.kube.get("/apis/hcs.io/v1alpha1/computenodes").get("items", [])
+        phases = {i["metadata"]["name"]: (i.get("status") or {}).get("phase") for i in items}
+        return all(phases.get(name) == "Ready" for name in self.nodes)
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 60) -> str:
+        """kubectl as cluster-admin; its stdout (and stderr when `check` is off)."""
+        done = subprocess.run(
+            [str(self.peers.node / "kubectl"), f"--kubeconfig={self.control.config_for('admin')}",
+             *args],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}"
+            )
+        return done.stdout if check else done.stdout + done.stderr
+
+    def close(self) -> list[str]:
+        """Stop the nodes, then the cluster's processes; restore the kernel settings.
+        What could not be cleaned (also logged)."""
+        problems: list[str] = []
+        for node in self.nodes.values():
+            problems += node.close(self.log)
+        if self.admin is not None:
+            with contextlib.suppress(Exception):
+                self.admin.close()
+        if self.plane is not None:
+            for name in ("extender", "kube-controller-manager"):
+                self.plane.stop_process(name)
+            self.plane.stop()
+        for name, value in self.sysctls.items():
+            Path("/proc/sys", name).write_text(value)
+        return problems
+
+
+def _kustomized() -> list[str]:
+    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    return list(kustomization["resources"])
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    if not path.exists():
+        return f"(no {path})"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def started(peers: Peers, work: Path, log: Log = say) -> KubeletCluster:
+    """A started cluster; on a failure to start, everything already started is stopped."""
+    cluster = KubeletCluster(peers, work, log)
+    try:
+        return cluster.start()
+    except BaseException:
+        cluster.close()
+        raise

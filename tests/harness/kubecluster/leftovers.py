@@ -1,0 +1,104 @@
+"""What a deleted pod may have left on its node, looked for everywhere it could be: hcsd's
+ledger and quota directories, the ComputeNode, containerd's containers and sandboxes, the
+node's mounts, the pod's cgroups and processes, kubelet's pod and log directories.
+
+Pods are named by what the node knows them by: the pod's uid, its main container's id and
+its sandbox's id (recorded before the deletion, while containerd still lists it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.harness.kubecluster import hcs
+from tests.harness.kubecluster.cluster import KubeletCluster
+from tests.harness.kubecluster.node import KubeletNode, cgroup_hierarchies, cgroup_processes
+
+
+@dataclass(frozen=True)
+class Gone:
+    """A pod deleted from the API server, by the names its node knew it by."""
+
+    node: str
+    name: str
+    uid: str
+    container: str
+    sandbox: str
+    at: float  # time.monotonic() of the deletion
+
+
+def sandbox_of(node: KubeletNode, uid: str) -> str:
+    """The id of the pod's sandbox in the node's containerd ('' when it has none)."""
+    for sandbox in node.containerd.crictl_json("pods")["items"]:
+        if sandbox["metadata"]["uid"] == uid:
+            return str(sandbox["id"])
+    return ""
+
+
+def _entries(directory: Path, needles: Iterable[str]) -> list[str]:
+    if not directory.is_dir():
+        return []
+    wanted = [n for n in needles if n]
+    return sorted(p.name for p in directory.iterdir() if any(n in p.name for n in wanted))
+
+
+def leftovers(
+    cluster: KubeletCluster, node: KubeletNode, gone: Iterable[Gone]
+) -> Mapping[str, list[str]]:
+    """Where something of the pods in `gone` that ran on `node` is left (empty: nothing)."""
+    ours = [g for g in gone if g.node == node.name]
+    uids = {g.uid for g in ours}
+    ids = {g.container for g in ours} | {g.sandbox for g in ours if g.sandbox}
+    found: dict[str, list[str]] = {}
+    assert node.hcsd is not None
+    ledger = json.loads(node.hcsd.hcsctl("--json", "allocations").stdout or "[]")
+    found["hcsd ledger"] = sorted(a["container_id"] for a in ledger if a["container_id"] in ids)
+    found["quota directories"] = _entries(node.host_path(f"{hcs.RUN_DIR}/containers"), ids)
+    computenode = cluster.kube.get(f"/apis/hcs.io/v1alpha1/computenodes/{node.name}")
+    found["ComputeNode allocations"] = sorted(
+        a["pod"]
+        for a in (computenode.get("status") or {}).get("allocations") or []
+        if a["podUID"] in uids
+    )
+    listed = node.containerd.crictl_json("ps", "--all")["containers"]
+    found["containerd containers"] = sorted(c["id"][:12] for c in listed if c["id"] in ids)
+    sandboxes = node.containerd.crictl_json("pods")["items"]
+    found["containerd sandboxes"] = sorted(
+        s["id"][:12] for s in sandboxes if s["metadata"]["uid"] in uids
+    )
+    found["mounts"] = _mounts(node, ids | uids)
+    found["cgroups"] = sorted(
+        str(path)
+        for hierarchy in cgroup_hierarchies()
+        for path in (hierarchy / node.cgroup_root.strip("/")).rglob("*")
+        if path.is_dir() and any(n in path.name for n in ids | {f"pod{u}" for u in uids})
+    )
+    found["container processes"] = [str(p) for p in sorted(cgroup_processes(node.cgroup_root))]
+    daemons = {p.pid for p in node.processes.values()}
+    daemons |= {p.pid for p in (node.containerd.process, node.hcsd.process) if p is not None}
+    found["other processes in the node's namespace"] = [
+        _command(pid) for pid in node.namespace.processes() if pid not in daemons
+    ]
+    found["kubelet pod directories"] = _entries(node.host_path("/var/lib/kubelet/pods"), uids)
+    found["pod log directories"] = _entries(node.dir / "pod-logs", uids)
+    found["/var/log/containers"] = _entries(node.host_path("/var/log/containers"), ids)
+    return {where: what for where, what in found.items() if what}
+
+
+def _mounts(node: KubeletNode, needles: set[str]) -> list[str]:
+    try:
+        table = Path(f"/proc/{node.namespace.pid}/mountinfo").read_text()
+    except OSError:
+        return []
+    return [line.split()[4] for line in table.splitlines() if any(n in line for n in needles if n)]
+
+
+def _command(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return str(pid)
+    return f"{pid} " + " ".join(a.decode(errors="replace") for a in argv[:4])

@@ -1,0 +1,260 @@
+"""One real Kubernetes node on this host: a mount namespace with its own containerd 2.3 (NRI
+on), hcsd in cluster mode with its default paths, hcs-syncer and kubelet 1.36.
+
+What these machines need (../shared/reference/test-peers.md): a cgroup v1 hybrid host, so
+`failCgroupV1: false` and the cgroupfs driver; a `cgroupRoot` of its own made in every
+mounted hierarchy (kubelet refuses one with missing paths) so two kubelets' `kubepods` stay
+apart; its own ports and root directory; volume plugins and pod logs redirected away from
+the host's /usr/libexec and /var/log; a CNI conflist (the node stays NotReady without one,
+even for host-network pods); a node client certificate for the Node authorizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hcsd.contract import paths
+from tests.cluster.controlplane import free_port
+from tests.harness.daemon import LIBHCS, Daemon
+from tests.harness.kubecluster import hcs
+from tests.harness.kubecluster.namespace import Bind, MountNamespace
+from tests.harness.kubecluster.vendors import VendorNode
+from tests.harness.peers.runtimes import Binaries
+from tests.runtime.containerd import Containerd
+
+CGROUPS = Path("/sys/fs/cgroup")
+CNI_CONFLIST = {
+    "cniVersion": "1.0.0",
+    "name": "hcs-host-network",  # pods here use the host's network: never called
+    "plugins": [{"type": "loopback"}],
+}
+
+
+class NodeContainerd(Containerd):
+    """containerd started inside the node's mount namespace (it must see kubelet's mounts)."""
+
+    def __init__(self, binaries: Binaries, directory: Path, namespace: MountNamespace) -> None:
+        super().__init__(binaries, directory, nri_socket=directory / "nri" / "nri.sock")
+        self.namespace = namespace
+
+    def _command(self) -> list[str]:
+        return [*self.namespace.enter, *super()._command()]
+
+
+def cgroup_hierarchies() -> list[Path]:
+    """Every mounted cgroup hierarchy (v1 controllers, name=systemd, the unified one)."""
+    return sorted(p for p in CGROUPS.iterdir() if p.is_dir() and os.path.ismount(p))
+
+
+def make_cgroup_root(name: str) -> None:
+    for hierarchy in cgroup_hierarchies():
+        path = hierarchy / name.strip("/")
+        path.mkdir(exist_ok=True)
+        if hierarchy.name == "cpuset":  # an empty cpuset takes no process
+            for key in ("cpuset.cpus", "cpuset.mems"):
+                (path / key).write_text((hierarchy / key).read_text())
+
+
+def cgroup_processes(name: str) -> set[int]:
+    """The processes in the tree `name` of any hierarchy (containers the node left)."""
+    found: set[int] = set()
+    for hierarchy in cgroup_hierarchies():
+        for procs in (hierarchy / name.strip("/")).rglob("cgroup.procs"):
+            with contextlib.suppress(OSError):
+                found.update(int(p) for p in procs.read_text().split())
+    return found
+
+
+def remove_cgroup_root(name: str) -> list[str]:
+    """rmdir the tree bottom-up in every hierarchy; the directories that would not go."""
+    left = []
+    for hierarchy in cgroup_hierarchies():
+        root = hierarchy / name.strip("/")
+        if not root.exists():
+            continue
+        for directory in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        try:
+            root.rmdir()
+        except OSError as e:
+            left.append(f"{root}: {e}")
+    return left
+
+
+class KubeletNode:
+    """Start with `start(...)`; `close()` stops everything and says what it had to clean."""
+
+    def __init__(
+        self,
+        name: str,
+        vendor: VendorNode,
+        work: Path,
+        *,
+        runtime: Binaries,
+        kube_bin: Path,
+        address: str,
+    ) -> None:
+        self.name = name
+        self.kube_bin = kube_bin
+        self.address = address  # kubelet cannot serve on loopback
+        self.vendor = vendor
+        self.dir = work / name
+        self.dir.mkdir(parents=True)
+        self.cgroup_root = f"/hcs-kubelet-{os.getpid()}-{name}"
+        self.private = {
+            "/etc/hcsd": self.dir / "etc-hcsd",
+            paths.RUN_DIR: self.dir / "run-hcsd",
+            paths.STATE_DIR: self.dir / "var-lib-hcsd",
+            str(Path(paths.LIBHCS).parent): self.dir / "usr-lib-hcs",
+            # containerd's NRI socket is in its directory; hcsd finds it at its default.
+            str(Path(paths.NRI_SOCKET).parent).replace("/var/run", "/run"): self.dir
+            / "containerd"
+            / "nri",
+            paths.CDI_DIR.replace("/var/run", "/run"): self.dir / "cdi",
+            "/var/lib/kubelet": self.dir / "kubelet",
+            "/var/log/containers": self.dir / "log-containers",
+            vendor.install_dir: self.dir / "driver",
+        }
+        for source in self.private.values():
+            source.mkdir(parents=True, exist_ok=True)
+        binds = [Bind(target, source) for target, source in self.private.items()]
+        binds += [Bind(node, Path("/dev/null")) for node in vendor.all_device_nodes()]
+        self.namespace = MountNamespace(self.dir, binds)
+        self.containerd = NodeContainerd(runtime, self.dir / "containerd", self.namespace)
+        self.hcsd: Daemon | None = None
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.kubelet_port = free_port()
+
+    def host_path(self, inside: str) -> Path:
+        """Where a path of the node's private directories is seen from the host."""
+        for target, source in self.private.items():
+            if inside == target or inside.startswith(target + "/"):
+                return source / os.path.relpath(inside, target)
+        raise ValueError(f"{inside} is not private to node {self.name}")
+
+    def start(self, kubeconfig: Path, secret: Path, syncer_kubeconfig: Path, ca: Path) -> None:
+        self._files()
+        make_cgroup_root(self.cgroup_root)
+        self.namespace.start()
+        (self.containerd.dir / "cni" / "net.d").mkdir(parents=True)
+        (self.containerd.dir / "cni" / "net.d" / "10-hcs.conflist").write_text(
+            json.dumps(CNI_CONFLIST)
+        )
+        self.containerd.launch()
+        self._start_hcsd()
+        self.spawn("syncer", hcs.syncer_command(self.name, syncer_kubeconfig, secret))
+        config = self.dir / "kubelet.yaml"
+        config.write_text(yaml.safe_dump(self.kubelet_config(ca)))
+        self.spawn("kubelet", [
+            str(self.kube_bin / "kubelet"), f"--config={config}", f"--kubeconfig={kubeconfig}",
+            f"--hostname-override={self.name}", f"--node-ip={self.address}", "--v=2",
+        ])  # fmt: skip
+
+    def _files(self) -> None:
+        """hcsd's node file, libhcs where the package installs it, the driver's files."""
+        nodes = self.host_path(hcs.NODE_FILE)
+        nodes.parent.mkdir(parents=True, exist_ok=True)
+        nodes.write_text(self.vendor.node_file())
+        libhcs = self.host_path(paths.LIBHCS)
+        libhcs.write_bytes(LIBHCS.read_bytes())
+        libhcs.chmod(0o755)
+        self.vendor.driver_tree(self.private[self.vendor.install_dir], self.name)
+
+    def _start_hcsd(self) -> None:
+        daemon = Daemon(self.dir / "hcsd")
+        # Its defaults, which the namespace makes private, and only what a test node needs.
+        daemon.settings = {t: dict(k) for t, k in hcs.hcsd_settings(self.name, free_port()).items()}
+        daemon.configure({})
+        daemon.socket = str(self.host_path(paths.SOCKET))
+        daemon.prefix = self.namespace.enter
+        self.hcsd = daemon
+        daemon.start()
+
+    def spawn(self, name: str, command: list[str]) -> None:
+        log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the process
+        self.processes[name] = subprocess.Popen(
+            [*self.namespace.enter, *command],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kubelet_config(self, ca: Path) -> dict[str, Any]:
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "failCgroupV1": False,  # these hosts are cgroup v1 hybrid
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": self.cgroup_root,
+            "address": self.address,
+            "port": self.kubelet_port,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": free_port(),
+            "containerRuntimeEndpoint": f"unix://{self.containerd.grpc_socket}",
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": False},
+                "x509": {"clientCAFile": str(ca)},
+            },
+            "authorization": {"mode": "AlwaysAllow"},  # the API server's client cert only
+            "volumePluginDir": str(self.dir / "volume-plugins"),
+            "podLogsDirectory": str(self.dir / "pod-logs"),
+            "failSwapOn": False,
+            "imageGCHighThresholdPercent": 100,  # the imported images cannot be pulled again
+            "imageGCLowThresholdPercent": 99,
+            "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
+                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+            "maxPods": 20,
+            "shutdownGracePeriod": "0s",
+            "serializeImagePulls": False,
+        }  # fmt: skip
+
+    def stop_process(self, name: str, grace: float = 10) -> None:
+        process = self.processes.pop(name, None)
+        if process is None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def close(self, log: Callable[[str], None]) -> list[str]:
+        """Stop the kubelet first (it would restart what containerd stops), the pods with
+        containerd, then hcsd and the syncer; what had to be killed or could not be removed."""
+        problems: list[str] = []
+        self.stop_process("kubelet")
+        try:
+            self.containerd.close()
+        except Exception as e:  # the rest must still be cleaned
+            problems.append(f"containerd: {e}")
+        self.stop_process("syncer")
+        if self.hcsd is not None:
+            with contextlib.suppress(Exception):
+                self.hcsd.stop()
+            self.hcsd.close()
+        strays = cgroup_processes(self.cgroup_root)
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if strays:
+            problems.append(f"processes left in {self.cgroup_root}: {sorted(strays)}")
+        killed = self.namespace.close()
+        if killed:
+            problems.append(f"processes left in the mount namespace: {killed}")
+        problems += remove_cgroup_root(self.cgroup_root)
+        for problem in problems:
+            log(f"kubelet cluster: node {self.name}: {problem}")
+        return problems
