@@ -153,9 +153,12 @@ def run_demo(cluster: KubeletCluster, name: str, vendor: str, user: int | None) 
         "second: alloc 6144 MiB: ok",
     ], out
 
-    # The slice in the ComputeNode and in hcsd's ledger, from the assignment.
+    # The slice in the ComputeNode, from the assignment.
     allocation = allocation_of(cluster, node.name, uid)
     assert allocation is not None
+    computenode = cluster.kube.get(f"/apis/hcs.io/v1alpha1/computenodes/{node.name}")
+    [device] = computenode["status"]["devices"]
+    assert (device["uuid"], device["vramAllocatedBytes"]) == (node.vendor.uuid, 16 * GiB)
     assert allocation["container"] == "main" and allocation["source"] == "assignment"
     assert allocation["grants"] == [{"uuid": node.vendor.uuid, "vramBytes": 16 * GiB,
                                      "compute": 0}]  # fmt: skip
@@ -267,11 +270,19 @@ def test_nothing_is_left_after_pods_of_both_vendors_end(cluster: KubeletCluster)
         )
         assert gone[entry.name] <= DIRECTORY_BOUND
 
+    seen: dict[str, float] = {}
+
     def nothing_left() -> bool:
+        for node in cluster.nodes.values():
+            for where in leftovers(cluster, node, DELETED):
+                seen[where] = time.monotonic() - started
         return not any(leftovers(cluster, node, DELETED) for node in cluster.nodes.values())
 
     try:
         wait_for(nothing_left, "nothing of the deleted pods is left", timeout=90, interval=0.5)
+        print(f"nothing left {time.monotonic() - started:.1f} s after the last deletion")
+        for where, last in sorted(seen.items(), key=lambda item: item[1]):
+            print(f"  {where}: last seen {last:.1f} s after it")
     finally:
         for node in cluster.nodes.values():
             left = leftovers(cluster, node, DELETED)

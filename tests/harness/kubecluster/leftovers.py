@@ -1,6 +1,6 @@
 """What a deleted pod may have left on its node, looked for everywhere it could be: hcsd's
-ledger and quota directories, the ComputeNode, containerd's containers and sandboxes, the
-node's mounts, the pod's cgroups and processes, kubelet's pod and log directories.
+ledger and quota directories, the ComputeNode, containerd's containers and ready sandboxes,
+the node's mounts, the pod's cgroups and processes, kubelet's pod and log directories.
 
 Pods are named by what the node knows them by: the pod's uid, its main container's id and
 its sandbox's id (recorded before the deletion, while containerd still lists it).
@@ -65,9 +65,13 @@ def leftovers(
     )
     listed = node.containerd.crictl_json("ps", "--all")["containers"]
     found["containerd containers"] = sorted(c["id"][:12] for c in listed if c["id"] in ids)
+    # A stopped sandbox stays listed until kubelet's sandbox GC (a minute): kubelet's
+    # bookkeeping, with no process or mount; one still ready is left behind.
     sandboxes = node.containerd.crictl_json("pods")["items"]
-    found["containerd sandboxes"] = sorted(
-        s["id"][:12] for s in sandboxes if s["metadata"]["uid"] in uids
+    found["ready sandboxes"] = sorted(
+        s["id"][:12]
+        for s in sandboxes
+        if s["metadata"]["uid"] in uids and s["state"] == "SANDBOX_READY"
     )
     found["mounts"] = _mounts(node, ids | uids)
     found["cgroups"] = sorted(
