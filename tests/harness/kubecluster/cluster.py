@@ -12,7 +12,6 @@ kernel.panic_on_oops): they are saved before and restored after.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import secrets
@@ -22,10 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from hcsd.cluster.kube import Kube
-from tests.cluster.controlplane import CLIENTS, MANIFESTS, ControlPlane, free_port, manifests
+from tests.cluster.controlplane import CLIENTS, ControlPlane, free_port
 from tests.harness.kubecluster import hcs
 from tests.harness.kubecluster.node import KubeletNode, cgroup_hierarchies
 from tests.harness.kubecluster.vendors import ASCEND, NVIDIA, VendorNode, build_fakes
@@ -38,7 +35,6 @@ from tests.runtime.image import ImageError, ensure_busybox_image, ensure_pause_i
 #: The nodes: a simulated NVIDIA node and a simulated Ascend node.
 NODES: dict[str, VendorNode] = {"kube-gpu": NVIDIA, "kube-npu": ASCEND}
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
-NOT_APPLIED = ("DaemonSet", "Deployment")  # they need HCS's image (hcs.NO_IMAGE)
 
 
 def host_address() -> str | None:
@@ -124,7 +120,7 @@ class KubeletCluster:
     plane: ControlPlane | None = None
     admin: Kube | None = None
     timings: dict[str, float] = field(default_factory=dict)
-    extender_port: int = 0
+    extender: hcs.ExtenderPorts = field(default_factory=lambda: hcs.ExtenderPorts(0, 0))
 
     @property
     def kube(self) -> Kube:
@@ -156,7 +152,7 @@ class KubeletCluster:
         self._start_controller_manager()
         self._start_extender()
         self.log(f"kubelet cluster: {hcs.NO_IMAGE}")
-        self.plane.start_scheduler(hcs.extender_url(self.extender_port))
+        self.plane.start_scheduler(hcs.extender_url(self.extender))
         self.timings["control plane"] = time.monotonic() - started
         for name, vendor in NODES.items():
             node = KubeletNode(
@@ -180,16 +176,7 @@ class KubeletCluster:
         return self
 
     def _deploy_hcs(self) -> None:
-        """The shipped objects with a real key, but the workloads that need an image."""
-        docs = []
-        for doc in manifests(*_kustomized()):
-            if doc["kind"] in NOT_APPLIED:
-                continue
-            if doc["kind"] == "Secret":
-                doc.pop("stringData", None)
-                doc["data"] = {"assignment.key": base64.b64encode(self.key).decode()}
-            docs.append(doc)
-        self.control.apply(docs)
+        self.control.apply(hcs.cluster_objects(self.key))
         secret = self.work / "secret.key"  # the Secret as its volume shows it to the syncer
         secret.write_bytes(self.key)
         secret.chmod(0o400)
@@ -210,16 +197,15 @@ class KubeletCluster:
         self.control.wait_ready("kube-controller-manager", f"https://127.0.0.1:{port}/healthz", 60)
 
     def _start_extender(self) -> None:
-        self.extender_port = free_port()
+        self.extender = hcs.ExtenderPorts(free_port(), free_port())
         key_file = self.work / "extender.key"
         key_file.write_bytes(self.key)
         key_file.chmod(0o440)  # as the Secret is mounted for it: the group is the process's own
         command = hcs.extender_command(
-            self.extender_port, self.control.config_for("extender"), key_file
+            self.extender, self.control.config_for("extender"), key_file, self.work / "certs"
         )
         self.control._spawn("extender", command)
-        url = f"{hcs.extender_url(self.extender_port)}readyz"
-        self.control.wait_ready("extender", url, 60)
+        self.control.wait_ready("extender", hcs.extender_ready_url(self.extender), 60)
 
     def _nodes_ready(self) -> bool:
         for name in self.nodes:
@@ -272,11 +258,6 @@ class KubeletCluster:
         for name, value in self.sysctls.items():
             Path("/proc/sys", name).write_text(value)
         return problems
-
-
-def _kustomized() -> list[str]:
-    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
-    return list(kustomization["resources"])
 
 
 def tail(path: Path, lines: int = 30) -> str:

@@ -10,9 +10,15 @@ defaults, the key delivery or the extender's transport change, this is the file 
 
 from __future__ import annotations
 
+import base64
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from tests.cluster.controlplane import MANIFESTS, manifests
 from tests.harness.daemon import Settings
 
 #: Where the node's hcsd reads its node file (inside the node's /etc/hcsd).
@@ -22,6 +28,7 @@ KEY_FILE = "/etc/hcsd/assignment.key"
 #: hcsd's default run directory: per-container quota directories are under containers/.
 RUN_DIR = "/run/hcsd"
 LEASE_SECONDS = 8
+NOT_APPLIED = ("DaemonSet", "Deployment")  # they need HCS's image
 NO_IMAGE = (
     "HCS HAS NO CONTAINER IMAGE YET: hcs-syncer and hcs-scheduler-extender run as host "
     "processes; the shipped DaemonSet and Deployment are not applied (see the ecosystem issue)"
@@ -51,19 +58,52 @@ def syncer_command(name: str, kubeconfig: Path, secret: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def extender_command(port: int, kubeconfig: Path, key_file: Path) -> list[str]:
-    """hcs-scheduler-extender on loopback, plain HTTP (kube-scheduler's config says so)."""
+@dataclass(frozen=True)
+class ExtenderPorts:
+    """Where the extender serves kube-scheduler's verbs, and its probes."""
+
+    verbs: int
+    probes: int
+
+
+def extender_command(
+    ports: ExtenderPorts, kubeconfig: Path, key_file: Path, certs: Path
+) -> list[str]:
+    """hcs-scheduler-extender on loopback, plain HTTP (kube-scheduler's config says so);
+    `certs` is the control plane's certificate directory."""
+    del certs
     return [
         sys.executable, "-m", "hcsd.cluster.extender_cli",
-        "--listen", f"127.0.0.1:{port}", "--key-file", str(key_file),
+        "--listen", f"127.0.0.1:{ports.verbs}", "--key-file", str(key_file),
         "--kubeconfig", str(kubeconfig), "--leader-elect", "--identity", "extender-0",
         "--quota-status-seconds", "0.5",
     ]  # fmt: skip
 
 
-def extender_url(port: int) -> str:
+def extender_url(ports: ExtenderPorts) -> str:
     """kube-scheduler's urlPrefix for the extender."""
-    return f"http://127.0.0.1:{port}/"
+    return f"http://127.0.0.1:{ports.verbs}/"
+
+
+def extender_ready_url(ports: ExtenderPorts) -> str:
+    """/readyz: served with the verbs (`probes` is kept for a separate probe listener)."""
+    return f"http://127.0.0.1:{ports.verbs}/readyz"
+
+
+def cluster_objects(key: bytes) -> list[dict[str, Any]]:
+    """What is applied of packaging/kubernetes: the kustomization's objects but the
+    workloads (they need the image), and the key Secret with `key`."""
+    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    docs = [
+        d
+        for d in manifests(*kustomization["resources"])
+        if d["kind"] not in NOT_APPLIED and d["kind"] != "Secret"
+    ]
+    for secret in manifests("secret.yaml"):
+        secret.pop("stringData", None)
+        secret["data"] = {"assignment.key": base64.b64encode(key).decode()}
+        docs.append(secret)
+    return docs
 
 
 def node_key(cluster_key: bytes, node: str) -> bytes:
