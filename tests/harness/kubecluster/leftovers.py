@@ -1,6 +1,8 @@
 """What a deleted pod may have left on its node, looked for everywhere it could be: hcsd's
-ledger and quota directories, the ComputeNode, containerd's containers and ready sandboxes,
-the node's mounts, the pod's cgroups and processes, kubelet's pod and log directories.
+ledger and quota directories, the ComputeNode, containerd's running containers and ready
+sandboxes, the node's mounts, the pod's cgroups and processes, kubelet's pod and log
+directories. (Records of exited containers and stopped sandboxes wait for kubelet's container
+GC, up to about a minute: kubelet's bookkeeping, not looked for.)
 
 Pods are named by what the node knows them by: the pod's uid, its main container's id and
 its sandbox's id (recorded before the deletion, while containerd still lists it).
@@ -63,10 +65,13 @@ def leftovers(
         for a in (computenode.get("status") or {}).get("allocations") or []
         if a["podUID"] in uids
     )
+    # An exited container and a stopped sandbox stay listed (with their snapshot and
+    # kubelet's log link) until kubelet's container GC, up to about a minute: kubelet's
+    # bookkeeping, with no process or mount. One still running or ready is left behind.
     listed = node.containerd.crictl_json("ps", "--all")["containers"]
-    found["containerd containers"] = sorted(c["id"][:12] for c in listed if c["id"] in ids)
-    # A stopped sandbox stays listed until kubelet's sandbox GC (a minute): kubelet's
-    # bookkeeping, with no process or mount; one still ready is left behind.
+    found["running containers"] = sorted(
+        c["id"][:12] for c in listed if c["id"] in ids and c["state"] != "CONTAINER_EXITED"
+    )
     sandboxes = node.containerd.crictl_json("pods")["items"]
     found["ready sandboxes"] = sorted(
         s["id"][:12]
@@ -88,7 +93,6 @@ def leftovers(
     ]
     found["kubelet pod directories"] = _entries(node.host_path("/var/lib/kubelet/pods"), uids)
     found["pod log directories"] = _entries(node.dir / "pod-logs", uids)
-    found["/var/log/containers"] = _entries(node.host_path("/var/log/containers"), ids)
     return {where: what for where, what in found.items() if what}
 
 
