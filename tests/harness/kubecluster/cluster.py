@@ -3,8 +3,8 @@
 The control plane of tests/cluster (etcd, kube-apiserver, kube-scheduler calling HCS's
 extender) plus kube-controller-manager, and two nodes (node.py) of different vendors
 (vendors.py), each with containerd, hcsd, hcs-syncer and kubelet. HCS's cluster side comes
-from the project's manifests (CRDs, RBAC, namespace, the key Secret, the Service); the
-syncers and the extender run as host processes (hcs.NO_IMAGE says why, loudly).
+from the project's manifests (hcs.cluster_objects: the kustomization's objects and the key
+Secret); the syncers and the extender run as host processes (hcs.NO_IMAGE says why, loudly).
 
 kubelet rewrites three kernel settings on the host (vm.overcommit_memory, kernel.panic,
 kernel.panic_on_oops): they are saved before and restored after.

@@ -69,25 +69,28 @@ class ExtenderPorts:
 def extender_command(
     ports: ExtenderPorts, kubeconfig: Path, key_file: Path, certs: Path
 ) -> list[str]:
-    """hcs-scheduler-extender on loopback, plain HTTP (kube-scheduler's config says so);
-    `certs` is the control plane's certificate directory."""
-    del certs
+    """hcs-scheduler-extender on loopback as the manifests ship it: the verbs over mutual
+    TLS (its serving certificate and kube-scheduler's CA from the control plane's `certs`),
+    the probes in plain HTTP on a port of their own."""
     return [
         sys.executable, "-m", "hcsd.cluster.extender_cli",
-        "--listen", f"127.0.0.1:{ports.verbs}", "--key-file", str(key_file),
+        "--listen", f"127.0.0.1:{ports.verbs}", "--probe-listen", f"127.0.0.1:{ports.probes}",
+        "--tls-cert", str(certs / "extender-serving.crt"),
+        "--tls-key", str(certs / "extender-serving.key"),
+        "--tls-client-ca", str(certs / "ca.crt"),
+        "--key-file", str(key_file),
         "--kubeconfig", str(kubeconfig), "--leader-elect", "--identity", "extender-0",
         "--quota-status-seconds", "0.5",
     ]  # fmt: skip
 
 
 def extender_url(ports: ExtenderPorts) -> str:
-    """kube-scheduler's urlPrefix for the extender."""
-    return f"http://127.0.0.1:{ports.verbs}/"
+    """kube-scheduler's urlPrefix for the extender: https, so it presents its certificate."""
+    return f"https://127.0.0.1:{ports.verbs}/"
 
 
 def extender_ready_url(ports: ExtenderPorts) -> str:
-    """/readyz: served with the verbs (`probes` is kept for a separate probe listener)."""
-    return f"http://127.0.0.1:{ports.verbs}/readyz"
+    return f"http://127.0.0.1:{ports.probes}/readyz"
 
 
 def cluster_objects(key: bytes) -> list[dict[str, Any]]:
