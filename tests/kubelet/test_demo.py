@@ -1,4 +1,4 @@
-"""The seed's demo, as a user runs it: a pod asking `ai.compute/vram: 16Gi` on a two-node
+"""HCS's demo, as a user runs it: a pod asking `ai.compute/vram: 16Gi` on a two-node
 cluster with real kubelets (tests/harness/kubecluster), once pinned to each vendor.
 
 Each pod must be bound to its vendor's node with a signed assignment and get, from inside

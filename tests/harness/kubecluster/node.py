@@ -50,6 +50,11 @@ class NodeContainerd(Containerd):
         return [*self.namespace.enter, *super()._command()]
 
 
+def _real(path: str) -> str:
+    """`path` without the /var/run link (a bind mount needs the real directory)."""
+    return "/run" + path.removeprefix("/var/run") if path.startswith("/var/run/") else path
+
+
 def cgroup_hierarchies() -> list[Path]:
     """Every mounted cgroup hierarchy (v1 controllers, name=systemd, the unified one)."""
     return sorted(p for p in CGROUPS.iterdir() if p.is_dir() and os.path.ismount(p))
@@ -111,16 +116,15 @@ class KubeletNode:
         self.dir = work / name
         self.dir.mkdir(parents=True)
         self.cgroup_root = f"/hcs-kubelet-{os.getpid()}-{name}"
+        nri_dir = _real(str(Path(paths.NRI_SOCKET).parent))
         self.private = {
             "/etc/hcsd": self.dir / "etc-hcsd",
             paths.RUN_DIR: self.dir / "run-hcsd",
             paths.STATE_DIR: self.dir / "var-lib-hcsd",
             str(Path(paths.LIBHCS).parent): self.dir / "usr-lib-hcs",
             # containerd's NRI socket is in its directory; hcsd finds it at its default.
-            str(Path(paths.NRI_SOCKET).parent).replace("/var/run", "/run"): self.dir
-            / "containerd"
-            / "nri",
-            paths.CDI_DIR.replace("/var/run", "/run"): self.dir / "cdi",
+            nri_dir: self.dir / "containerd" / "nri",
+            _real(paths.CDI_DIR): self.dir / "cdi",
             "/var/lib/kubelet": self.dir / "kubelet",
             "/var/log/containers": self.dir / "log-containers",
             vendor.install_dir: self.dir / "driver",

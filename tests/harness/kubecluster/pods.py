@@ -1,7 +1,7 @@
 """Pods on the kubelet cluster: the demo pod's spec, and creating, waiting for, reading and
 deleting pods through the API server.
 
-The demo pod is the seed's: the busybox image (imported into each node's containerd, never
+The demo pod: the busybox image (imported into each node's containerd, never
 pulled), the host's network, `limits: {ai.compute/vram: 16Gi}`, pinned to a vendor with the
 `hcs.io/vendors` annotation the extender reads. The image has no libc, so the host's is
 mounted read-only (hostPath volumes), with the test programs (tests/fakes/build: alloc_app),
