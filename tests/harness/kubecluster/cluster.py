@@ -146,7 +146,8 @@ class KubeletCluster:
                 f"--kubelet-client-certificate={certs / 'kubelet-client.crt'}",
                 f"--kubelet-client-key={certs / 'kubelet-client.key'}",
             ],
-        ).start()
+        )
+        self.plane.start()  # after the assignment: close() stops what a failed start began
         self.admin = self.plane.kube()
         self._deploy_hcs()
         self._start_controller_manager()
