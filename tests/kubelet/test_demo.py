@@ -153,7 +153,7 @@ def run_demo(cluster: KubeletCluster, name: str, vendor: str, user: int | None) 
     assert pod["spec"]["nodeName"] == node.name
     assignment = verify(
         pod["metadata"]["annotations"][ANNOTATION],
-        hcs.node_key(cluster.key, node.name),
+        hcs.verifying_keys(cluster.keys, node.name),
         node=node.name,
         pod_uid=uid,
         now=time.time(),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import shutil
 import subprocess
 import time
@@ -114,7 +113,7 @@ class KubeletCluster:
     peers: Peers
     work: Path
     log: Log = say
-    key: bytes = field(default_factory=lambda: secrets.token_hex(32).encode())
+    keys: hcs.Keys = field(default_factory=hcs.new_keys)
     nodes: dict[str, KubeletNode] = field(default_factory=dict)
     sysctls: dict[str, str] = field(default_factory=dict)
     plane: ControlPlane | None = None
@@ -165,22 +164,18 @@ class KubeletCluster:
                 address=self.peers.address,
             )
             self.nodes[name] = node
-            node.start(
-                self.plane.config_for(f"node-{name}"),
-                self.work / "secret.key",
-                self.plane.config_for("syncer"),
-                certs / "ca.crt",
-            )
+            node.start(self.plane.config_for(f"node-{name}"), certs / "ca.crt")
         wait_for(self._nodes_ready, "both kubelets' Nodes are Ready", timeout=90)
+        for name, node in self.nodes.items():  # a syncer's identity may name its Node
+            node.spawn(
+                "syncer", hcs.syncer_command(name, self.plane, self.keys, self.work, self.extender)
+            )
         wait_for(self._compute_nodes_ready, "both ComputeNodes are Ready", timeout=60)
         self.timings["total"] = time.monotonic() - started
         return self
 
     def _deploy_hcs(self) -> None:
-        self.control.apply(hcs.cluster_objects(self.key))
-        secret = self.work / "secret.key"  # the Secret as its volume shows it to the syncer
-        secret.write_bytes(self.key)
-        secret.chmod(0o400)
+        self.control.apply(hcs.cluster_objects(self.keys))
 
     def _start_controller_manager(self) -> None:
         certs = self.work / "certs"
@@ -199,12 +194,7 @@ class KubeletCluster:
 
     def _start_extender(self) -> None:
         self.extender = hcs.ExtenderPorts(free_port(), free_port())
-        key_file = self.work / "extender.key"
-        key_file.write_bytes(self.key)
-        key_file.chmod(0o440)  # as the Secret is mounted for it: the group is the process's own
-        command = hcs.extender_command(
-            self.extender, self.control.config_for("extender"), key_file, self.work / "certs"
-        )
+        command = hcs.extender_command(self.extender, self.control, self.keys, self.work)
         self.control._spawn("extender", command)
         self.control.wait_ready("extender", hcs.extender_ready_url(self.extender), 60)
 

@@ -4,13 +4,16 @@ hcsd runs on each node with its default paths (the node's mount namespace makes 
 /run/hcsd, /var/lib/hcsd, /usr/lib/hcs and the NRI socket's directory private), so its file
 names only what a test node must differ in. hcs-syncer runs per node in the same namespace and
 hcs-scheduler-extender on the host; both as host processes, because the project has no
-container image yet (the shipped DaemonSet and Deployment are not applied). When hcsd's
-defaults, the key delivery or the extender's transport change, this is the file to adapt.
+container image yet (the shipped DaemonSet and Deployment are not applied). The assignment
+keys are made, handed to the extender and the syncers, and read back for verifying here too.
+When hcsd's defaults, the key delivery or the extender's transport change, this is the file
+to adapt.
 """
 
 from __future__ import annotations
 
 import base64
+import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.controlplane import MANIFESTS, manifests
+from tests.cluster.controlplane import MANIFESTS, ControlPlane, manifests
 from tests.harness.daemon import Settings
 
 #: Where the node's hcsd reads its node file (inside the node's /etc/hcsd).
@@ -47,12 +50,34 @@ def hcsd_settings(name: str, metrics_port: int) -> Settings:
     }
 
 
-def syncer_command(name: str, kubeconfig: Path, secret: Path) -> list[str]:
-    """hcs-syncer for node `name`, as its DaemonSet runs it: the mounted Secret's key
-    installed where hcsd reads it; a short Lease so a dead node shows within seconds."""
+Keys = bytes  # the cluster's assignment key, the same on every node
+
+
+def new_keys() -> Keys:
+    return secrets.token_hex(32).encode()
+
+
+def verifying_keys(keys: Keys, node: str) -> bytes:
+    """What `node`'s hcsd verifies its assignments with: the cluster's one key."""
+    del node
+    return keys
+
+
+def syncer_command(
+    name: str, plane: ControlPlane, keys: Keys, work: Path, ports: ExtenderPorts
+) -> list[str]:
+    """hcs-syncer for node `name` (whose Node is registered), as its DaemonSet runs it: the
+    mounted Secret's key installed where hcsd reads it; a short Lease so that a dead node
+    shows within seconds."""
+    del ports
+    secret = work / "syncer-secret" / "assignment.key"  # the Secret's volume
+    if not secret.exists():
+        secret.parent.mkdir()
+        secret.write_bytes(keys)
+        secret.chmod(0o400)  # the DaemonSet's defaultMode
     return [
         sys.executable, "-m", "hcsd.cluster.syncer_cli", "--node-name", name,
-        "--kubeconfig", str(kubeconfig),
+        "--kubeconfig", str(plane.config_for("syncer")),
         "--lease-seconds", str(LEASE_SECONDS), "--renew-seconds", "2", "--resync-seconds", "30",
         "--install-key", str(secret), "--key-file", KEY_FILE,
     ]  # fmt: skip
@@ -67,20 +92,21 @@ class ExtenderPorts:
 
 
 def extender_command(
-    ports: ExtenderPorts, kubeconfig: Path, key_file: Path, certs: Path
+    ports: ExtenderPorts, plane: ControlPlane, keys: Keys, work: Path
 ) -> list[str]:
     """hcs-scheduler-extender on loopback as the manifests ship it: the verbs over mutual
-    TLS (its serving certificate and kube-scheduler's CA from the control plane's `certs`),
-    the probes in plain HTTP on a port of their own."""
+    TLS (its serving certificate and kube-scheduler's CA from the control plane), the probes
+    in plain HTTP on a port of their own, the key as the Secret's volume shows it."""
+    key_file = work / "extender-secret" / "assignment.key"
+    key_file.parent.mkdir()
+    key_file.write_bytes(keys)
+    key_file.chmod(0o440)  # as the Secret is mounted for it: the group is the process's own
     return [
         sys.executable, "-m", "hcsd.cluster.extender_cli",
         "--listen", f"127.0.0.1:{ports.verbs}", "--probe-listen", f"127.0.0.1:{ports.probes}",
-        "--tls-cert", str(certs / "extender-serving.crt"),
-        "--tls-key", str(certs / "extender-serving.key"),
-        "--tls-client-ca", str(certs / "ca.crt"),
-        "--key-file", str(key_file),
-        "--kubeconfig", str(kubeconfig), "--leader-elect", "--identity", "extender-0",
-        "--quota-status-seconds", "0.5",
+        *plane.extender_tls(), "--key-file", str(key_file),
+        "--kubeconfig", str(plane.config_for("extender")), "--leader-elect",
+        "--identity", "extender-0", "--quota-status-seconds", "0.5",
     ]  # fmt: skip
 
 
@@ -93,9 +119,9 @@ def extender_ready_url(ports: ExtenderPorts) -> str:
     return f"http://127.0.0.1:{ports.probes}/readyz"
 
 
-def cluster_objects(key: bytes) -> list[dict[str, Any]]:
+def cluster_objects(keys: Keys) -> list[dict[str, Any]]:
     """What is applied of packaging/kubernetes: the kustomization's objects but the
-    workloads (they need the image), and the key Secret with `key`."""
+    workloads (they need the image), and the key Secret with `keys`."""
     kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
     docs = [
         d
@@ -104,12 +130,6 @@ def cluster_objects(key: bytes) -> list[dict[str, Any]]:
     ]
     for secret in manifests("secret.yaml"):
         secret.pop("stringData", None)
-        secret["data"] = {"assignment.key": base64.b64encode(key).decode()}
+        secret["data"] = {"assignment.key": base64.b64encode(keys).decode()}
         docs.append(secret)
     return docs
-
-
-def node_key(cluster_key: bytes, node: str) -> bytes:
-    """The key an assignment for `node` is signed with: today the cluster's one key."""
-    del node
-    return cluster_key

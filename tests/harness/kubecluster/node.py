@@ -146,7 +146,8 @@ class KubeletNode:
                 return source / os.path.relpath(inside, target)
         raise ValueError(f"{inside} is not private to node {self.name}")
 
-    def start(self, kubeconfig: Path, secret: Path, syncer_kubeconfig: Path, ca: Path) -> None:
+    def start(self, kubeconfig: Path, ca: Path) -> None:
+        """containerd, hcsd and kubelet (the syncer comes once the Node is registered)."""
         self._files()
         make_cgroup_root(self.cgroup_root)
         self.namespace.start()
@@ -156,7 +157,6 @@ class KubeletNode:
         )
         self.containerd.launch()
         self._start_hcsd()
-        self.spawn("syncer", hcs.syncer_command(self.name, syncer_kubeconfig, secret))
         config = self.dir / "kubelet.yaml"
         config.write_text(yaml.safe_dump(self.kubelet_config(ca)))
         self.spawn("kubelet", [
