@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.harness.kubecluster import hcs
 from tests.harness.kubecluster.cluster import KubeletCluster
-from tests.harness.kubecluster.node import KubeletNode, cgroup_hierarchies, cgroup_processes
+from tests.harness.kubecluster.node import KubeletNode, cgroup_hierarchies
 
 
 @dataclass(frozen=True)
@@ -85,11 +85,18 @@ def leftovers(
         for path in (hierarchy / node.cgroup_root.strip("/")).rglob("*")
         if path.is_dir() and any(n in path.name for n in ids | {f"pod{u}" for u in uids})
     )
-    found["container processes"] = [str(p) for p in sorted(cgroup_processes(node.cgroup_root))]
-    daemons = {p.pid for p in node.processes.values()}
-    daemons |= {p.pid for p in (node.containerd.process, node.hcsd.process) if p is not None}
-    found["other processes in the node's namespace"] = [
-        _command(pid) for pid in node.namespace.processes() if pid not in daemons
+    found["processes in their cgroups"] = sorted(
+        {
+            pid
+            for cgroup in found["cgroups"]
+            for procs in Path(cgroup).rglob("cgroup.procs")
+            for pid in _read(procs).split()
+        }
+    )
+    found["processes naming them in the node's namespace (shims)"] = [
+        command
+        for command in map(_command, node.namespace.processes())
+        if any(n in command for n in ids)
     ]
     found["kubelet pod directories"] = _entries(node.host_path("/var/lib/kubelet/pods"), uids)
     found["pod log directories"] = _entries(node.dir / "pod-logs", uids)
@@ -104,9 +111,16 @@ def _mounts(node: KubeletNode, needles: set[str]) -> list[str]:
     return [line.split()[4] for line in table.splitlines() if any(n in line for n in needles if n)]
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:  # removed meanwhile
+        return ""
+
+
 def _command(pid: int) -> str:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return str(pid)
-    return f"{pid} " + " ".join(a.decode(errors="replace") for a in argv[:4])
+    return f"{pid} " + " ".join(a.decode(errors="replace") for a in argv)
