@@ -34,10 +34,10 @@ pytestmark = pytest.mark.slow
 
 GiB = 2**30
 VENDOR_NODE = {vendor.vendor: name for name, vendor in NODES.items()}
-# An upper bound that holds today for the quota directory to leave /run/hcsd/containers after
-# the pod's deletion: hcsd removes it at NRI RemoveContainer, which kubelet's container GC
-# sends up to a minute later (43.5 s seen). Removal at stop will bring it under a second.
-DIRECTORY_BOUND = 120.0
+# How soon after the pod's deletion its quota directory must have left /run/hcsd/containers:
+# hcsd removes it at NRI StopContainer (0.05-1.8 s seen); before that it waited for
+# RemoveContainer, which kubelet's container GC sends up to about a minute later.
+DIRECTORY_BOUND = 10.0
 ALLOCATION_BOUND = 10.0  # released at NRI StopContainer
 
 
@@ -233,6 +233,9 @@ def test_the_slice_is_released_when_the_container_exits(
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
     seconds = wait_released(cluster, node.name, uid, ended)
     print(f"{name}: allocation left ComputeNode {node.name} {seconds:.2f} s after the pod ended")
+    quota = node.host_path(f"{hcs.RUN_DIR}/containers/{pods.container_id(pod)}")
+    wait_for(lambda: not quota.exists(), "the quota directory left", timeout=DIRECTORY_BOUND)
+    print(f"{name}: quota directory gone {time.monotonic() - ended:.2f} s after the pod ended")
     logs = cluster.kubectl("logs", name)
     assert "alloc 10240 MiB: ok" in logs, logs
     gone = deleted(node, pod, time.monotonic())
