@@ -18,6 +18,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -284,6 +285,8 @@ def test_nothing_is_left_after_pods_of_both_vendors_end(
         pods.wait_phase(cluster.kube, name, {"Running"})
     read = {name: pods.get(cluster.kube, name) for name in running}
     records = [deleted(cluster.nodes[running[n]], pod, 0) for n, pod in read.items() if pod]
+    for record in records:  # the slices show before the pods go
+        wait_for(partial(allocation_of, cluster, record.node, record.uid), f"{record.name}'s slice")
     started = time.monotonic()
     for name in running:
         pods.delete(cluster.kube, name)

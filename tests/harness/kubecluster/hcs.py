@@ -15,19 +15,27 @@ from __future__ import annotations
 import base64
 import secrets
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.cluster.controlplane import MANIFESTS, ControlPlane, manifests
+from hcsd.cluster.kube import Kube, KubeError
+from hcsd.contract.keyring import Keyring, derive
+from tests.cluster.controlplane import (
+    MANIFESTS,
+    ControlPlane,
+    free_port,
+    manifests,
+    request_token,
+    token_kubeconfig,
+)
 from tests.harness.daemon import Settings
+from tests.runtime.image import BUSYBOX_IMAGE
 
 #: Where the node's hcsd reads its node file (inside the node's /etc/hcsd).
 NODE_FILE = "/etc/hcsd/nodes/node.toml"
-#: Where the syncer installs the key for hcsd (hcsd's default assignment_key_file).
-KEY_FILE = "/etc/hcsd/assignment.key"
 #: hcsd's default run directory: per-container quota directories are under containers/.
 RUN_DIR = "/run/hcsd"
 LEASE_SECONDS = 8
@@ -50,45 +58,82 @@ def hcsd_settings(name: str, metrics_port: int) -> Settings:
     }
 
 
-Keys = bytes  # the cluster's assignment key, the same on every node
+Keys = Keyring  # the cluster's assignment keys; each node verifies with keys derived for it
 
 
 def new_keys() -> Keys:
-    return secrets.token_hex(32).encode()
+    return Keyring({"k1": secrets.token_hex(32).encode()}, "k1")
 
 
-def verifying_keys(keys: Keys, node: str) -> bytes:
-    """What `node`'s hcsd verifies its assignments with: the cluster's one key."""
-    del node
-    return keys
+def verifying_keys(keys: Keys, node: str) -> dict[str, bytes]:
+    """What `node`'s hcsd verifies its assignments with: the keys derived for it."""
+    return dict(derive(keys, node).keys)
+
+
+def syncer_pod(kube: Kube, node: str) -> dict[str, Any]:
+    """The syncer DaemonSet's pod on `node`, which its tokens are bound to (so they name the
+    node, as admission-syncer.yaml wants). Without HCS's image it is a placeholder, busybox
+    sleeping; kubelet runs it like any pod."""
+    name = f"hcs-syncer-{node}"
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "hcs-system"},
+        "spec": {
+            "nodeName": node, "serviceAccountName": "hcs-syncer", "hostNetwork": True,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "syncer", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 86400 & wait"],
+            }],
+        },
+    }  # fmt: skip
+    try:
+        return kube.create("/api/v1/namespaces/hcs-system/pods", pod)
+    except KubeError as e:
+        if not e.conflict:
+            raise
+        return kube.get(f"/api/v1/namespaces/hcs-system/pods/{name}")
 
 
 def syncer_command(
     name: str, plane: ControlPlane, keys: Keys, work: Path, ports: ExtenderPorts
 ) -> list[str]:
-    """hcs-syncer for node `name` (whose Node is registered), as its DaemonSet runs it: the
-    mounted Secret's key installed where hcsd reads it; a short Lease so that a dead node
-    shows within seconds."""
-    del ports
-    secret = work / "syncer-secret" / "assignment.key"  # the Secret's volume
-    if not secret.exists():
-        secret.parent.mkdir()
-        secret.write_bytes(keys)
-        secret.chmod(0o400)  # the DaemonSet's defaultMode
+    """hcs-syncer for node `name` (whose Node is registered), as its DaemonSet runs it: its
+    pod's token for the API, a projected token of audience hcs-node-keys to fetch its node's
+    keys from the extender, which it installs in hcsd; a short Lease so that a dead node shows
+    within seconds."""
+    del keys
+    certs = work / "certs"
+    admin = plane.kube()
+    try:
+        pod = syncer_pod(admin, name)
+        api_token = request_token(admin, "hcs-syncer", pod=pod)
+        keys_token = request_token(admin, "hcs-syncer", pod=pod, audience="hcs-node-keys")
+    finally:
+        admin.close()
+    kubeconfig = token_kubeconfig(
+        work / f"syncer-{name}.kubeconfig", plane.server, certs, api_token
+    )
+    token = work / f"syncer-{name}.token"
+    token.write_text(keys_token)
+    token.chmod(0o600)
     return [
         sys.executable, "-m", "hcsd.cluster.syncer_cli", "--node-name", name,
-        "--kubeconfig", str(plane.config_for("syncer")),
+        "--kubeconfig", str(kubeconfig),
         "--lease-seconds", str(LEASE_SECONDS), "--renew-seconds", "2", "--resync-seconds", "30",
-        "--install-key", str(secret), "--key-file", KEY_FILE,
+        "--node-keys-url", f"https://127.0.0.1:{ports.node_keys}/node-keys",
+        "--node-keys-ca", str(certs / "ca.crt"), "--token-file", str(token),
+        "--keys-seconds", "2",
     ]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class ExtenderPorts:
-    """Where the extender serves kube-scheduler's verbs, and its probes."""
+    """Where the extender serves kube-scheduler's verbs, its probes, and each node's keys."""
 
     verbs: int
     probes: int
+    node_keys: int = field(default_factory=free_port)
 
 
 def extender_command(
@@ -96,15 +141,23 @@ def extender_command(
 ) -> list[str]:
     """hcs-scheduler-extender on loopback as the manifests ship it: the verbs over mutual
     TLS (its serving certificate and kube-scheduler's CA from the control plane), the probes
-    in plain HTTP on a port of their own, the key as the Secret's volume shows it."""
-    key_file = work / "extender-secret" / "assignment.key"
-    key_file.parent.mkdir()
-    key_file.write_bytes(keys)
-    key_file.chmod(0o440)  # as the Secret is mounted for it: the group is the process's own
+    in plain HTTP on a port of their own, the keys as the Secret's volume shows them, and
+    each node's derived keys served to its syncer over TLS."""
+    secret = work / "extender-secret"
+    secret.mkdir()
+    for kid, key in keys.keys.items():
+        (secret / f"{kid}.key").write_bytes(key)
+    (secret / "signing").write_text(keys.signing)
+    for path in secret.iterdir():
+        path.chmod(0o440)  # as the Secret is mounted for it: the group is the process's own
+    certs = work / "certs"
     return [
         sys.executable, "-m", "hcsd.cluster.extender_cli",
         "--listen", f"127.0.0.1:{ports.verbs}", "--probe-listen", f"127.0.0.1:{ports.probes}",
-        *plane.extender_tls(), "--key-file", str(key_file),
+        *plane.extender_tls(), "--keys-dir", str(secret),
+        "--node-keys-listen", f"127.0.0.1:{ports.node_keys}",
+        "--node-keys-cert", str(certs / "extender-serving.crt"),
+        "--node-keys-key", str(certs / "extender-serving.key"),
         "--kubeconfig", str(plane.config_for("extender")), "--leader-elect",
         "--identity", "extender-0", "--quota-status-seconds", "0.5",
     ]  # fmt: skip
@@ -130,6 +183,9 @@ def cluster_objects(keys: Keys) -> list[dict[str, Any]]:
     ]
     for secret in manifests("secret.yaml"):
         secret.pop("stringData", None)
-        secret["data"] = {"assignment.key": base64.b64encode(keys).decode()}
+        secret["data"] = {
+            **{f"{kid}.key": base64.b64encode(key).decode() for kid, key in keys.keys.items()},
+            "signing": base64.b64encode(keys.signing.encode()).decode(),
+        }
         docs.append(secret)
     return docs
