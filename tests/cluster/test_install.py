@@ -24,6 +24,7 @@ from hcsd.cluster.kube import Kube, KubeError
 from hcsd.contract.names import KEY_SECRET, NAMESPACE
 from tests.cluster.conftest import kustomized
 from tests.cluster.controlplane import MANIFESTS, ControlPlane, _collection_path, manifests
+from tests.harness.peers.kubernetes import ensure_kubernetes_node
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +32,14 @@ SECRET_PATH = f"/api/v1/namespaces/{NAMESPACE}/secrets/{KEY_SECRET}"
 
 
 def find_kubectl(plane: ControlPlane) -> str | None:
-    built = plane.binaries / "kubectl"
-    return str(built) if built.exists() else shutil.which("kubectl")
+    """The kubectl built at the control plane's release (the kubelet cluster's peers), else
+    one on PATH; the release's own is preferred so a distribution's older client (whose
+    kustomize may differ) does not decide the test."""
+    node = ensure_kubernetes_node()
+    if isinstance(node, Path) and (node / "kubectl").exists():
+        return str(node / "kubectl")
+    print(f"no kubectl built at the control plane's release ({node}); trying PATH")
+    return shutil.which("kubectl")
 
 
 def apply_like_kubectl(kube: Kube, doc: dict[str, Any]) -> None:
