@@ -1,5 +1,6 @@
 """The node's crash-safe record of who holds which slice of which device."""
 
+from hcsd.fs import FileSystem, OsFileSystem
 from hcsd.ledger.errors import (
     LedgerConflict,
     LedgerCorrupt,
@@ -8,7 +9,6 @@ from hcsd.ledger.errors import (
     LedgerWriteError,
     OverCapacity,
 )
-from hcsd.ledger.fs import FileSystem, OsFileSystem
 from hcsd.ledger.ledger import Ledger
 
 __all__ = [

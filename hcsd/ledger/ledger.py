@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hcsd.fs import FileSystem, OsFileSystem, write_atomic
 from hcsd.ledger import codec
 from hcsd.ledger.capacity import Capacity, check_capacity
 from hcsd.ledger.errors import (
@@ -40,7 +41,6 @@ from hcsd.ledger.framing import (
     snapshot_bytes,
     unframe_one,
 )
-from hcsd.ledger.fs import FileSystem, OsFileSystem, write_atomic
 from hcsd.model import Acceptance, Allocation
 from hcsd.quantity import format_bytes
 from hcsd.sections import Section, checks, setting

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hcsd.contract import names
-from hcsd.ledger.fs import OsFileSystem, write_atomic
+from hcsd.fs import OsFileSystem, write_atomic
 from hcsd.model import Device
 from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.settings import DriverPaths

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from hcsd.fs import write_atomic
 from hcsd.ledger import OsFileSystem
-from hcsd.ledger.fs import write_atomic
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The few file operations the ledger needs, behind a seam so that tests can break them.
+"""The few file operations the ledger and hcsd's key files need, behind a seam so that
+tests can break them.
 
 `OsFileSystem` is the real thing. Tests pass a subclass that fails a chosen call (ENOSPC on a
 write, EIO on fsync) to prove that a failed write changes nothing and loses nothing.
