@@ -32,7 +32,7 @@ from hcsd.api.messages import (
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
 from hcsd.contract.keyring import decode as decode_keyring
-from hcsd.contract.keyring import write_keyring
+from hcsd.contract.keyring_files import write_keyring
 from hcsd.contract.keys import AssignmentKeyError
 from hcsd.contract.names import container_id_problem
 from hcsd.model import FrontEnd, PodRef

@@ -33,6 +33,7 @@ from hcsd.model import Grant
 
 __all__ = [
     "ANNOTATION",
+    "KID",
     "Assignment",
     "AssignmentError",
     "build",
@@ -50,7 +51,7 @@ LEGACY_VERSION = 1  # no key id: verified with the key under the id ""
 MAX_BYTES = 64 * 1024
 CLOCK_SKEW = 300.0
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
-_KID = re.compile(r"[a-z0-9][a-z0-9.-]{0,62}")  # as hcsd.contract.keyring.KID
+KID = re.compile(r"[a-z0-9][a-z0-9.-]{0,62}")  # a key id; also a Secret data key `<kid>.key`
 
 
 class AssignmentError(ValueError):
@@ -159,7 +160,7 @@ def _kid(body: Mapping[str, Any]) -> str:
     if version == LEGACY_VERSION:
         return ""
     kid = _field(body, "kid", str)
-    if not _KID.fullmatch(kid):
+    if not KID.fullmatch(kid):
         raise AssignmentError(f"{ANNOTATION} is malformed: 'kid' {kid[:40]!r} is not a key id")
     return str(kid)
 

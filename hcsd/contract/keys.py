@@ -31,6 +31,7 @@ import logging
 import os
 import stat
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from hcsd.contract.assignment import AssignmentError
 
@@ -40,8 +41,10 @@ __all__ = [
     "AssignmentKeyError",
     "KeyFile",
     "Readers",
+    "Reloaded",
     "check_access",
     "check_key",
+    "file_stamp",
     "read_key",
 ]
 
@@ -128,46 +131,75 @@ def read_key(path: str | Path, *, readers: Readers = Readers.NODE) -> bytes:
     return check_key(key, where)
 
 
-class KeyFile:
-    """hcsd's key, read again whenever the file changes: on a Kubernetes node hcs-syncer
-    installs it after hcsd has started, and rotates it when the Secret changes. A stat per
-    assignment is all a steady state costs. Calling it returns the key or raises
-    AssignmentKeyError with the reason; each change is logged once."""
+T = TypeVar("T")
+_NEVER: tuple[int, ...] = (-1,)  # the stamp before the first read
+
+
+def file_stamp(path: str) -> tuple[int, ...] | None:
+    """What changes when the file is replaced, rewritten, chmod-ed or chown-ed (ctime: the
+    checks' verdict can change with them); None when it is not there."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_ctime_ns, info.st_size, info.st_ino)
+
+
+class Reloaded(Generic[T]):
+    """A value read from a file again whenever the file changes: on a Kubernetes node
+    hcs-syncer installs keys after hcsd has started and replaces them at each rotation. A
+    stat per use is all a steady state costs. Subclasses say how to read (`_read`, raising
+    AssignmentKeyError) and what to log when the result changes (`_report`)."""
+
+    def __init__(self, path: str, *, log_to: logging.Logger = log) -> None:
+        self.path = path
+        self._log = log_to
+        self._stamp: tuple[int, ...] | None = _NEVER
+        self._result: T | AssignmentKeyError = AssignmentKeyError("not read yet")
+
+    def _read(self) -> T:
+        raise NotImplementedError
+
+    def _report(self, first: bool) -> None:
+        """Called after each read (`first`: the first one)."""
+
+    def current(self) -> T | AssignmentKeyError:
+        """The value, or the reason there is none, read again if the file changed."""
+        stamp = file_stamp(self.path)
+        if stamp != self._stamp:
+            first = self._stamp == _NEVER
+            self._stamp = stamp
+            try:
+                self._result = self._read()
+            except AssignmentKeyError as e:
+                self._result = e
+            self._report(first)
+        return self._result
+
+    @property
+    def missing(self) -> bool:
+        """The file was not there at the last look."""
+        return self._stamp is None
+
+
+class KeyFile(Reloaded[bytes]):
+    """hcsd's single key of earlier releases (`read_key`'s checks). Calling it returns the
+    key or raises AssignmentKeyError with the reason; each change is logged once."""
 
     def __init__(
         self, path: str, *, readers: Readers = Readers.NODE, log_to: logging.Logger = log
     ) -> None:
-        self.path = path
+        super().__init__(path, log_to=log_to)
         self.readers = readers
-        self._log = log_to
-        self._stamp: tuple[int, ...] | None = (-1,)
-        self._result: bytes | AssignmentKeyError = AssignmentKeyError("not read yet")
 
-    def _read(self) -> bytes | AssignmentKeyError:
-        try:
-            return read_key(self.path, readers=self.readers)
-        except AssignmentKeyError as e:
-            return e
+    def _read(self) -> bytes:
+        return read_key(self.path, readers=self.readers)
 
     def __call__(self) -> bytes:
-        try:
-            info = os.stat(self.path)
-            stamp: tuple[int, ...] | None = (
-                info.st_mtime_ns,
-                info.st_ctime_ns,  # chmod and chown change it, and so the verdict
-                info.st_size,
-                info.st_ino,
-            )
-        except OSError:
-            stamp = None
-        if stamp != self._stamp:
-            first = self._stamp == (-1,)
-            self._stamp = stamp
-            self._result = self._read()
-            self._report(first)
-        if isinstance(self._result, AssignmentKeyError):
-            raise self._result
-        return self._result
+        result = self.current()
+        if isinstance(result, AssignmentKeyError):
+            raise result
+        return result
 
     def _report(self, first: bool) -> None:
         result = self._result

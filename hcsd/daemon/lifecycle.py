@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from hcsd import __version__
 from hcsd.api.server import ApiServer, SocketInUse
-from hcsd.contract.keyring import KeyringFile
+from hcsd.contract.keyring_files import KeyringFile
 from hcsd.contract.keys import AssignmentKeyError
 from hcsd.daemon import notify
 from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
-from pathlib import Path
 
 import pytest
 
@@ -15,9 +13,7 @@ from hcsd.contract.keyring import (
     decode,
     derive,
     node_key,
-    read_keyring,
-    read_secret_dir,
-    write_keyring,
+    verifying_keys,
 )
 from hcsd.contract.keyring import (
     encode as encode_keyring,
@@ -57,79 +53,12 @@ def test_the_keyring_encoding_round_trips_and_checks_every_key() -> None:
         Keyring({"K/1": b"a" * 32})
 
 
-def test_hcsd_stores_the_keyring_0600_and_reads_only_its_own(tmp_path: Path) -> None:
-    path = tmp_path / "etc" / "keyring.json"
-    ring = derive(Keyring({"k1": CLUSTER}, "k1"), "node-a")
-    old = os.umask(0)
-    try:
-        assert write_keyring(path, ring)
-    finally:
-        os.umask(old)
-    assert path.stat().st_mode & 0o777 == 0o600
-    assert not write_keyring(path, ring)  # unchanged: no write
-    assert read_keyring(path, node="node-a") == ring
-    with pytest.raises(AssignmentKeyError, match="keys of node 'node-a', this node is 'node-b'"):
-        read_keyring(path, node="node-b")
-    path.chmod(0o644)
-    with pytest.raises(AssignmentKeyError, match="chmod 0600"):
-        read_keyring(path, node="node-a")
-
-
-def _secret(directory: Path, files: dict[str, bytes]) -> Path:
-    """A Secret volume as kubelet lays it out: files are links into a `..data` directory."""
-    data = directory / "..2026_11_23"
-    data.mkdir(parents=True)
-    for name, value in files.items():
-        (data / name).write_bytes(value)
-        (data / name).chmod(0o400)
-    (directory / "..data").symlink_to(data.name)
-    for name in files:
-        (directory / name).symlink_to(f"..data/{name}")
-    return directory
-
-
-def test_the_secret_lists_keys_by_id_and_names_the_signing_one(tmp_path: Path) -> None:
-    secret = _secret(
-        tmp_path / "s", {"k1.key": b"a" * 44 + b"\n", "k2.key": b"b" * 44, "signing": b"k2\n"}
-    )
-    assert read_secret_dir(secret) == Keyring({"k1": b"a" * 44, "k2": b"b" * 44}, "k2")
-    one = _secret(tmp_path / "one", {"k1.key": b"a" * 44})
-    assert read_secret_dir(one).signing == "k1"  # a single key signs without being named
-    # The Secret of earlier releases (one `assignment.key`) is a keyring of one: kid "assignment"
-    old = _secret(tmp_path / "old", {"assignment.key": b"a" * 44})
-    assert read_secret_dir(old) == Keyring({"assignment": b"a" * 44}, "assignment")
-
-
-@pytest.mark.parametrize(
-    ("files", "message"),
-    [
-        pytest.param({"k1.key": b"a" * 44, "k2.key": b"b" * 44}, "no `signing` file", id="two"),
-        pytest.param({"k1.key": b"a" * 44, "signing": b"k3"}, "'k3' is not among", id="gone"),
-        pytest.param({"k1.key": b"short", "signing": b"k1"}, "5 bytes", id="short-key"),
-        pytest.param({"key": b"a" * 44}, "no <kid>.key", id="no-key-file"),
-    ],
-)
-def test_a_secret_that_cannot_sign_is_refused(
-    tmp_path: Path, files: dict[str, bytes], message: str
-) -> None:
-    with pytest.raises(AssignmentKeyError, match=message):
-        read_secret_dir(_secret(tmp_path / "s", files))
-
-
-def test_retired_keys_stay_with_the_extender_and_never_reach_a_node(tmp_path: Path) -> None:
-    """Step 3 of a rotation: nodes drop k1, while the extender can still check the
-    assignments of pods that run with it (their quota and node usage keep counting)."""
-    secret = _secret(
-        tmp_path / "s",
-        {"k1.key": b"a" * 44, "k2.key": b"b" * 44, "signing": b"k2", "retired": b"k1\n"},
-    )
-    cluster = read_secret_dir(secret)
-    assert cluster.retired == {"k1"}
-    node = derive(cluster, "node-a")
-    assert set(node.keys) == {"k1", "k2"}  # the extender's view, to check running pods
-    assert set(node.active().keys) == {"k2"}
-    assert set(decode(encode_keyring(node)).keys) == {"k2"}  # what the node is handed
-    with pytest.raises(AssignmentKeyError, match="not the signing one"):
-        Keyring({"k1": b"a" * 32}, "k1", retired=frozenset({"k1"}))
-    with pytest.raises(AssignmentKeyError, match="must be among the keys"):
-        Keyring({"k1": b"a" * 32}, "k1", retired=frozenset({"k0"}))
+def test_the_extender_checks_version_1_with_the_old_key_underived() -> None:
+    """Pods bound before the upgrade carry version-1 assignments signed with the Secret's
+    `assignment.key` as it is: the extender keeps counting them."""
+    cluster = Keyring({"assignment": b"o" * 44, "k2": b"n" * 44}, "k2")
+    v1 = encode(Assignment("node-a", "uid-1", NOW, {}), b"o" * 44)
+    keys = verifying_keys(cluster, "node-a")
+    assert verify(v1, keys, node="node-a", pod_uid="uid-1", now=NOW, max_age=600).kid == ""
+    assert keys["k2"] == derive(cluster, "node-a").keys["k2"]
+    assert "" not in verifying_keys(Keyring({"k2": b"n" * 44}, "k2"), "node-a")

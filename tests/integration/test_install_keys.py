@@ -16,7 +16,8 @@ from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
 from hcsd.cluster.binding import signed_assignment
 from hcsd.contract.assignment import ANNOTATION
-from hcsd.contract.keyring import Keyring, KeyringFile, derive, encode
+from hcsd.contract.keyring import Keyring, derive, encode
+from hcsd.contract.keyring_files import KeyringFile
 from hcsd.discovery import Inventory
 from hcsd.model import Grant, PodRef
 from hcsd.runtime.injector import ContainerInfo, Injector
@@ -78,6 +79,11 @@ async def test_installed_keys_are_stored_0600_and_verify_the_next_assignment(nod
         pytest.param(encode(derive(CLUSTER, "other-node")), "node 'other-node'", id="other-node"),
         pytest.param('{"node": "sim", "keys": {"k1": "c2hvcnQ="}}', "5 bytes", id="short-key"),
         pytest.param("{", "not JSON", id="not-json"),
+        pytest.param(
+            encode(Keyring({f"k{i}": bytes([i]) * 400 for i in range(200)}, "k1", NODE_NAME)),
+            "more than the 65536 hcsd reads",
+            id="larger-than-hcsd-reads",
+        ),
     ],
 )
 async def test_keys_that_are_not_this_nodes_are_refused(
