@@ -19,7 +19,7 @@ from typing import Any
 
 from hcsd.cluster.objects import NodeView, PodHold
 from hcsd.contract import assignment
-from hcsd.contract.keyring import Keyring, derive
+from hcsd.contract.keyring import Keyring, verifying_keys
 from hcsd.contract.names import ANNOTATION_ASSIGNMENT
 
 __all__ = ["Holds", "PodInfo", "pod_info"]
@@ -37,7 +37,8 @@ class PodInfo:
 def pod_info(obj: Mapping[str, Any], keys: Callable[[], Keyring]) -> PodInfo | None:
     """Pods that hold accelerators: bound, not ended, with an assignment signed for this
     pod's uid and the node it is bound to with that node's key of an id the cluster keyring
-    `keys` holds (what hcsd accepts, so what can hold a device); None for all others.
+    `keys` holds (what hcsd accepts, so what can hold a device), or, for version 1 (pods
+    bound before the upgrade), with the old cluster key as it is; None for all others.
 
     Annotations are anyone's to write who may update the pod: an unsigned, copied or
     hand-edited assignment holds nothing on a node, so it must neither fill the node in the
@@ -54,7 +55,7 @@ def pod_info(obj: Mapping[str, Any], keys: Callable[[], Keyring]) -> PodInfo | N
     try:
         assigned = assignment.verify(
             text,
-            derive(keys(), node).keys,
+            verifying_keys(keys(), node),
             node=node,
             pod_uid=uid,
             now=time.time(),

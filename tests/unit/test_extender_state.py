@@ -20,7 +20,8 @@ from hcsd.cluster.holds import pod_info
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import node_view
 from hcsd.cluster.state import ClusterState
-from hcsd.contract.keyring import Keyring
+from hcsd.contract.assignment import Assignment, encode
+from hcsd.contract.keyring import Keyring, node_key
 from hcsd.model import Grant
 from hcsd.profiles.database import ProfileDatabase
 from tests.unit.fleet import GiB, add_node, assigned, beat, node_object, pod
@@ -347,3 +348,31 @@ def test_only_bound_pods_whose_assignment_verifies_hold_anything(pod: dict, coun
     assert (info is not None) == counts
     if info is not None:
         assert [h.grants for h in info.holds] == [GRANTS["main"]]
+
+
+def UPGRADED() -> Keyring:
+    """The Secret of earlier releases (`assignment.key`) after rotation step 2."""
+    return Keyring({"assignment": b"a" * 32, "k": b"k" * 32}, "k")
+
+
+@pytest.mark.parametrize(
+    ("annotation", "counts"),
+    [
+        pytest.param(encode(Assignment("n", "u1", 0, GRANTS), b"a" * 32), True, id="v1-old-key"),
+        pytest.param(encode(Assignment("n", "u1", 0, GRANTS), b"x" * 32), False, id="v1-forged"),
+        pytest.param(
+            encode(Assignment("n", "u1", 0, GRANTS), node_key(b"a" * 32, "n")),
+            False,
+            id="v1-derived-key",
+        ),
+    ],
+)
+def test_pods_bound_before_the_upgrade_keep_counting(annotation: str, counts: bool) -> None:
+    """Version-1 assignments were signed with the one cluster key as it is, not derived."""
+    try:
+        info = pod_info(_pod_with(annotation), UPGRADED)
+    except ValueError as e:
+        assert not counts, e
+        return
+    assert info is not None and counts
+    assert [h.grants for h in info.holds] == [GRANTS["main"]]
