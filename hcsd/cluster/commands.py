@@ -16,6 +16,7 @@ from pathlib import Path
 from hcsd import __version__
 from hcsd.cluster.binding import DEFAULT_SCHEDULERS
 from hcsd.cluster.endpoints import (
+    Endpoints,
     Settings,
     UsageError,
     add_flags,
@@ -23,6 +24,7 @@ from hcsd.cluster.endpoints import (
     settings_from,
 )
 from hcsd.cluster.extender import Extender
+from hcsd.cluster.httpserver import BoundedServer
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.leader import LeaderElector
 from hcsd.cluster.node_keys import ClusterKeys, NodeKeys, syncer_user
@@ -150,21 +152,27 @@ def _key_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _start_node_keys(
+def _open_node_keys(
     parser: argparse.ArgumentParser, args: argparse.Namespace, kube: Kube, keys: ClusterKeys
-) -> None:
-    """The node-keys endpoint for hcs-syncers, in a thread of its own."""
+) -> BoundedServer:
+    """The node-keys endpoint for hcs-syncers, bound (TLSSetupError: unusable files)."""
     host, port = _address(parser, "--node-keys-listen", args.node_keys_listen)
-    server = serve_node_keys(
+    return serve_node_keys(
         NodeKeys(kube, keys, user=args.syncer_user),
         host or "0.0.0.0",  # noqa: S104 - an empty host means all
         port,
         cert=args.node_keys_cert,
         key=args.node_keys_key,
         plain_http=args.node_keys_insecure_http,
+        reload_seconds=args.tls_reload_seconds,
     )
+
+
+def _start_node_keys(server: BoundedServer, endpoints: Endpoints, user: str) -> None:
+    """Serve it in a thread of its own; its refusals show in the other ports' /metrics."""
+    endpoints.count_too(server)
     threading.Thread(target=server.serve_forever, name="node-keys", daemon=True).start()
-    log.info("node keys for %s on %s:%d", args.syncer_user, *server.server_address[:2])
+    log.info("node keys for %s on %s:%d", user, *server.server_address[:2])
 
 
 def tune_gc() -> None:
@@ -178,6 +186,8 @@ def tune_gc() -> None:
 
 def _serving(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Settings | None:
     """The ports' settings, or None after saying why the TLS files cannot be used."""
+    if args.node_keys_listen and not (args.node_keys_cert or args.node_keys_insecure_http):
+        parser.error("--node-keys-listen needs --node-keys-cert (or --node-keys-insecure-http)")
     try:
         return settings_from(args)
     except UsageError as e:
@@ -187,7 +197,7 @@ def _serving(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Setti
         return None
 
 
-def extender_main(argv: Sequence[str] | None = None) -> int:
+def _extender_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hcs-scheduler-extender",
         description="kube-scheduler extender for ai.compute/* resources.",
@@ -214,13 +224,16 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quota-status-seconds", type=float, default=5.0)
     parser.add_argument("-v", "--verbose", action="store_true")
     add_flags(parser)
+    return parser
+
+
+def extender_main(argv: Sequence[str] | None = None) -> int:
+    parser = _extender_parser()
     args = parser.parse_args(argv)
     _logging(args.verbose)
     serving = _serving(args, parser)
     if serving is None:
         return 2
-    if args.node_keys_listen and not (args.node_keys_cert or args.node_keys_insecure_http):
-        parser.error("--node-keys-listen needs --node-keys-cert (or --node-keys-insecure-http)")
     try:
         keys = ClusterKeys(args.keys_dir, every=args.keys_reload_seconds)
         db = ProfileDatabase.load(Path(args.profiles) if args.profiles else None)
@@ -239,9 +252,14 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         is_leader=elector.is_leader if elector else (lambda: True),
         schedulers=frozenset(args.scheduler_name) or DEFAULT_SCHEDULERS,
     )
+    try:
+        node_keys = _open_node_keys(parser, args, kube, keys) if args.node_keys_listen else None
+    except TLSSetupError as e:
+        print(f"hcs-scheduler-extender: node-keys port: {e}", file=sys.stderr)
+        return 2
     endpoints = open_endpoints(extender, serving)
-    if args.node_keys_listen:
-        _start_node_keys(parser, args, kube, keys)
+    if node_keys is not None:
+        _start_node_keys(node_keys, endpoints, args.syncer_user)
     extender.start()
     stopping = threading.Event()
 

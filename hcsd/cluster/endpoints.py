@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.http import ExtenderServer, serve
-from hcsd.cluster.httpserver import DEFAULT_LIMITS, Limits
+from hcsd.cluster.httpserver import DEFAULT_LIMITS, BoundedServer, Limits
 from hcsd.cluster.tls import CertificateFiles
 from hcsd.contract.names import EXTENDER_PORT
 
@@ -121,6 +121,11 @@ class Endpoints:
         self.servers = servers
         for server in servers:
             server.siblings = tuple(s for s in servers if s is not server)
+
+    def count_too(self, server: BoundedServer) -> None:
+        """Another port of the process (node keys): /metrics shows its refusals too."""
+        for mine in self.servers:
+            mine.siblings = (*mine.siblings, server)
 
     @property
     def scheduling(self) -> ExtenderServer:

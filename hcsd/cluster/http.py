@@ -125,7 +125,7 @@ class ExtenderServer(BoundedServer):
     scheduling: bool = True  # serves the verbs
     probes: bool = True  # serves /healthz, /readyz, /metrics
     allowed_clients: frozenset[str] = frozenset()  # client certificate CNs (over TLS)
-    siblings: tuple[ExtenderServer, ...] = ()  # the process's other ports, for /metrics
+    siblings: tuple[BoundedServer, ...] = ()  # the process's other ports, for /metrics
 
 
 class _Handler(BoundedHandler):

@@ -12,11 +12,11 @@ the keys then cross the network readable.
 from __future__ import annotations
 
 import logging
-import ssl
 from typing import Any
 
 from hcsd.cluster.httpserver import DEFAULT_LIMITS, BoundedHandler, BoundedServer, Limits
 from hcsd.cluster.node_keys import NodeKeys, Refused
+from hcsd.cluster.tls import CertificateFiles
 
 __all__ = ["PATH", "serve_node_keys"]
 
@@ -54,9 +54,9 @@ class _Handler(BoundedHandler):
             log.warning("node keys refused to %s: %s", self.address_string(), e)
             self._reply(e.status, f"{e}\n")
             return
-        except Exception as e:  # a bug answers 500 rather than dropping the connection
-            log.exception("node keys failed")
-            self._reply(500, f"node keys failed: {e!r}\n")
+        except Exception:  # a bug answers 500 rather than dropping the connection
+            log.exception("node keys failed for %s", self.address_string())
+            self._reply(500, "node keys failed: see the extender's log\n")  # no detail out
             return
         self._reply(200, keys, "application/json")
 
@@ -76,20 +76,21 @@ def serve_node_keys(
     key: str,
     plain_http: bool = False,
     limits: Limits = DEFAULT_LIMITS,
+    reload_seconds: float = 10.0,
 ) -> _Server:
-    """Bind (port 0 picks one); the caller runs serve_forever in a thread of its own."""
+    """Bind (port 0 picks one); the caller runs serve_forever in a thread of its own. The
+    context is the scheduling port's (tls.CertificateFiles: no renegotiation, TLS 1.2 at
+    least, the files loaded again when cert-manager or kubelet replaces them)."""
     if not cert and not plain_http:
         raise ValueError("the node-keys port needs a TLS certificate (or the explicit dev flag)")
-    context = None
+    tls = None
     if cert:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(cert, key or None)
+        tls = CertificateFiles(cert, key, check_every=reload_seconds)  # TLSSetupError: unusable
     else:
         log.warning(
             "SERVING NODE KEYS OVER PLAIN HTTP (--node-keys-insecure-http): tokens and keys "
             "cross the network readable; for tests and development only"
         )
-    server = _Server((host, port), _Handler, tls=context, limits=limits, name="node-keys")
+    server = _Server((host, port), _Handler, tls=tls, limits=limits, name="node-keys")
     server.node_keys = node_keys
     return server

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hcsd.cluster.commands import extender_main
-from hcsd.cluster.endpoints import add_flags, open_endpoints, settings_from
+from hcsd.cluster.endpoints import Endpoints, add_flags, open_endpoints, settings_from
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.http import ExtenderServer, serve
 from hcsd.cluster.httpserver import Limits
@@ -341,6 +341,60 @@ def test_the_node_keys_port_caps_headers_too() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_node_keys_failure_answers_500_without_its_detail(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every node can reach the port: an exception's text (paths, state) stays in the log."""
+    server = serve_node_keys(
+        NodeKeys.__new__(NodeKeys), "127.0.0.1", 0, cert="", key="", plain_http=True
+    )  # fmt: skip  (no attributes: answer() fails)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        connection = http.client.HTTPConnection(*server.server_address[:2], timeout=10)
+        connection.request("GET", "/node-keys", headers={"Authorization": "Bearer t"})
+        response = connection.getresponse()
+        assert (response.status, response.read()) == (
+            500,
+            b"node keys failed: see the extender's log\n",
+        )
+        assert "AttributeError" in caplog.text
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_node_keys_port_uses_the_shared_tls_and_its_refusals_show_in_metrics(
+    certs: Path, extender: Extender
+) -> None:
+    """Its context is tls.server_context's (no renegotiation), reloaded like the scheduling
+    port's; a failed handshake there is counted in the other ports' /metrics."""
+    keys = serve_node_keys(NodeKeys.__new__(NodeKeys), "127.0.0.1", 0,
+                           cert=str(certs / "extender-serving.crt"),
+                           key=str(certs / "extender-serving.key"))  # fmt: skip
+    assert isinstance(keys.tls, CertificateFiles)
+    assert keys.tls().options & ssl.OP_NO_RENEGOTIATION
+    probes = start(serve(extender, "127.0.0.1", 0, scheduling=False))
+    Endpoints([probes]).count_too(keys)
+    threading.Thread(target=keys.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        with socket.create_connection(keys.server_address[:2], timeout=10) as sock:
+            sock.sendall(b"GET /node-keys HTTP/1.1\r\n\r\n")  # plain text to a TLS port
+            with contextlib.suppress(ConnectionResetError):
+                sock.recv(1024)
+        deadline = time.monotonic() + 10
+        while keys.refused["tls"] != 1:
+            assert time.monotonic() < deadline, keys.refused
+            time.sleep(0.02)
+        connection = http.client.HTTPConnection(*probes.server_address[:2], timeout=10)
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+        assert 'hcs_extender_connections_refused_total{port="node-keys",reason="tls"} 1' in text
+    finally:
+        for server in (keys, probes):
+            server.shutdown()
+            server.server_close()
 
 
 def rss() -> int:
