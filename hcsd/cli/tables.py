@@ -133,7 +133,7 @@ def status_lines(node: pb.Node, devices: Sequence[pb.Device]) -> str:
     ]
     if node.mode:
         lines.append(f"mode:        {node.mode}")
-        ids = [kid or '""' for kid in node.assignment_key_ids]
+        ids = [kid or '"" (legacy assignment.key)' for kid in node.assignment_key_ids]
         lines.append(f"keys:        {', '.join(ids) or 'none (assignments are refused)'}")
     if node.orphaned_containers:
         lines.append(f"orphaned:    {', '.join(node.orphaned_containers)} (devices gone)")

@@ -660,6 +660,11 @@ def test_the_network_policy_lets_each_port_be_reached_only_by_its_clients() -> N
     nodes, monitoring = rules[PROBE_PORT]
     assert set(nodes) == {"ipBlock"} and set(monitoring) == {"namespaceSelector"}
     assert monitoring["namespaceSelector"]["matchLabels"]
+    # The node-keys port: the DaemonSet's syncer pods, and the node addresses of syncers
+    # run by hcs-syncer.service (host processes, which no pod selector matches).
+    pods, hosts = rules[8890]
+    assert pods["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "hcs-syncer"}
+    assert set(hosts) == {"ipBlock"}
 
 
 def test_the_assignment_policy_covers_the_subresources_that_write_metadata() -> None:
