@@ -35,6 +35,7 @@ from hcsd.cluster.compute_quota import Amounts, Quota
 from hcsd.cluster.demand import Demand, demand_of
 from hcsd.cluster.extender_metrics import Metrics
 from hcsd.cluster.heartbeats import stale_reason
+from hcsd.cluster.objects import NodeView
 from hcsd.cluster.planner import Plan, Unfit, expand_models, quick_fit
 from hcsd.cluster.state import Answer, NodeSnapshot, Snapshot
 from hcsd.profiles.database import ProfileDatabase
@@ -93,6 +94,18 @@ def unusable(snapshot: Snapshot, name: str, now: float) -> str | None:
     return None
 
 
+def lacks_key(view: NodeView, signing: str) -> str | None:
+    """Why the node would refuse an assignment signed now: its ComputeNode's
+    status.assignmentKeys (what hcsd holds) lacks the signing key id. A status without the
+    field (an older syncer) says nothing, and is not refused for it."""
+    if not signing or view.key_ids is None or signing in view.key_ids:
+        return None
+    return (
+        f"node does not hold the signing key {signing} yet (ComputeNode "
+        "status.assignmentKeys): its hcs-syncer has not fetched it"
+    )
+
+
 class Decider:
     def __init__(
         self,
@@ -136,8 +149,10 @@ class Decider:
         *,
         quotas: Sequence[Quota] = (),
         used: Amounts = NOTHING,
+        signing: str = "",
     ) -> Verdict:
-        """Which of `names` can take the pod (scores) and why not the others (failed)."""
+        """Which of `names` can take the pod (scores) and why not the others (failed);
+        `signing`: the key id a bind would sign with (nodes without it fail)."""
         floor = floor_of(demand)
         for quota in quotas:
             reason = quota.excess(used, floor)
@@ -146,9 +161,11 @@ class Decider:
                 return Verdict(snapshot.version, 0.0, {n: reason for n in names}, {})
         demand_id = self.demand_id(demand)
         if quotas:  # the namespace's usage moves with every pod: nothing to reuse
-            verdict = self._verdict(snapshot, demand, demand_id, names, quotas=quotas, used=used)
+            verdict = self._verdict(
+                snapshot, demand, demand_id, names, quotas=quotas, used=used, signing=signing
+            )
         else:
-            verdict = self._cached_verdict(snapshot, demand, demand_id, names)
+            verdict = self._cached_verdict(snapshot, demand, demand_id, names, signing)
         if verdict.failed:
             self.metrics.refusals["unfit"] += len(verdict.failed)
         self._last = (uid, verdict.scores)
@@ -163,19 +180,26 @@ class Decider:
         *,
         quotas: Sequence[Quota] = (),
         used: Amounts = NOTHING,
+        signing: str = "",
     ) -> Verdict:
         failed: dict[str, str] = {}
         scores: dict[str, int] = {}
         valid_until = self._judge(
             snapshot, demand, demand_id, names,
             into=(failed, scores), valid_until=math.inf, quotas=quotas, used=used,
+            signing=signing,
         )  # fmt: skip
         return Verdict(snapshot.version, valid_until, failed, scores)
 
     def _cached_verdict(
-        self, snapshot: Snapshot, demand: Demand, demand_id: int, names: Sequence[str]
+        self,
+        snapshot: Snapshot,
+        demand: Demand,
+        demand_id: int,
+        names: Sequence[str],
+        signing: str,
     ) -> Verdict:
-        key = (demand_id, hash(tuple(names)))
+        key = (demand_id, hash((signing, *names)))  # a new signing id: judged afresh
         cached = self._verdicts.get(key)
         if (
             cached is not None
@@ -190,13 +214,14 @@ class Decider:
                     valid_until = self._judge(
                         snapshot, demand, demand_id, relevant,
                         into=(failed, scores), valid_until=cached.valid_until,
+                        signing=signing,
                     )  # fmt: skip
                     verdict = Verdict(snapshot.version, valid_until, failed, scores)
                 else:  # the same answer, brought up to this snapshot's version
                     verdict = dataclasses.replace(cached, version=snapshot.version)
                 self._keep(key, verdict)
                 return verdict
-        verdict = self._verdict(snapshot, demand, demand_id, names)
+        verdict = self._verdict(snapshot, demand, demand_id, names, signing=signing)
         self._keep(key, verdict)
         return verdict
 
@@ -220,6 +245,7 @@ class Decider:
         valid_until: float,
         quotas: Sequence[Quota] = (),
         used: Amounts = NOTHING,
+        signing: str = "",
     ) -> float:
         """Answer each of `names` into failed or scores; the verdict's new valid_until."""
         failed, scores = into
@@ -227,6 +253,8 @@ class Decider:
         beats = snapshot.heartbeats
         for name in names:
             score, reason, amounts = self.answer(snapshot, demand, demand_id, name, now)
+            if not reason and signing and name in snapshot.nodes:
+                reason = lacks_key(snapshot.nodes[name].view, signing) or ""
             if not reason and quotas:
                 reason = over_quota(quotas, used, amounts) or ""
             if reason:

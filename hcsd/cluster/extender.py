@@ -54,6 +54,7 @@ class Extender:
         schedulers: frozenset[str] = DEFAULT_SCHEDULERS,
     ) -> None:
         self.is_leader = is_leader
+        self.keys = keys
         self.metrics = Metrics()
         self.state = ClusterState(kube, keys=keys, namespace=namespace, clock=clock)
         self.decider = Decider(db, self.metrics, self.state.changed_between)
@@ -90,7 +91,9 @@ class Extender:
         snapshot = self.state.snapshot()
         quotas = snapshot.quotas_in(demand.namespace)
         used = self.state.namespace_usage(demand.namespace, skip_uid=uid) if quotas else NOTHING
-        verdict = self.decider.filter(snapshot, uid, demand, names, quotas=quotas, used=used)
+        verdict = self.decider.filter(
+            snapshot, uid, demand, names, quotas=quotas, used=used, signing=self.keys().signing
+        )
         return FilterAnswer(list(verdict.scores), verdict.failed)
 
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:

@@ -86,10 +86,12 @@ def node_status(
     *,
     previous: Mapping[str, Any],
     now: str,
-    key_ids: Sequence[str] = (),
+    key_ids: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Usage and health, and the ids of the assignment keys hcsd holds (what a key rotation
-    waits for); `previous` (the status last written) keeps transition times stable."""
+    waits for, and what the extender's filter checks the signing id against; None, the
+    field left out: hcsd does not check assignments); `previous` (the status last written)
+    keeps transition times stable."""
     states = {d.uuid: _HEALTH.get(d.health_state, HealthState.HEALTHY) for d in devices}
     healthy = sum(1 for s in states.values() if s is HealthState.HEALTHY)
     schedulable = sum(1 for s in states.values() if s.schedulable)
@@ -116,7 +118,7 @@ def node_status(
         "vramAllocatedBytes": allocated,
         "vramTotal": format_bytes(total),
         "vramFree": format_bytes(total - allocated),
-        "assignmentKeys": sorted(key_ids),
+        **({} if key_ids is None else {"assignmentKeys": sorted(key_ids)}),
         "conditions": [
             _condition(
                 "Ready", schedulable > 0, ready_reason, ready_message, previous=previous, now=now
@@ -195,6 +197,7 @@ class NodeView:
     phase: str
     generation: str = ""  # resourceVersion: a cheap "did anything change"
     models: frozenset[str] = field(default_factory=frozenset)
+    key_ids: frozenset[str] | None = None  # status.assignmentKeys; None: not reported
 
     def usage(self, extra: Iterable[PodHold] = ()) -> dict[str, Usage]:
         """Per-device usage from holds, local allocations and `extra` (assumed, not yet seen)."""
@@ -276,4 +279,14 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         phase=str(status.get("phase", "NotReady")) if status else "NotReady",
         generation=str(obj.get("metadata", {}).get("resourceVersion", "")),
         models=frozenset(d.model.lower() for d in devices),
+        key_ids=_key_ids(status),
     )
+
+
+def _key_ids(status: Mapping[str, Any]) -> frozenset[str] | None:
+    """The key ids hcsd holds, as its syncer reported them; None when not reported (an older
+    syncer), which the filter does not hold against the node."""
+    ids = status.get("assignmentKeys")
+    if not isinstance(ids, list):
+        return None
+    return frozenset(str(kid) for kid in ids)

@@ -190,7 +190,8 @@ class Syncer:
             allocations,
             previous=previous,
             now=rfc3339(self.clock()),
-            key_ids=node.assignment_key_ids,
+            # hcsd without runtime integration (no mode) verifies no assignment
+            key_ids=node.assignment_key_ids if node.mode else None,
         )
         return spec, status
 

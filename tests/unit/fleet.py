@@ -26,9 +26,11 @@ def node_object(
     health: int = pb.HEALTH_STATE_HEALTHY,
     allocated: dict[int, tuple[str, int]] | None = None,
     version: int = 1,
+    key_ids: list[str] | None = None,
 ) -> dict[str, Any]:
     """A ComputeNode of `count` A100s; `allocated` maps a device index to (pod uid, GiB) as
-    hcsd would report it."""
+    hcsd would report it; `key_ids`, the assignment keys its hcsd reports (None: not
+    reported)."""
     devices = [pb.Device(uuid=f"{name}-{i}", vendor="nvidia", model="A100-SXM4-80GB", index=i,
                          vram_bytes=vram_gib * GiB, tflops_fp16=312, health_score=100,
                          health_state=health)
@@ -41,7 +43,9 @@ def node_object(
             container_name="main", source="assignment",
             grants=[pb.Grant(device_uuid=f"{name}-{index}", vram_bytes=gib * GiB)]))  # fmt: skip
     obj = compute_node(name, node_spec(pb.Node(name=name, version="0.1.0"), devices))
-    obj["status"] = node_status(devices, allocations, previous={}, now="2026-01-01T00:00:00Z")
+    obj["status"] = node_status(
+        devices, allocations, previous={}, now="2026-01-01T00:00:00Z", key_ids=key_ids
+    )
     obj["metadata"]["resourceVersion"] = str(version)
     return obj
 

@@ -376,3 +376,24 @@ def test_pods_bound_before_the_upgrade_keep_counting(annotation: str, counts: bo
         return
     assert info is not None and counts
     assert [h.grants for h in info.holds] == [GRANTS["main"]]
+
+
+def test_a_node_that_lacks_the_signing_key_is_filtered_out_with_the_reason() -> None:
+    """A rotation step taken before every node fetched the key: the pod stays Pending (or
+    goes elsewhere) rather than have its containers refused on the node."""
+    keys = [Keyring({"k": b"k" * 32}, "k")]
+    e = Extender(Kube.__new__(Kube), lambda: keys[0], DB)
+    add_node(e, "has-k", key_ids=["k"])
+    add_node(e, "behind", key_ids=["old"])
+    add_node(e, "no-keys", key_ids=[])
+    add_node(e, "older-syncer")  # reports no key ids: not held against it
+    names = ["has-k", "behind", "no-keys", "older-syncer"]
+    for name in names:
+        beat(e, name)
+    limits = {"ai.compute/vram": "1Gi"}
+    assert sorted(passed(e, limits, names)) == ["has-k", "older-syncer"]
+    reasons = failed(e, limits, names)
+    assert set(reasons) == {"behind", "no-keys"}
+    assert reasons["behind"].startswith("node does not hold the signing key k yet")
+    keys[0] = Keyring({"k": b"k" * 32, "old": b"o" * 32}, "old")  # the Secret moves signing
+    assert sorted(passed(e, limits, names)) == ["behind", "older-syncer"]  # not a stale verdict

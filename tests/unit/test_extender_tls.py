@@ -27,6 +27,7 @@ from hcsd.cluster.kube import Kube
 from hcsd.cluster.node_keys import NodeKeys
 from hcsd.cluster.node_keys_http import serve_node_keys
 from hcsd.cluster.tls import CertificateFiles, TLSSetupError, server_context
+from hcsd.contract.keyring import Keyring
 from hcsd.profiles.database import ProfileDatabase
 from tests.cluster.controlplane import CLIENTS, _sign, make_certs
 from tests.unit.fleet import add_node, beat, pod
@@ -49,7 +50,7 @@ def start(server: ExtenderServer) -> ExtenderServer:
 
 @pytest.fixture
 def extender() -> Extender:
-    e = Extender(Kube.__new__(Kube), b"k" * 32, DB)
+    e = Extender(Kube.__new__(Kube), lambda: Keyring({"k": b"k" * 32}, "k"), DB)
     add_node(e, "node-a")
     beat(e, "node-a")
     return e
