@@ -138,6 +138,14 @@ class Injector:
         """The container is gone from the runtime: the same as a stop, if none came."""
         self.stopped(container_id)
 
+    def pod_started(self, pod_uid: str) -> None:
+        """The runtime started the pod's sandbox: its first container's assignment is aged
+        from now (`Acceptances`), however long images and volumes then take."""
+        self.acceptances.sandbox_started(pod_uid)
+
+    def pod_removed(self, pod_uid: str) -> None:
+        self.acceptances.sandbox_removed(pod_uid)
+
     def sweep(self) -> list[str]:
         """Remove the quota directories of containers that hold no allocation; their ids.
 

@@ -95,7 +95,9 @@ class RuntimeSection(Section):
     assignment_max_age: float = setting(
         600.0,
         "Seconds after its issue a scheduler assignment is accepted for its pod's first "
-        "container on this node; the pod's later containers (restarts) need no age.",
+        "container on this node, counted to the pod sandbox's start where the NRI plugin "
+        "sees it (else to the first container); the pod's later containers (restarts) need "
+        "no age.",
         checks.seconds,
     )
     assignment_forget_after: float = setting(

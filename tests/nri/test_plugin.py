@@ -57,12 +57,14 @@ async def plugin_setup(
     disk: DiskFull | None = None,
     clock: Callable[[], float] = time.perf_counter,
     mode: NodeMode = NodeMode.STANDALONE,
+    now: Callable[[], float] = time.time,
 ) -> AsyncIterator[Setup]:
+    """`clock`: the plugin's (request timing); `now`: the injector's (assignments' age)."""
     node = local_node(tmp_path, inventory, disk=disk)
     node.ledger.allocate(
         Allocation("gone-container", (Grant(A100_0, GiB),), source="local", front_end=FrontEnd.NRI)
     )
-    plugin = NriPlugin(node.injector(assignment_key=KEY, mode=mode), clock=clock)
+    plugin = NriPlugin(node.injector(assignment_key=KEY, mode=mode, clock=now), clock=clock)
     peer, session = await connect(plugin)
     yield Setup(peer, plugin, node.service, node.run_dir, session)
     peer.close()
@@ -105,7 +107,8 @@ async def test_registration_configure_and_event_mask(nri: Setup) -> None:
             ),
             api.ConfigureResponse,
         )
-        assert reply.events == (1 << 3) | (1 << 9) | (1 << 10)  # create, stop, remove
+        # pod sandbox run and remove (the first container's age), container create, stop, remove
+        assert reply.events == (1 << 0) | (1 << 2) | (1 << 3) | (1 << 9) | (1 << 10)
         assert reply.events & ~0x7FF == 0
 
 
@@ -210,6 +213,54 @@ def non_ascii_signature() -> str:
     value = json.loads(assignment())
     value["sig"] = "\u00e9" * 64
     return json.dumps(value)
+
+
+def sandbox(event: int, uid: str) -> api.StateChangeEvent:
+    return api.StateChangeEvent(
+        event=event, pod=api.PodSandbox(id=f"sandbox-{uid}", name="trainer", uid=uid)
+    )
+
+
+async def test_the_first_containers_age_is_taken_when_its_pod_sandbox_started(
+    tmp_path: Path, mixed_inventory: Inventory
+) -> None:
+    """An hour of image pulls between the sandbox and the first container refuses nothing;
+    a pod whose sandbox start hcsd did not see is aged at the first container, as before."""
+    now = [time.time()]
+    async with plugin_setup(tmp_path, mixed_inventory, now=lambda: now[0]) as nri:
+        issued = now[0]
+        await nri.peer.call("StateChange", sandbox(api.RUN_POD_SANDBOX, "pod-uid-1"), api.Empty)
+        now[0] += 3600
+        await nri.peer.call("StateChange", sandbox(api.RUN_POD_SANDBOX, "pod-uid-1"), api.Empty)
+        late = assignment(issued=issued)
+        await nri.peer.call(
+            "CreateContainer",
+            container_request("c1", pod_annotations={"hcs.io/assignment": late}),
+            api.CreateContainerResponse,
+        )
+        assert nri.service.allocation("c1") is not None
+        unseen = assignment(issued=issued, pod_uid="pod-uid-2")
+        with pytest.raises(TtrpcError, match="is stale: issued 3600s ago"):
+            await nri.peer.call(
+                "CreateContainer",
+                container_request(
+                    "c2", pod_annotations={"hcs.io/assignment": unseen}, uid="pod-uid-2"
+                ),
+                api.CreateContainerResponse,
+            )
+        # The sandbox started an hour after the assignment: the window is still short.
+        await nri.peer.call("StateChange", sandbox(api.RUN_POD_SANDBOX, "pod-uid-2"), api.Empty)
+        with pytest.raises(TtrpcError, match="is stale"):
+            await nri.peer.call(
+                "CreateContainer",
+                container_request(
+                    "c2", pod_annotations={"hcs.io/assignment": unseen}, uid="pod-uid-2"
+                ),
+                api.CreateContainerResponse,
+            )
+        # A removed sandbox is forgotten: a pod uid seen again is aged afresh.
+        await nri.peer.call("StateChange", sandbox(api.REMOVE_POD_SANDBOX, "pod-uid-1"), api.Empty)
+        assert "pod-uid-1" not in nri.plugin.injector.acceptances._sandboxes
 
 
 @pytest.mark.parametrize(

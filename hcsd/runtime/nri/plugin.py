@@ -82,6 +82,8 @@ class NriPlugin:
         self.create_seconds: list[float] = []  # in-plugin CreateContainer handling times
         # Event → handler: the subscription mask is derived from this table.
         self.events: dict[int, str] = {
+            api.RUN_POD_SANDBOX: "StateChange",  # when the first container's age is taken
+            api.REMOVE_POD_SANDBOX: "StateChange",
             api.CREATE_CONTAINER: "CreateContainer",
             api.STOP_CONTAINER: "StopContainer",
             api.REMOVE_CONTAINER: "RemoveContainer",
@@ -296,9 +298,13 @@ class NriPlugin:
         return api.UpdateContainerResponse().SerializeToString()
 
     async def _state_change(self, payload: bytes) -> bytes:
-        """Runtimes before NRI v0.12 report stop and remove through this one method."""
+        """Pod sandbox events, and (runtimes before NRI v0.12) container stop and remove."""
         event = api.StateChangeEvent.FromString(payload)
-        if event.event == api.STOP_CONTAINER:
+        if event.event == api.RUN_POD_SANDBOX:
+            self.injector.pod_started(event.pod.uid)
+        elif event.event == api.REMOVE_POD_SANDBOX:
+            self.injector.pod_removed(event.pod.uid)
+        elif event.event == api.STOP_CONTAINER:
             self.injector.stopped(event.container.id)
         elif event.event == api.REMOVE_CONTAINER:
             self.injector.removed(event.container.id)
