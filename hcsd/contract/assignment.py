@@ -9,8 +9,9 @@ without `sig`:
    "sig": "<64 lower-case hex digits>"}
 `kid` names the key that signed it (hcsd.contract.keyring: a node holds several during a
 rotation, each node its own derived ones). Version 1 is the same without `kid`, signed with
-the one cluster key of older releases; it is still read, and verified with the key a keyring
-holds under the empty id (the single key file of those releases).
+the one cluster key of older releases; it is still read, and verified with the key held under
+the empty id: on the extender that cluster key as it is, on a node the single key file of
+those releases only until the node holds its own keys (hcsd.contract.keyring).
 The signature binds the pod uid and the node, so an annotation copied to another pod or node
 does not verify there; `issued` bounds how long it is accepted for a pod's first container.
 Whatever the text holds, every failure is an `AssignmentError` whose message says what is
