@@ -492,7 +492,7 @@ def test_bindings_tie_each_account_to_its_own_roles() -> None:
 
 
 def test_the_secret_holds_keys_by_id_and_names_the_signing_one() -> None:
-    """The layout hcsd.contract.keyring.read_secret_dir reads: `<kid>.key` and `signing`."""
+    """The layout hcsd.contract.keyring_files.read_secret_dir reads: `<kid>.key` and `signing`."""
     (secret,) = documents(OPERATORS_SECRET)
     name = secret["metadata"]["name"]
     assert name == names.KEY_SECRET and secret["type"] == "Opaque"
