@@ -82,6 +82,11 @@ class Injector:
         self.settings = settings
         self.clock = clock
         self.quota = QuotaFiles(settings.run_dir, settings.runtime.libhcs_path)
+        # Containers the runtime said have ended (a stop, a removal, a reconcile not listing
+        # them) whose quota directory could not be removed then: the sweep tries again.
+        self._ended: set[str] = set()
+        # Directories kept by the sweep for want of knowing their container ended (logged once)
+        self._kept: set[str] = set()
         self.acceptances = Acceptances(
             service,
             settings.keyring or (lambda: {"": settings.assignment_key}),
@@ -100,6 +105,7 @@ class Injector:
         held = self._allocation(info)
         if held is None:
             return None
+        self._ended.discard(info.container_id)  # the same id created again runs again
         devices = self._devices(info, held)
         try:
             edits = merge(
@@ -127,11 +133,14 @@ class Injector:
         """The container's processes are gone: its device memory is free again, and nothing
         mounts its quota directory any more, so that goes now too (kubelet removes a dead
         container only at its next garbage collection, up to a minute later). A runtime that
-        starts the same container again runs it without an allocation, as before; a later
-        RemoveContainer (or a second stop) finds nothing left and does nothing. Pods gone
-        long enough are forgotten (`Acceptances.sweep`)."""
+        starts the same container again fails to start it: its quota files are bind-mount
+        sources, and runc refuses a bind mount whose source does not exist,
+        so the container fails closed rather than running with no quota (CRI never does this:
+        kubelet creates a new container). A later RemoveContainer (or a second stop) finds
+        nothing left and does nothing. Pods gone long enough are forgotten
+        (`Acceptances.sweep`)."""
         self.service.release(container_id)
-        self.quota.remove(container_id)
+        self._remove_directory(container_id)
         self.acceptances.sweep()
 
     def removed(self, container_id: str) -> None:
@@ -147,26 +156,49 @@ class Injector:
         self.acceptances.sandbox_removed(pod_uid)
 
     def sweep(self) -> list[str]:
-        """Remove the quota directories of containers that hold no allocation; their ids.
+        """Remove the quota directories left by containers that have ended; their ids.
 
-        A container holds its allocation from before its directory is written (`create`)
-        until its stop, when both go in one step: a directory without one is left over (a
-        removal that failed, hcsd stopped between the two). Runs on the event loop like every
-        create, stop and removal, so it never sees a directory being prepared."""
+        Only a container the runtime said has ended (a stop, a removal, a reconcile that does
+        not list it) loses its directory: one whose removal failed then is tried again here.
+        A directory whose container holds no allocation is not enough: an allocation released
+        while its container runs (`hcsctl release`, the API's Release) leaves a running
+        container whose libhcs reads quota.conf at each new process, and would fail closed
+        without it. Such a directory, and one left by a crash between a stop's release and its
+        removal under a front end that cannot list its containers (`hcs-runtime`,
+        `hcs-oci-hook`), stays and is logged once: it goes at the container's stop, at the next
+        reconcile with an NRI runtime, or at the node's reboot (/run). Runs on the event loop
+        like every create, stop and removal, so it never sees a directory being prepared."""
         self.acceptances.sweep()  # and the accepted assignments of pods long gone
-        swept = [
-            container_id
-            for container_id in self.quota.present()
-            if self.service.allocation(container_id) is None and self.quota.remove(container_id)
-        ]
+        swept = []
+        for container_id in self.quota.present():
+            if container_id in self._ended:
+                if self._remove_directory(container_id):
+                    swept.append(container_id)
+            elif container_id not in self._kept and self.service.allocation(container_id) is None:
+                self._kept.add(container_id)
+                log.info(
+                    "%s: keeping its quota directory: it holds no allocation, but hcsd has not "
+                    "seen its container end (an allocation released while it runs, or a stop "
+                    "missed while hcsd was down); it goes at the container's stop",
+                    container_id,
+                )
         if swept:
             log.info(
-                "swept %d quota director%s of containers that hold no allocation: %s",
+                "swept %d quota director%s of containers that have ended: %s",
                 len(swept),
                 "y" if len(swept) == 1 else "ies",
                 ", ".join(swept),
             )
         return swept
+
+    def _remove_directory(self, container_id: str) -> bool:
+        """Remove an ended container's directory; remember it for the sweep if that fails."""
+        self._kept.discard(container_id)
+        if self.quota.remove(container_id):
+            self._ended.discard(container_id)
+            return True
+        self._ended.add(container_id)
+        return False
 
     async def sweep_every(self, interval: float) -> None:
         """`sweep` every `interval` seconds (a supervised task of the daemon)."""
@@ -222,7 +254,7 @@ class Injector:
                 untracked.append(allocation.container_id)
         for leftover in self.quota.present():
             if leftover not in alive and self.service.allocation(leftover) is None:
-                self.quota.remove(leftover)
+                self._remove_directory(leftover)
         self.acceptances.sweep()
         if released:
             log.info(

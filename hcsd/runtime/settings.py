@@ -113,8 +113,8 @@ class RuntimeSection(Section):
     )
     sweep_interval: float = setting(
         60.0,
-        "Seconds between sweeps of per-container quota directories whose container holds no "
-        "allocation (left by a removal that failed or a crash between release and removal).",
+        "Seconds between sweeps that retry removing the quota directories of ended containers "
+        "(left by a removal that failed at the container's stop).",
         checks.seconds,
     )
     driver_paths: DriverPaths = section(

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from hcsd.contract import region
+from hcsd.runtime import container_files
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+from tests.harness.waiting import eventually
 from tests.nri.test_plugin import Setup, container_request
 
 
@@ -94,34 +96,87 @@ async def test_stop_through_state_change_removes_the_directory(nri: Setup) -> No
     assert not directory.exists() and nri.service.allocation("c1") is None
 
 
-async def test_the_sweep_removes_directories_that_hold_no_allocation(
+async def test_the_sweep_keeps_a_running_containers_directory_whose_allocation_was_released(
     nri: Setup, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Left over by a removal that failed or a crash between release and removal; a running
-    container's directory (its allocation held) stays."""
+    """`hcsctl release` (the API's Release) frees a running container's memory; its libhcs
+    still reads quota.conf at each new process and fails closed without it, so the directory
+    stays until the runtime says the container ended. Logged once, not at every sweep."""
+    running = await create(nri, "c-running")
+    nri.service.release("c-running")
+    injector = nri.plugin.injector
+    with caplog.at_level("INFO"):
+        assert injector.sweep() == []
+        assert injector.sweep() == []
+    assert (running / "quota.conf").is_file()
+    assert caplog.text.count("c-running: keeping its quota directory") == 1
+    await nri.peer.call(
+        "StopContainer",
+        api.ContainerRequest(container=api.Container(id="c-running")),
+        api.StopContainerResponse,
+    )
+    assert not running.exists()
+
+
+async def test_the_sweep_removes_what_a_failed_removal_left(
+    nri: Setup, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop whose directory removal failed (a file still busy): the sweep tries again; a
+    running container's directory and names that are no container id stay."""
     running = await create(nri, "c-running")
     leftover = await create(nri, "c-left")
-    nri.service.release("c-left")  # as a stop whose removal did not happen
     (leftover / "core").write_bytes(b"x")
     (nri.run_dir / "containers" / "not-ours!").mkdir()  # no container id: never touched
+    with monkeypatch.context() as failing:
+        failing.setattr(container_files, "remove_tree", lambda fd, name: [f"{name}: busy"])
+        await nri.peer.call(
+            "StopContainer",
+            api.ContainerRequest(container=api.Container(id="c-left")),
+            api.StopContainerResponse,
+        )
+    assert leftover.is_dir() and nri.service.allocation("c-left") is None
     injector = nri.plugin.injector
     with caplog.at_level("INFO"):
         assert injector.sweep() == ["c-left"]
     assert not leftover.exists() and running.is_dir()
     assert (nri.run_dir / "containers" / "not-ours!").is_dir()
-    assert "swept 1 quota directory of containers that hold no allocation: c-left" in caplog.text
+    assert "swept 1 quota directory of containers that have ended: c-left" in caplog.text
     assert injector.sweep() == []
 
 
-async def test_the_sweep_runs_every_interval(nri: Setup) -> None:
+async def test_a_reconcile_removes_the_directories_of_containers_the_runtime_no_longer_lists(
+    nri: Setup,
+) -> None:
+    """The case the sweep cannot judge (a stop missed while hcsd was down) is the runtime's
+    list's to settle: a released container it does not list loses its directory, one it lists
+    keeps it."""
+    gone = await create(nri, "c-gone")
+    alive = await create(nri, "c-alive")
+    nri.service.release("c-gone")
+    nri.service.release("c-alive")
+    assert nri.plugin.injector.sweep() == []
+    await nri.peer.call(
+        "Synchronize",
+        api.SynchronizeRequest(
+            pods=[api.PodSandbox(id="p1", name="pod", namespace="ns", uid="u1")],
+            containers=[
+                api.Container(
+                    id="c-alive", pod_sandbox_id="p1", name="c", state=api.CONTAINER_RUNNING
+                )
+            ],
+        ),
+        api.SynchronizeResponse,
+    )
+    assert not gone.exists() and alive.is_dir()
+
+
+async def test_the_sweep_runs_every_interval(nri: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
     leftover = await create(nri, "c-left")
-    nri.service.release("c-left")
+    with monkeypatch.context() as failing:
+        failing.setattr(container_files, "remove_tree", lambda fd, name: [f"{name}: busy"])
+        nri.plugin.injector.stopped("c-left")
     task = asyncio.create_task(nri.plugin.injector.sweep_every(0.01))
     try:
-        for _ in range(200):
-            if not leftover.exists():
-                break
-            await asyncio.sleep(0.01)
-        assert not leftover.exists()
+        await eventually(lambda: not leftover.exists(), "the sweep removed c-left's directory")
     finally:
         task.cancel()
