@@ -5,13 +5,16 @@ none of which is the host's (tests/harness/kubecluster/namespace.py)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 import pytest
 
 from hcsd.contract import paths
-from tests.harness.kubecluster.cluster import KubeletCluster
+from tests.harness.kubecluster.cluster import SYSCTLS, KubeletCluster
 from tests.harness.kubecluster.node import KubeletNode
+from tests.harness.peers.building import GO_CACHE
+from tests.harness.peers.kubernetes import KUBERNETES_VERSION
 
 pytestmark = pytest.mark.slow
 
@@ -54,3 +57,19 @@ def test_each_node_has_its_own_files_at_the_default_paths(
         for device in node.vendor.all_device_nodes():  # /dev/null's, at the vendor's path
             assert identity_inside(node, device) == identity_on_host("/dev/null")
     assert all(len(seen[path]) == 2 for path in shared), seen  # and not each other's
+
+
+def test_every_kernel_setting_kubelet_changes_is_restored() -> None:
+    """kubelet sets kernel tunables at its start (`setupKernelTunables`); the cluster saves
+    and restores each of them, read from the kubelet source it builds."""
+    modules = GO_CACHE / "pkg" / "mod" / "k8s.io"
+    manager = modules / f"kubernetes@{KUBERNETES_VERSION}/pkg/kubelet/cm/container_manager_linux.go"
+    helpers = modules / f"component-helpers@{KUBERNETES_VERSION.replace('v1.', 'v0.')}"
+    names = helpers / "node/util/sysctl/sysctl.go"
+    if not manager.exists() or not names.exists():
+        pytest.skip(f"the kubelet source is not in the module cache ({manager}, {names})")
+    tunables = manager.read_text().split("func setupKernelTunables", 1)[1].split("\n}\n", 1)[0]
+    constants = dict(re.findall(r'^\s*(\w+)\s*=\s*"([\w/]+)"', names.read_text(), re.M))
+    changed = {constants[name] for name in re.findall(r"utilsysctl\.(\w+):", tunables)}
+    assert len(changed) >= 6 and changed <= set(constants.values()), changed
+    assert set(SYSCTLS) == changed

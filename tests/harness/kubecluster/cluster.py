@@ -33,7 +33,15 @@ from tests.runtime.image import ImageError, ensure_busybox_image, ensure_pause_i
 
 #: The nodes: a simulated NVIDIA node and a simulated Ascend node.
 NODES: dict[str, VendorNode] = {"kube-gpu": NVIDIA, "kube-npu": ASCEND}
-SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+#: The kernel settings kubelet changes at its start (`setupKernelTunables`), restored at close.
+SYSCTLS = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
 
 
 def host_address() -> str | None:
