@@ -47,8 +47,7 @@ DELETED: list[Gone] = []  # the pods this module deleted, for the last test to l
 
 class DirectoryWatch:
     """When each deleted pod's quota directory left /run/hcsd/containers, seen by a thread
-    that looks every 50 ms from the deletion on (tests go on meanwhile; today removal waits
-    for kubelet's container GC)."""
+    that looks every 50 ms from the deletion on (tests go on meanwhile)."""
 
     def __init__(self, cluster: KubeletCluster) -> None:
         self.cluster = cluster
@@ -225,10 +224,16 @@ def test_the_slice_is_released_when_the_container_exits(
 ) -> None:
     node = cluster.nodes[VENDOR_NODE[vendor]]
     name = f"exits-{vendor}"
-    script = f"{TOOLS}/alloc_app {node.vendor.api} 10240; sleep 1"
+    # It exits only once the test has seen the slice (a file made through kubectl exec).
+    script = (
+        f"{TOOLS}/alloc_app {node.vendor.api} 10240; "
+        "until [ -e /tmp/slice-seen ]; do sleep 0.05; done"
+    )
     created = pods.create(cluster.kube, PodSpec(name, vendor=vendor, command=script))
     uid = created["metadata"]["uid"]
     wait_for(lambda: allocation_of(cluster, node.name, uid) is not None, "the slice shows")
+    pods.wait_phase(cluster.kube, name, {"Running"})
+    cluster.kubectl("exec", name, "--", "touch", "/tmp/slice-seen")
     pod = pods.wait_phase(cluster.kube, name, {"Succeeded", "Failed"})
     ended = time.monotonic()
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
@@ -244,6 +249,14 @@ def test_the_slice_is_released_when_the_container_exits(
     DELETED.append(gone)
 
 
+def failed_scheduling(cluster: KubeletCluster, name: str) -> bool:
+    events = cluster.kube.get(
+        f"/api/v1/namespaces/{pods.NAMESPACE}/events",
+        query=[("fieldSelector", f"involvedObject.name={name},reason=FailedScheduling")],
+    )
+    return bool(events.get("items"))
+
+
 def test_a_pod_larger_than_any_device_stays_pending_with_each_nodes_reason(
     cluster: KubeletCluster,
 ) -> None:
@@ -256,7 +269,8 @@ def test_a_pod_larger_than_any_device_stays_pending_with_each_nodes_reason(
         ),
         "the scheduler gave up on the pod",
     )
-    time.sleep(2)  # and it stays so
+    # The scheduler's verdict is recorded: it tries again only on a change in the cluster.
+    wait_for(lambda: failed_scheduling(cluster, name), "the FailedScheduling event was recorded")
     pod = pods.get(cluster.kube, name)
     assert pod is not None
     message = pods.condition(pod, "PodScheduled")["message"]

@@ -78,7 +78,10 @@ def find_peers(log: Log = say) -> Peers | str:
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
     if not any(h.name == "memory" for h in cgroup_hierarchies()):
-        return "no cgroup v1 memory hierarchy under /sys/fs/cgroup (kubelet's cgroupfs driver)"
+        return (
+            "no cgroup v1 memory hierarchy under /sys/fs/cgroup (kubelet's cgroupfs driver); "
+            "this suite runs on cgroup v1 or hybrid hosts only"
+        )
     address = host_address()
     if address is None:
         return "this host has no global IPv4 address for kubelet's --node-ip"

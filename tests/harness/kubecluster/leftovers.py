@@ -33,11 +33,12 @@ class Gone:
 
 
 def sandbox_of(node: KubeletNode, uid: str) -> str:
-    """The id of the pod's sandbox in the node's containerd ('' when it has none)."""
+    """The id of the pod's sandbox in the node's containerd, asked while it is listed (a pod
+    whose sandbox is not found would have its sandbox silently not looked for)."""
     for sandbox in node.containerd.crictl_json("pods")["items"]:
         if sandbox["metadata"]["uid"] == uid:
             return str(sandbox["id"])
-    return ""
+    raise AssertionError(f"{node.name}: containerd lists no sandbox of pod {uid}")
 
 
 def _entries(directory: Path, needles: Iterable[str]) -> list[str]:
@@ -53,7 +54,8 @@ def leftovers(
     """Where something of the pods in `gone` that ran on `node` is left (empty: nothing)."""
     ours = [g for g in gone if g.node == node.name]
     uids = {g.uid for g in ours}
-    ids = {g.container for g in ours} | {g.sandbox for g in ours if g.sandbox}
+    assert all(g.container and g.sandbox for g in ours), ours  # else not looked for
+    ids = {g.container for g in ours} | {g.sandbox for g in ours}
     found: dict[str, list[str]] = {}
     assert node.hcsd is not None
     ledger = json.loads(node.hcsd.hcsctl("--json", "allocations").stdout or "[]")

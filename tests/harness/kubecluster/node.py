@@ -1,7 +1,7 @@
 """One real Kubernetes node on this host: a mount namespace with its own containerd 2.3 (NRI
 on), hcsd in cluster mode with its default paths, hcs-syncer and kubelet 1.36.
 
-What these machines need (../shared/reference/test-peers.md): a cgroup v1 hybrid host, so
+What these machines need (docs/testing-kubelet.md, "Running kubelet here"): a cgroup v1 host, so
 `failCgroupV1: false` and the cgroupfs driver; a `cgroupRoot` of its own made in every
 mounted hierarchy (kubelet refuses one with missing paths) so two kubelets' `kubepods` stay
 apart; its own ports and root directory; volume plugins and pod logs redirected away from
