@@ -88,15 +88,14 @@ def root_tarball() -> Path:
 
 
 @pytest.fixture(scope="session")
-def chrdev_module(root_tarball: Path) -> Path | None:
+def chrdev_module(root_tarball: Path) -> Path | str:
     """The test module registering the Ascend and Cambricon drivers' char-device names, built
-    for the root's kernel (tests/e2e/make-chrdev-module); None, said loudly, when it cannot be
-    built (no mirror): the VM test then cannot prove that the unit opens those nodes."""
+    for the root's kernel (tests/e2e/make-chrdev-module); else why it cannot be built (no
+    mirror), for the VM's device test to skip with (the rest of the VM test runs without)."""
     try:
         path = sh(HERE / "make-chrdev-module", CACHE, root_tarball, timeout=1200)
     except AssertionError as e:
-        print(f"WARNING: cannot build the char-device test module, the device checks are off: {e}")
-        return None
+        return f"cannot build the char-device test module: {e}"
     return Path(path.strip().splitlines()[-1])
 
 
