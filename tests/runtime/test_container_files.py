@@ -9,9 +9,12 @@ and never stop the reconcile of the others; a planted link must never redirect a
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 import stat
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,15 +23,16 @@ import pytest
 
 from hcsd.contract import region
 from hcsd.discovery import Inventory
-from hcsd.model import Allocation, FrontEnd, Grant
+from hcsd.model import Allocation, FrontEnd, Grant, PodRef
 from hcsd.runtime.container_files import ContainerUser, QuotaFiles
 from hcsd.runtime.dirfd import MAX_DEPTH, opened_dir, remove_tree
-from hcsd.runtime.injector import Injector
+from hcsd.runtime.injector import ContainerInfo, Injector
 from hcsd.service import NodeService
 from hcsd.watchdog.accounted import AccountedUsage
 from tests.capabilities import as_unit
 from tests.conftest import GiB
 from tests.harness.local import local_node
+from tests.harness.peers.runtimes import Binaries
 
 A100_0 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
 PRELOAD = b"/usr/lib/hcs/libhcs.so\n"
@@ -224,3 +228,45 @@ def test_a_removal_looks_at_a_bounded_number_of_entries(tmp_path: Path) -> None:
         assert 0 < len(list(many.iterdir())) < 20
         assert remove_tree(fd, "many") == []
     assert not many.exists()
+
+
+def test_a_stopped_container_started_again_fails_to_mount_its_quota_files(
+    node: Node, runtime_binaries: Binaries, tmp_path: Path
+) -> None:
+    """After the stop, a runtime that starts the same container again (never CRI: kubelet
+    makes a new container) fails closed: its quota files are bind-mount sources, gone with
+    the directory, and runc refuses a bind mount whose source does not exist."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("no busybox for the container's root (Debian's busybox-static)")
+    info = ContainerInfo(
+        "c-restart", "c", PodRef("ns", "pod", "uid"), container_annotations={"hcs.io/vram": "1Gi"}
+    )
+    edits = node.injector.create(info)
+    assert edits is not None
+    quota = [m for m in edits.mounts if m.host_path.startswith(str(node.container("c-restart")))]
+    assert len(quota) == 2, edits.mounts  # quota.conf and usage.shm
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs/bin").mkdir(parents=True)
+    shutil.copy(busybox, bundle / "rootfs/bin/sh")
+    runc = [str(runtime_binaries.runc), "--root", str(tmp_path / "runc")]
+    subprocess.run([*runc, "spec", "--bundle", str(bundle)], check=True)
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"].update(terminal=False, args=["/bin/sh", "-c", "echo ran"])
+    config["mounts"] += [
+        {"destination": m.container_path, "type": "bind", "source": m.host_path,
+         "options": m.options}
+        for m in quota
+    ]  # fmt: skip
+    (bundle / "config.json").write_text(json.dumps(config))
+
+    def run(name: str) -> subprocess.CompletedProcess[str]:
+        command = [*runc, "run", "--bundle", str(bundle), f"hcs-test-{name}-{os.getpid()}"]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    first = run("first")
+    assert first.returncode == 0 and first.stdout.strip() == "ran", first.stderr
+    node.injector.stopped("c-restart")
+    again = run("again")
+    assert again.returncode != 0 and again.stdout == "", again.stdout
+    assert f"stat {quota[0].host_path}: no such file or directory" in again.stderr, again.stderr
