@@ -30,12 +30,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.harness import cgroups
 from tests.harness.peers.runtimes import Binaries
 from tests.runtime.image import BUSYBOX_IMAGE, PAUSE_IMAGE, ensure_busybox_image, ensure_pause_image
 
 NAMESPACE = "k8s.io"  # the CRI plugin's containerd namespace
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
 
@@ -666,7 +666,7 @@ class Containerd:
 
         Only empty directories go (rmdir), so a concurrent containerd's cgroups stay.
         """
-        for parent in CGROUP_ROOT.glob(f"*/{NAMESPACE}"):
+        for parent in (hierarchy / NAMESPACE for hierarchy in cgroups.hierarchies()):
             for container in self._ids:
                 with contextlib.suppress(OSError):
                     (parent / container).rmdir()

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import cgroups as cgroup_tree
 from tests.harness.daemon import Daemon
+from tests.harness.leftovers import command, mounts_naming, processes_in, running
 from tests.harness.waiting import wait_for
-from tests.runtime.containerd import CGROUP_ROOT, Containerd
+from tests.runtime.containerd import Containerd
 from tests.runtime.node import allocations, runtime_hcsd, start_registered
 
 pytestmark = pytest.mark.slow
@@ -160,7 +162,7 @@ def test_nothing_is_left_after_containers_of_two_vendors_end(
         for vendor in ("nvidia", "ascend")
     }
     pids = {ctr: int(containerd.inspect(ctr)["info"]["pid"]) for ctr in ended.values()}
-    cgroups = [path for pid in pids.values() for path in cgroup_dirs(pid)]
+    cgroups = [path for pid in pids.values() for path in cgroup_tree.of_process(pid)]
     assert cgroups and all(path.is_dir() for path in cgroups)
     held = allocations(hcsd)
     granted = {held[ctr]["grants"][0]["device_uuid"] for ctr in ended.values()}  # type: ignore[index]
@@ -178,47 +180,12 @@ def test_nothing_is_left_after_containers_of_two_vendors_end(
     assert snapshot.returncode == 0 and snapshot.stdout.strip() == "[]"
 
 
-def cgroup_dirs(pid: int) -> list[Path]:
-    """The cgroup directories a process is in, one per hierarchy (v1 controllers, the v2 or
-    hybrid unified one), from /proc/PID/cgroup."""
-    found = []
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if path == "/":
-            continue
-        if not controllers:
-            hierarchy = (
-                CGROUP_ROOT / "unified" if (CGROUP_ROOT / "unified").is_dir() else CGROUP_ROOT
-            )
-        else:
-            hierarchy = CGROUP_ROOT / controllers.removeprefix("name=")
-        found.append(hierarchy / path.lstrip("/"))
-    return found
-
-
 def leftovers(ids: set[str], pids: dict[str, int], cgroups: list[Path], hcsd: Daemon) -> list[str]:
     """Everything of these containers that is still on the host, each named."""
-    found = [f"process {pid} of {ctr[:12]}" for ctr, pid in pids.items() if _alive(pid)]
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                lines = (entry / "cgroup").read_text()
-            except OSError:
-                continue
-            found += [f"process {entry.name} in {c[:12]}'s cgroup" for c in ids if c in lines]
-    mountinfo = Path("/proc/self/mountinfo").read_text()
-    found += [f"mount naming {c[:12]}" for c in ids if c in mountinfo]
-    if f"{hcsd.dir}/containers/" in mountinfo:
-        found.append(f"a mount from {hcsd.dir}/containers")
+    found = [f"process {pid} of {ctr[:12]}" for ctr, pid in pids.items() if running(pid)]
+    found += [f"process {command(pid)} in their cgroups" for pid in processes_in(cgroups)]
+    found += [f"mount {path} naming one of them" for path in mounts_naming(ids)]
+    found += [f"a mount from {path}" for path in mounts_naming([f"{hcsd.dir}/containers/"])]
     found += [f"cgroup {path}" for path in cgroups if path.exists()]
     found += [f"directory {path}" for path in (hcsd.dir / "containers").iterdir()]
     return found
-
-
-def _alive(pid: int) -> bool:
-    """The pid exists and is not a zombie (containerd's shim reaps its children)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "\nState:\tZ" not in status

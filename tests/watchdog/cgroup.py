@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hcsd.watchdog.cgroups import CgroupMapper
+from tests.harness import cgroups
 
 __all__ = ["Container", "Containers", "cgroup_roots"]
 
@@ -74,12 +75,7 @@ class Container:
         return process
 
     def pids(self) -> set[int]:
-        found: set[int] = set()
-        for directory in self.directories:
-            for path in directory.rglob("cgroup.procs"):
-                with contextlib.suppress(OSError):
-                    found.update(int(p) for p in path.read_text().split())
-        return found
+        return cgroups.processes(self.directories)
 
 
 class Containers:
@@ -109,13 +105,10 @@ class Containers:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         for root in self.roots:
-            top = root / self.base
-            if not top.exists():
-                continue
-            for directory in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
-                if directory.is_dir():
-                    _rmdir(directory)
-            _rmdir(top)
+            # A cgroup goes once its last (possibly just killed) process is reaped.
+            left = cgroups.remove_tree(root / self.base, retry_for=2.0)
+            if left:
+                raise OSError(f"cannot remove the test cgroups: {'; '.join(left)}")
 
 
 def _read(path: Path) -> str:
@@ -123,16 +116,3 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
-
-
-def _rmdir(path: Path) -> None:
-    """A cgroup directory goes once its last (possibly just killed) process is reaped."""
-    for _ in range(100):
-        try:
-            path.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.02)
-    path.rmdir()

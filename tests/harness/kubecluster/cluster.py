@@ -22,8 +22,9 @@ from pathlib import Path
 
 from hcsd.cluster.kube import Kube
 from tests.cluster.controlplane import CLIENTS, ControlPlane, free_port
+from tests.harness import cgroups
 from tests.harness.kubecluster import hcs
-from tests.harness.kubecluster.node import KubeletNode, cgroup_hierarchies
+from tests.harness.kubecluster.node import KubeletNode
 from tests.harness.kubecluster.vendors import ASCEND, NVIDIA, VendorNode, build_fakes
 from tests.harness.peers.building import Log, say
 from tests.harness.peers.kubernetes import ensure_kubernetes, ensure_kubernetes_node, find_etcd
@@ -77,7 +78,7 @@ def find_peers(log: Log = say) -> Peers | str:
     for tool in ("unshare", "nsenter", "openssl", "curl", "ip", "make"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
-    if not any(h.name == "memory" for h in cgroup_hierarchies()):
+    if not any(h.name == "memory" for h in cgroups.hierarchies()):
         return (
             "no cgroup v1 memory hierarchy under /sys/fs/cgroup (kubelet's cgroupfs driver); "
             "this suite runs on cgroup v1 or hybrid hosts only"

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from tests.harness.kubecluster import hcs
 from tests.harness.kubecluster.cluster import KubeletCluster
-from tests.harness.kubecluster.node import KubeletNode, cgroup_hierarchies
+from tests.harness.kubecluster.node import KubeletNode, cgroup_trees
+from tests.harness.leftovers import command, mounts_naming, processes_in
 
 
 @dataclass(frozen=True)
@@ -80,49 +81,18 @@ def leftovers(
         for s in sandboxes
         if s["metadata"]["uid"] in uids and s["state"] == "SANDBOX_READY"
     )
-    found["mounts"] = _mounts(node, ids | uids)
-    found["cgroups"] = sorted(
-        str(path)
-        for hierarchy in cgroup_hierarchies()
-        for path in (hierarchy / node.cgroup_root.strip("/")).rglob("*")
+    found["mounts"] = mounts_naming(ids | uids, node.namespace.pid)
+    theirs = [
+        path
+        for tree in cgroup_trees(node.cgroup_root)
+        for path in tree.rglob("*")
         if path.is_dir() and any(n in path.name for n in ids | {f"pod{u}" for u in uids})
-    )
-    found["processes in their cgroups"] = sorted(
-        {
-            pid
-            for cgroup in found["cgroups"]
-            for procs in Path(cgroup).rglob("cgroup.procs")
-            for pid in _read(procs).split()
-        }
-    )
+    ]
+    found["cgroups"] = sorted(map(str, theirs))
+    found["processes in their cgroups"] = [str(pid) for pid in processes_in(theirs)]
     found["processes naming them in the node's namespace (shims)"] = [
-        command
-        for command in map(_command, node.namespace.processes())
-        if any(n in command for n in ids)
+        line for line in map(command, node.namespace.processes()) if any(n in line for n in ids)
     ]
     found["kubelet pod directories"] = _entries(node.host_path("/var/lib/kubelet/pods"), uids)
     found["pod log directories"] = _entries(node.dir / "pod-logs", uids)
     return {where: what for where, what in found.items() if what}
-
-
-def _mounts(node: KubeletNode, needles: set[str]) -> list[str]:
-    try:
-        table = Path(f"/proc/{node.namespace.pid}/mountinfo").read_text()
-    except OSError:
-        return []
-    return [line.split()[4] for line in table.splitlines() if any(n in line for n in needles if n)]
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:  # removed meanwhile
-        return ""
-
-
-def _command(pid: int) -> str:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return str(pid)
-    return f"{pid} " + " ".join(a.decode(errors="replace") for a in argv)

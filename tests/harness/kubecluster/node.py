@@ -24,6 +24,7 @@ import yaml
 
 from hcsd.contract import paths
 from tests.cluster.controlplane import free_port
+from tests.harness import cgroups
 from tests.harness.daemon import LIBHCS, Daemon
 from tests.harness.kubecluster import hcs
 from tests.harness.kubecluster.namespace import Bind, MountNamespace
@@ -31,7 +32,6 @@ from tests.harness.kubecluster.vendors import VendorNode
 from tests.harness.peers.runtimes import Binaries
 from tests.runtime.containerd import Containerd
 
-CGROUPS = Path("/sys/fs/cgroup")
 CNI_CONFLIST = {
     "cniVersion": "1.0.0",
     "name": "hcs-host-network",  # pods here use the host's network: never called
@@ -55,45 +55,18 @@ def _real(path: str) -> str:
     return "/run" + path.removeprefix("/var/run") if path.startswith("/var/run/") else path
 
 
-def cgroup_hierarchies() -> list[Path]:
-    """Every mounted cgroup hierarchy (v1 controllers, name=systemd, the unified one)."""
-    return sorted(p for p in CGROUPS.iterdir() if p.is_dir() and os.path.ismount(p))
+def cgroup_trees(name: str) -> list[Path]:
+    """The tree `name` (a kubelet's `cgroupRoot`) in every hierarchy."""
+    return [hierarchy / name.strip("/") for hierarchy in cgroups.hierarchies()]
 
 
 def make_cgroup_root(name: str) -> None:
-    for hierarchy in cgroup_hierarchies():
-        path = hierarchy / name.strip("/")
+    """kubelet refuses a `cgroupRoot` missing from any hierarchy ("has some missing paths")."""
+    for path in cgroup_trees(name):
         path.mkdir(exist_ok=True)
-        if hierarchy.name == "cpuset":  # an empty cpuset takes no process
+        if path.parent.name == "cpuset":  # an empty cpuset takes no process
             for key in ("cpuset.cpus", "cpuset.mems"):
-                (path / key).write_text((hierarchy / key).read_text())
-
-
-def cgroup_processes(name: str) -> set[int]:
-    """The processes in the tree `name` of any hierarchy (containers the node left)."""
-    found: set[int] = set()
-    for hierarchy in cgroup_hierarchies():
-        for procs in (hierarchy / name.strip("/")).rglob("cgroup.procs"):
-            with contextlib.suppress(OSError):
-                found.update(int(p) for p in procs.read_text().split())
-    return found
-
-
-def remove_cgroup_root(name: str) -> list[str]:
-    """rmdir the tree bottom-up in every hierarchy; the directories that would not go."""
-    left = []
-    for hierarchy in cgroup_hierarchies():
-        root = hierarchy / name.strip("/")
-        if not root.exists():
-            continue
-        for directory in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
-            with contextlib.suppress(OSError):
-                directory.rmdir()
-        try:
-            root.rmdir()
-        except OSError as e:
-            left.append(f"{root}: {e}")
-    return left
+                (path / key).write_text((path.parent / key).read_text())
 
 
 class KubeletNode:
@@ -249,7 +222,7 @@ class KubeletNode:
             with contextlib.suppress(Exception):
                 self.hcsd.stop()
             self.hcsd.close()
-        strays = cgroup_processes(self.cgroup_root)
+        strays = cgroups.processes(cgroup_trees(self.cgroup_root))
         for pid in strays:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -258,7 +231,9 @@ class KubeletNode:
         killed = self.namespace.close()
         if killed:
             problems.append(f"processes left in the mount namespace: {killed}")
-        problems += remove_cgroup_root(self.cgroup_root)
+        problems += [
+            p for tree in cgroup_trees(self.cgroup_root) for p in cgroups.remove_tree(tree)
+        ]
         for problem in problems:
             log(f"kubelet cluster: node {self.name}: {problem}")
         return problems
