@@ -17,6 +17,7 @@ import pytest
 
 from hcsd.watchdog.cgroups import CgroupMapper
 from tests.harness.daemon import Daemon
+from tests.harness.waiting import wait_for
 from tests.runtime.containerd import Containerd
 from tests.runtime.node import runtime_hcsd, start_registered
 from tests.watchdog.conftest import UUIDS, GiB, GpuNode, make_gpu_node
@@ -69,11 +70,12 @@ def test_a_real_container_over_its_grant_is_killed_through_its_cgroup(
     gpu.add_process(0, neighbour_pid, 3 * GiB)  # within its grant
     gpu.add_process(0, pid, 9 * GiB)  # the driver sees 9Gi that libhcs never saw
     assert containerd.wait_exited(ctr, timeout=10) == 137  # SIGKILL
-    logs = hcsd.logs()
-    assert re.search(
+    killed = (
         r"team-a/trainer/main: holds 9Gi of device memory on GPU-\S+, granted 4Gi .*"
-        r"policy kill: SIGKILL sent to 2 process\(es\) \(.*, found through cgroup\)",
-        logs,
-    ), logs
+        r"policy kill: SIGKILL sent to 2 process\(es\) \(.*, found through cgroup\)"
+    )
+    # hcsd logs the kill once it is done: the container may be seen gone before that.
+    wait_for(lambda: re.search(killed, hcsd.logs()), "hcsd logged the kill", timeout=10)
+    logs = hcsd.logs()
     assert containerd.state(neighbour) == "CONTAINER_RUNNING"
     assert "team-b/neighbour/main: holds" not in logs
