@@ -170,7 +170,9 @@ class Injector:
         like every create, stop and removal, so it never sees a directory being prepared."""
         self.acceptances.sweep()  # and the accepted assignments of pods long gone
         swept = []
-        for container_id in self.quota.present():
+        present = self.quota.present()
+        self._kept &= set(present)
+        for container_id in present:
             if container_id in self._ended:
                 if self._remove_directory(container_id):
                     swept.append(container_id)
