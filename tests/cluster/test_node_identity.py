@@ -1,4 +1,4 @@
-"""One node cannot write for another nor get another's keys (issue 14, item 3), on a real
+"""One node cannot write for another nor get another's keys, on a real
 kube-apiserver v1.36 with the shipped manifests (admission-syncer.yaml, the RBAC).
 
 Two syncer identities: the hcs-syncer service account with tokens bound to pods on node A and

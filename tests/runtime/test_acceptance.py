@@ -1,4 +1,4 @@
-"""A pod's assignment outlives its containers, hcsd restarts and key rotation (issue 14, 2).
+"""A pod's assignment outlives its containers, hcsd restarts and key rotation.
 
 The injector over a real ledger with a clock the test moves: the first container of a pod
 needs a fresh assignment signed with a key the node holds; later containers of the same pod

@@ -42,7 +42,7 @@ LEASE_SECONDS = 8
 NOT_APPLIED = ("DaemonSet", "Deployment")  # they need HCS's image
 NO_IMAGE = (
     "HCS HAS NO CONTAINER IMAGE YET: hcs-syncer and hcs-scheduler-extender run as host "
-    "processes; the shipped DaemonSet and Deployment are not applied (see the ecosystem issue)"
+    "processes; the shipped DaemonSet and Deployment are not applied (no image is built yet)"
 )
 
 
