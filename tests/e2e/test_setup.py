@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 
 from hcsd.cli.hcsctl import main
-from tests.harness.peers.building import PEERS
-from tests.harness.peers.runtimes import CONTAINERD_17_VERSION, CONTAINERD_VERSION
+from tests.harness.peers.runtimes import (
+    CONTAINERD_17_VERSION,
+    CONTAINERD_VERSION,
+    ensure_binaries,
+    ensure_containerd_17,
+)
 
 # The shape `containerd config default` prints: 1.7 (version 2, NRI disabled) and 2.x (version 3).
 CONTAINERD_17 = """\
@@ -148,11 +152,16 @@ def test_a_config_that_already_requires_hcsd_is_left_alone(
     assert (root / "etc/containerd/config.toml").read_text() == user
 
 
-def peer(name: str) -> Path:
-    binary = PEERS / name / "containerd"
-    if not (PEERS / name / "BUILT").exists():
-        pytest.skip(f"{name} is not built (python -m tests.harness.peers runtimes)")
-    return binary
+def containerd(version: str) -> Path:
+    """The real containerd at `version`, built (and cached) now if it is not yet: on a cold
+    machine this suite runs before the runtime suites that would otherwise build it."""
+    binaries = ensure_binaries()
+    if not isinstance(binaries, str) and version == CONTAINERD_17_VERSION:
+        binaries = ensure_containerd_17(binaries)
+    if isinstance(binaries, str):
+        pytest.skip(f"containerd {version} cannot be had: {binaries}")
+    assert binaries.containerd_version == version
+    return binaries.containerd
 
 
 def dump(binary: Path, root: Path) -> str:
@@ -172,7 +181,7 @@ def dump(binary: Path, root: Path) -> str:
 def test_containerd_2_reads_the_required_plugin_from_the_drop_in(tmp_path: Path) -> None:
     """The real containerd merges the drop-in as written: validator on, hcsd and the user's
     plugin required, the user's NRI socket kept."""
-    binary = peer(f"containerd-{CONTAINERD_VERSION}")
+    binary = containerd(CONTAINERD_VERSION)
     user = CONTAINERD_2.replace("nri.sock", "custom.sock") + (
         "    [plugins.'io.containerd.nri.v1.nri'.default_validator]\n"
         '      required_plugins = ["policy"]\n'
@@ -188,7 +197,7 @@ def test_containerd_2_reads_the_required_plugin_from_the_drop_in(tmp_path: Path)
 def test_containerd_17_ignores_the_validator(tmp_path: Path) -> None:
     """1.7's NRI (v0.8) has no validator: the keys load without error and do nothing, and
     setup says so."""
-    binary = peer(f"containerd-{CONTAINERD_17_VERSION}")
+    binary = containerd(CONTAINERD_17_VERSION)
     root = tree(tmp_path, CONTAINERD_17)
     assert main(["setup", "containerd", "--root", str(root), "--yes"]) == 0
     nri = tomllib.loads(dump(binary, root))["plugins"]["io.containerd.nri.v1.nri"]
