@@ -27,8 +27,8 @@ from hcsd.contract.keys import (
     KeyFile,
     Readers,
     Reloaded,
-    check_access,
     read_key,
+    read_protected,
 )
 from hcsd.fs import OsFileSystem, write_atomic
 
@@ -52,14 +52,9 @@ def read_keyring(path: str | Path, *, node: str) -> Keyring:
     """hcsd's keyring file, after the checks `Readers.NODE` applies to a key file, and only
     if it holds `node`'s keys."""
     where = str(path)
-    try:
-        with open(where, "rb") as f:
-            check_access(where, os.fstat(f.fileno()), Readers.NODE)
-            data = f.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError as e:
-        raise AssignmentKeyError(f"no assignment keyring at {where}") from e
-    except OSError as e:
-        raise AssignmentKeyError(f"cannot read the assignment keyring {where}: {e}") from e
+    data = read_protected(
+        where, readers=Readers.NODE, limit=MAX_FILE_BYTES, what="assignment keyring"
+    )
     if len(data) > MAX_FILE_BYTES:
         raise AssignmentKeyError(f"{where} is larger than {MAX_FILE_BYTES} bytes")
     keyring = decode(data, where)
@@ -132,15 +127,7 @@ def _signing(
     where: Path, keys: dict[str, bytes], bad: dict[str, AssignmentKeyError], said: list[str]
 ) -> str:
     """The kid that signs: the `signing` file's, else the only key, else `LEGACY_KID`."""
-    signing_file = where / SIGNING_FILE
-    try:
-        with open(signing_file, "rb") as f:
-            check_access(str(signing_file), os.fstat(f.fileno()), Readers.SECRET_VOLUME)
-            signing = f.read(MAX_KEY_BYTES).decode(errors="replace").strip()
-    except FileNotFoundError:
-        signing = ""
-    except OSError as e:
-        raise AssignmentKeyError(f"cannot read {signing_file}: {e}") from e
+    signing = _entry(where / SIGNING_FILE).strip()
     if signing in bad:
         raise bad[signing]
     if signing:
@@ -172,15 +159,21 @@ def _signing(
 
 def _retired(path: Path) -> frozenset[str]:
     """The kids listed in the Secret's optional `retired` entry (spaces, commas or lines)."""
+    return frozenset(_entry(path).replace(",", " ").split())
+
+
+def _entry(path: Path) -> str:
+    """A small optional entry of the Secret's volume (`signing`, `retired`) as text, after
+    the volume's access checks; "" when the Secret has no such entry."""
     try:
-        with open(path, "rb") as f:
-            check_access(str(path), os.fstat(f.fileno()), Readers.SECRET_VOLUME)
-            text = f.read(MAX_KEY_BYTES).decode(errors="replace")
-    except FileNotFoundError:
-        return frozenset()
-    except OSError as e:
-        raise AssignmentKeyError(f"cannot read {path}: {e}") from e
-    return frozenset(text.replace(",", " ").split())
+        data = read_protected(
+            str(path), readers=Readers.SECRET_VOLUME, limit=MAX_KEY_BYTES, what="Secret entry"
+        )
+    except AssignmentKeyError as e:
+        if isinstance(e.__cause__, FileNotFoundError):
+            return ""
+        raise
+    return data[:MAX_KEY_BYTES].decode(errors="replace")
 
 
 class _RingFile(Reloaded[Keyring]):

@@ -30,6 +30,7 @@ import enum
 import logging
 import os
 import stat
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -114,18 +115,24 @@ def check_access(path: str, info: os.stat_result, readers: Readers) -> None:
         )
 
 
+def read_protected(where: str, *, readers: Readers, limit: int, what: str) -> bytes:
+    """Up to `limit` + 1 bytes of `where`, after `check_access` on the open file (so the
+    checked file is the read one); AssignmentKeyError names `what` it is and why not.
+    The caller judges the size: a key file and a keyring say "too large" in their own words."""
+    try:
+        with open(where, "rb") as f:
+            check_access(where, os.fstat(f.fileno()), readers)
+            return f.read(limit + 1)
+    except FileNotFoundError as e:
+        raise AssignmentKeyError(f"no {what} at {where}") from e
+    except OSError as e:
+        raise AssignmentKeyError(f"cannot read the {what} {where}: {e.strerror}") from e
+
+
 def read_key(path: str | Path, *, readers: Readers = Readers.NODE) -> bytes:
     """The key in `path` after every check; AssignmentKeyError says what is wrong."""
     where = str(path)
-    try:
-        with open(where, "rb") as f:
-            info = os.fstat(f.fileno())
-            check_access(where, info, readers)
-            key = f.read(MAX_KEY_BYTES + 1).strip()
-    except FileNotFoundError as e:
-        raise AssignmentKeyError(f"no assignment key at {where}") from e
-    except OSError as e:
-        raise AssignmentKeyError(f"cannot read the assignment key {where}: {e.strerror}") from e
+    key = read_protected(where, readers=readers, limit=MAX_KEY_BYTES, what="assignment key").strip()
     if len(key) > MAX_KEY_BYTES:
         raise AssignmentKeyError(f"{where} is larger than {MAX_KEY_BYTES} bytes: not a key")
     return check_key(key, where)
@@ -145,7 +152,7 @@ def file_stamp(path: str) -> tuple[int, ...] | None:
     return (info.st_mtime_ns, info.st_ctime_ns, info.st_size, info.st_ino)
 
 
-class Reloaded(Generic[T]):
+class Reloaded(ABC, Generic[T]):
     """A value read from a file again whenever the file changes: on a Kubernetes node
     hcs-syncer installs keys after hcsd has started and replaces them at each rotation. A
     stat per use is all a steady state costs. Subclasses say how to read (`_read`, raising
@@ -157,8 +164,9 @@ class Reloaded(Generic[T]):
         self._stamp: tuple[int, ...] | None = _NEVER
         self._result: T | AssignmentKeyError = AssignmentKeyError("not read yet")
 
+    @abstractmethod
     def _read(self) -> T:
-        raise NotImplementedError
+        """The value from the file; AssignmentKeyError when there is none."""
 
     def _report(self, first: bool) -> None:
         """Called after each read (`first`: the first one)."""
