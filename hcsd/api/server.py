@@ -128,9 +128,7 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
     async def PrepareContainer(
         self, request: pb.PrepareContainerRequest, context: grpc.aio.ServicerContext
     ) -> pb.PrepareContainerResponse:
-        if self.injector is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime integration is disabled")
-            raise AssertionError  # unreachable: abort raises
+        injector = await self._injector(context)
         if not request.container_id:  # the injector checks the id of a container it serves
             raise self._invalid("", "container_id is required")
         front_end = FrontEnd.parse(request.front_end)
@@ -149,11 +147,11 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
                 else None
             ),
         )
-        edits = self.injector.create(info)
+        edits = injector.create(info)
         if edits is None:
             return pb.PrepareContainerResponse(managed=False)
         if request.HasField("spec"):
-            self.injector.verify_injected(info, edits, _view(request.spec))
+            injector.verify_injected(info, edits, _view(request.spec))
         held = self.service.allocation(request.container_id)
         return pb.PrepareContainerResponse(
             managed=True,
@@ -178,15 +176,13 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
     async def ContainerGone(
         self, request: pb.ContainerGoneRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleaseResponse:
-        if self.injector is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime integration is disabled")
-            raise AssertionError  # unreachable: abort raises
+        injector = await self._injector(context)
         self._check_container_id(request.container_id, held_ok=True)
         held = self.service.allocation(request.container_id)
         if request.deleted:
-            self.injector.removed(request.container_id)
+            injector.removed(request.container_id)
         else:
-            self.injector.stopped(request.container_id)
+            injector.stopped(request.container_id)
         if held is None:
             return pb.ReleaseResponse(released=False)
         return pb.ReleaseResponse(released=True, allocation=allocation_to_pb(held))
@@ -195,10 +191,8 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
         self, request: pb.InstallKeysRequest, context: grpc.aio.ServicerContext
     ) -> pb.InstallKeysResponse:
         """hcs-syncer hands over this node's keys; only root reaches this socket."""
-        if self.injector is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime integration is disabled")
-            raise AssertionError  # unreachable: abort raises
-        settings = self.injector.settings
+        injector = await self._injector(context)
+        settings = injector.settings
         path = settings.runtime.assignment_keyring_file
         try:
             keyring = decode_keyring(request.keyring, "the keyring sent")
@@ -235,6 +229,14 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e}; reconnect")
         finally:
             subscription.close()
+
+    async def _injector(self, context: grpc.aio.ServicerContext) -> Injector:
+        """The injector the container and key calls need; UNAVAILABLE for a server built
+        without one (the API alone, as some clients and tests run it)."""
+        if self.injector is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime integration is disabled")
+            raise AssertionError  # unreachable: abort raises
+        return self.injector
 
     def _check_container_id(self, container_id: str, *, held_ok: bool = False) -> None:
         """Refuse an id the runtime would not accept either (INVALID_ARGUMENT), before it
