@@ -182,7 +182,11 @@ class KubeletCluster:
             node.spawn(
                 "syncer", hcs.syncer_command(name, self.plane, self.keys, self.work, self.extender)
             )
-        wait_for(self._compute_nodes_ready, "both ComputeNodes are Ready", timeout=60)
+        wait_for(
+            self._compute_nodes_ready,
+            "both ComputeNodes are Ready and hold the signing key",
+            timeout=60,
+        )
         self.timings["total"] = time.monotonic() - started
         return self
 
@@ -228,9 +232,16 @@ class KubeletCluster:
         return ready >= set(self.nodes)
 
     def _compute_nodes_ready(self) -> bool:
+        """Every node Ready and holding the signing key: until its syncer has fetched the keys
+        the extender filters the node out, and kube-scheduler would retry a pod created in that
+        window only minutes later."""
         items = self.kube.get("/apis/hcs.io/v1alpha1/computenodes").get("items", [])
-        phases = {i["metadata"]["name"]: (i.get("status") or {}).get("phase") for i in items}
-        return all(phases.get(name) == "Ready" for name in self.nodes)
+        status = {i["metadata"]["name"]: i.get("status") or {} for i in items}
+        return all(
+            status.get(name, {}).get("phase") == "Ready"
+            and self.keys.signing in status.get(name, {}).get("assignmentKeys", [])
+            for name in self.nodes
+        )
 
     def kubectl(self, *args: str, check: bool = True, timeout: float = 60) -> str:
         """kubectl as cluster-admin; its stdout (and stderr when `check` is off)."""
