@@ -41,6 +41,7 @@ from hcsd.runtime.container_files import ContainerUser
 from hcsd.runtime.injector import ContainerInfo, Injector
 from hcsd.runtime.presence import ContainerView
 from hcsd.service import NodeService, WatchOverflow
+from hcsd.telemetry import Telemetry
 
 __all__ = ["ApiServer", "HcsdServicer", "SocketInUse", "grpc_code"]
 
@@ -269,7 +270,7 @@ async def _abort_refused(context: grpc.aio.ServicerContext, refusal: Refusal) ->
     )
 
 
-def _handlers(servicer: HcsdServicer) -> grpc.GenericRpcHandler:
+def _handlers(servicer: HcsdServicer, telemetry: Telemetry | None) -> grpc.GenericRpcHandler:
     """Method handlers that decode requests themselves.
 
     grpc's own decoding answers a corrupt frame with UNKNOWN and a Python exception text; here
@@ -287,7 +288,7 @@ def _handlers(servicer: HcsdServicer) -> grpc.GenericRpcHandler:
             )
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _decoding_unary(implementation, request_type),
+                _decoding_unary(implementation, request_type, method.name, telemetry),
                 response_serializer=_serialize,
             )
     return grpc.method_handlers_generic_handler(descriptor.full_name, handlers)
@@ -309,14 +310,18 @@ async def _decode(data: bytes, request_type: Any, context: grpc.aio.ServicerCont
 
 
 def _decoding_unary(
-    implementation: Callable[..., Awaitable[Any]], request_type: Any
+    implementation: Callable[..., Awaitable[Any]],
+    request_type: Any,
+    name: str,
+    telemetry: Telemetry | None,
 ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Any]]:
     async def handle(data: bytes, context: grpc.aio.ServicerContext) -> Any:
         request = await _decode(data, request_type, context)
-        try:
-            return await implementation(request, context)
-        except Refusal as e:
-            await _abort_refused(context, e)
+        with telemetry.timed(telemetry.api, name) if telemetry else contextlib.nullcontext():
+            try:
+                return await implementation(request, context)
+            except Refusal as e:
+                await _abort_refused(context, e)
 
     return handle
 
@@ -335,7 +340,11 @@ class ApiServer:
     """grpc.aio server bound to one unix socket."""
 
     def __init__(
-        self, service: NodeService, socket_path: str, injector: Injector | None = None
+        self,
+        service: NodeService,
+        socket_path: str,
+        injector: Injector | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.socket_path = socket_path
         self._server = grpc.aio.server(
@@ -345,7 +354,9 @@ class ApiServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        self._server.add_generic_rpc_handlers((_handlers(HcsdServicer(service, injector)),))
+        self._server.add_generic_rpc_handlers(
+            (_handlers(HcsdServicer(service, injector), telemetry),)
+        )
 
     async def start(self) -> None:
         directory = os.path.dirname(self.socket_path) or "."

@@ -132,7 +132,7 @@ class Binder:
             error = f"bind failed: {e}"
         finally:
             self.metrics.observe("bind", time.perf_counter() - started)
-        self.metrics.binds["ok" if not error else "error"] += 1
+        self.metrics.bound(not error)
         if error:
             log.warning(
                 "bind %s/%s to %s: %s", request.namespace, request.name, request.node, error
@@ -182,6 +182,7 @@ class Binder:
             raise
         if holds:
             self.state.bound(uid)
+        self.metrics.pending.bound(uid)
         first = self.seen.bound(uid)
         if first is not None:
             self.metrics.scheduling.observe(time.monotonic() - first)

@@ -157,7 +157,7 @@ class Decider:
         for quota in quotas:
             reason = quota.excess(used, floor)
             if reason is not None:
-                self.metrics.refusals["quota"] += len(names)
+                self.metrics.refuse("quota", len(names))
                 return Verdict(snapshot.version, 0.0, {n: reason for n in names}, {})
         demand_id = self.demand_id(demand)
         if quotas:  # the namespace's usage moves with every pod: nothing to reuse
@@ -167,7 +167,7 @@ class Decider:
         else:
             verdict = self._cached_verdict(snapshot, demand, demand_id, names, signing)
         if verdict.failed:
-            self.metrics.refusals["unfit"] += len(verdict.failed)
+            self.metrics.refuse("unfit", len(verdict.failed))
         self._last = (uid, verdict.scores)
         return verdict
 

@@ -17,7 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import PlatformCollector, ProcessCollector, generate_latest
+
 from hcsd.cluster.binding import DEFAULT_SCHEDULERS, Binder, BindRequest
+from hcsd.cluster.cluster_metrics import ClusterCollector
 from hcsd.cluster.decisions import NOTHING, Decider
 from hcsd.cluster.demand import Demand, DemandError
 from hcsd.cluster.extender_metrics import Metrics
@@ -63,6 +66,10 @@ class Extender:
             is_leader=is_leader, clock=clock, schedulers=schedulers,
         )  # fmt: skip
         self.quota_status = QuotaStatusWriter(kube, self.state)
+        registry = self.metrics.registry
+        registry.register(ClusterCollector(self.state, db.acu_tflops, is_leader))
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
 
     def start(self) -> Extender:
         self.state.start()
@@ -84,7 +91,7 @@ class Extender:
         try:
             demand = self.decider.demand(pod)
         except DemandError as e:
-            self.metrics.refusals["bad_request"] += len(names)
+            self.metrics.refuse("bad_request", len(names))
             return FilterAnswer([], {n: str(e) for n in names})
         if demand is None:
             return FilterAnswer(list(names), {})
@@ -94,6 +101,7 @@ class Extender:
         verdict = self.decider.filter(
             snapshot, uid, demand, names, quotas=quotas, used=used, signing=self.keys().signing
         )
+        self.metrics.pending.filtered(uid, demand.namespace, bool(verdict.scores))
         return FilterAnswer(list(verdict.scores), verdict.failed)
 
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:
@@ -112,11 +120,5 @@ class Extender:
         return self.binder.bind(request)
 
     def metrics_text(self) -> str:
-        nodes, pods = self.state.counts()
-        return self.metrics.render(
-            {
-                "hcs_extender_compute_nodes": float(nodes),
-                "hcs_extender_assigned_pods": float(pods),
-                "hcs_extender_leader": 1.0 if self.is_leader() else 0.0,
-            }
-        )
+        """The metrics in the classic text format (tests, and anyone curious)."""
+        return generate_latest(self.metrics.registry).decode()

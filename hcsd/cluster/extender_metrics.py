@@ -1,92 +1,129 @@
-"""The extender's Prometheus metrics: counters and latency histograms, rendered on scrape."""
+"""The extender's own Prometheus metrics: calls, latency histograms, refusals, binds, pending pods.
+
+One `CollectorRegistry` per extender (never the library's global one), so two extenders in one
+process (tests) keep their counts apart; the HTTP side renders it with `prometheus_client`,
+in OpenMetrics when the scraper asks for it.
+"""
 
 from __future__ import annotations
 
-import bisect
 import threading
-from collections import Counter
-from collections.abc import Sequence
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
 
-__all__ = ["Histogram", "Metrics"]
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+__all__ = ["BUCKETS", "Metrics", "Pending"]
+
+BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# kube-scheduler retries an unschedulable pod at least every 5 minutes: a pod not filtered
+# again for longer is gone (deleted, or scheduled by someone else) and is no longer counted.
+PENDING_WINDOW = 360.0
+_PENDING = 50_000  # pods remembered at most
 
 
-class Histogram:
-    def __init__(self, buckets: Sequence[float] = _BUCKETS) -> None:
-        self.buckets = tuple(buckets)
-        self.counts = [0] * (len(self.buckets) + 1)
-        self.total = 0.0
-        self.count = 0
+class Pending(Collector):
+    """Pods asking for accelerators that the extender has filtered and not yet bound."""
 
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets, seconds)] += 1
-        self.total += seconds
-        self.count += 1
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pods: OrderedDict[str, tuple[str, bool, float]] = OrderedDict()  # uid -> ns, fit
 
-    def render(self, name: str, labels: str = "") -> list[str]:
-        out, running = [], 0
-        sep = "," if labels else ""
-        for bound, count in zip(self.buckets, self.counts, strict=False):
-            running += count
-            out.append(f'{name}_bucket{{{labels}{sep}le="{bound}"}} {running}')
-        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.count}')
-        suffix = "{" + labels + "}" if labels else ""
-        out.append(f"{name}_sum{suffix} {self.total!r}")
-        out.append(f"{name}_count{suffix} {self.count}")
-        return out
+    def filtered(self, uid: str, namespace: str, fits: bool) -> None:
+        with self._lock:
+            self._pods.pop(uid, None)
+            self._pods[uid] = (namespace, fits, time.monotonic())
+            if len(self._pods) > _PENDING:
+                self._pods.popitem(last=False)
+
+    def bound(self, uid: str) -> None:
+        with self._lock:
+            self._pods.pop(uid, None)
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """(namespace, "unschedulable" | "binding") -> pods, over the window."""
+        horizon = time.monotonic() - PENDING_WINDOW
+        found: dict[tuple[str, str], int] = {}
+        with self._lock:
+            while self._pods and next(iter(self._pods.values()))[2] < horizon:
+                self._pods.popitem(last=False)
+            for namespace, fits, _ in self._pods.values():
+                key = (namespace, "binding" if fits else "unschedulable")
+                found[key] = found.get(key, 0) + 1
+        return found
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "hcs_extender_pending_pods",
+            "Pods asking for accelerators, filtered in the last 6 minutes and not bound: "
+            "no node fits them (unschedulable) or a node does and the bind is to come.",
+            labels=["namespace", "phase"],
+        )
+        for (namespace, phase), n in sorted(self.counts().items()):
+            family.add_metric([namespace, phase], n)
+        yield family
 
 
 class Metrics:
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.requests: Counter[str] = Counter()
-        self.refusals: Counter[str] = Counter()
-        self.binds: Counter[str] = Counter()
-        self.latency: dict[str, Histogram] = {}
-        self.scheduling = Histogram()  # first filter of a pod -> its binding written
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "hcs_extender_requests", "Extender calls by verb.", ["verb"], registry=self.registry
+        )
+        self.errors = Counter(
+            "hcs_extender_errors",
+            "Extender calls that failed (an answer of 500, or a bind not done), by verb.",
+            ["verb"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "hcs_extender_request_seconds",
+            "Time to answer one call, by verb.",
+            ["verb"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.scheduling = Histogram(
+            "hcs_extender_scheduling_seconds",
+            "From a pod's first filter call to its Binding.",
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.refusals = Counter(
+            "hcs_extender_refusals",
+            "Nodes refused for a pod, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.binds = Counter(
+            "hcs_extender_binds", "Binds by result.", ["result"], registry=self.registry
+        )
+        for verb in ("filter", "prioritize", "bind"):
+            self.requests.labels(verb)
+            self.errors.labels(verb)
+            self.latency.labels(verb)
+        for result in ("ok", "error"):
+            self.binds.labels(result)
+        for reason in ("bad_request", "quota", "unfit"):
+            self.refusals.labels(reason)
+        self.pending = Pending()
+        self.registry.register(self.pending)
+
+    def value(self, name: str, **labels: str) -> float:
+        """One sample's value now (0 when absent): for tests and the command line."""
+        return self.registry.get_sample_value(name, labels) or 0.0
 
     def observe(self, verb: str, seconds: float) -> None:
-        with self.lock:
-            self.requests[verb] += 1
-            self.latency.setdefault(verb, Histogram()).observe(seconds)
+        self.requests.labels(verb).inc()
+        self.latency.labels(verb).observe(seconds)
 
-    def render(self, gauges: dict[str, float]) -> str:
-        with self.lock:
-            out = [
-                "# HELP hcs_extender_requests_total Extender calls by verb.",
-                "# TYPE hcs_extender_requests_total counter",
-            ]
-            out += [
-                f'hcs_extender_requests_total{{verb="{v}"}} {n}'
-                for v, n in sorted(self.requests.items())
-            ]
-            out += [
-                "# HELP hcs_extender_request_seconds Time to answer one call, by verb.",
-                "# TYPE hcs_extender_request_seconds histogram",
-            ]
-            for verb, histogram in sorted(self.latency.items()):
-                out += histogram.render("hcs_extender_request_seconds", f'verb="{verb}"')
-            out += [
-                "# HELP hcs_extender_scheduling_seconds"
-                " From a pod's first filter call to its Binding.",
-                "# TYPE hcs_extender_scheduling_seconds histogram",
-                *self.scheduling.render("hcs_extender_scheduling_seconds"),
-                "# HELP hcs_extender_refusals_total Nodes refused for a pod, by reason.",
-                "# TYPE hcs_extender_refusals_total counter",
-            ]
-            out += [
-                f'hcs_extender_refusals_total{{reason="{r}"}} {n}'
-                for r, n in sorted(self.refusals.items())
-            ]
-            out += [
-                "# HELP hcs_extender_binds_total Binds by result.",
-                "# TYPE hcs_extender_binds_total counter",
-            ]
-            out += [
-                f'hcs_extender_binds_total{{result="{r}"}} {n}'
-                for r, n in sorted(self.binds.items())
-            ]
-            for name, value in sorted(gauges.items()):
-                out += [f"# TYPE {name} gauge", f"{name} {value!r}"]
-        return "\n".join(out) + "\n"
+    def refuse(self, reason: str, nodes: int) -> None:
+        self.refusals.labels(reason).inc(nodes)
+
+    def bound(self, ok: bool) -> None:
+        self.binds.labels("ok" if ok else "error").inc()
+        if not ok:
+            self.errors.labels("bind").inc()

@@ -20,8 +20,13 @@ import json
 import logging
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from hcsd.cluster.binding import BindRequest
 from hcsd.cluster.extender import Extender, FilterAnswer
@@ -126,6 +131,26 @@ class ExtenderServer(BoundedServer):
     probes: bool = True  # serves /healthz, /readyz, /metrics
     allowed_clients: frozenset[str] = frozenset()  # client certificate CNs (over TLS)
     siblings: tuple[BoundedServer, ...] = ()  # the process's other ports, for /metrics
+    registry: CollectorRegistry  # what /metrics exports: the extender's, and refusals
+
+
+class _Refusals(Collector):
+    """Connections this port and its siblings closed unserved, by reason."""
+
+    def __init__(self, server: ExtenderServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "hcs_extender_connections_refused",
+            "Connections closed unserved: over the cap in all or per client, a failed TLS "
+            "handshake, headers or a body over the limit.",
+            labels=["port", "reason"],
+        )
+        for server in (self.server, *self.server.siblings):
+            for reason in ("connections", "client", "tls", "headers", "body"):
+                family.add_metric([server.name, reason], server.refused[reason])
+        yield family
 
 
 class _Handler(BoundedHandler):
@@ -186,23 +211,8 @@ class _Handler(BoundedHandler):
             ready = self.server.ready and extender.is_leader()
             self._reply(200 if ready else 503, b"ok\n" if ready else b"not leading\n", "text/plain")
         elif self.path == "/metrics":
-            text = extender.metrics_text() + self._refusals()
-            self._reply(200, text.encode(), "text/plain; version=0.0.4")
-
-    def _refusals(self) -> str:
-        lines = [
-            "# HELP hcs_extender_connections_refused_total Connections closed unserved: over "
-            "the cap in all or per client, a failed TLS handshake, headers or a body over the "
-            "limit.",
-            "# TYPE hcs_extender_connections_refused_total counter",
-        ]
-        for server in (self.server, *self.server.siblings):
-            for reason in ("connections", "client", "tls", "headers", "body"):
-                lines.append(
-                    f'hcs_extender_connections_refused_total{{port="{server.name}",'
-                    f'reason="{reason}"}} {server.refused[reason]}'
-                )
-        return "\n".join(lines) + "\n"
+            encoder, content_type = choose_encoder(self.headers.get("Accept") or "")
+            self._reply(200, encoder(self.server.registry), content_type)
 
     def _unread_body(self) -> None:
         """A reply before the body is read: the connection cannot carry another request."""
@@ -300,6 +310,7 @@ class _Handler(BoundedHandler):
             self._error(400, f"bad request body: {e}")
         except Exception as e:  # a bug must not cost kube-scheduler its connection
             log.exception("%s failed", verb)
+            extender.metrics.errors.labels(verb).inc()
             self._error(500, f"{verb} failed: {e!r}")
 
 
@@ -325,4 +336,7 @@ def serve(
     server.scheduling = scheduling
     server.probes = probes
     server.allowed_clients = allowed_clients
+    server.registry = CollectorRegistry()
+    server.registry.register(extender.metrics.registry)
+    server.registry.register(_Refusals(server))
     return server

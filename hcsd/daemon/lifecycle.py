@@ -41,6 +41,7 @@ from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.sections import merge_reloadable
 from hcsd.service import NodeService
 from hcsd.tasks import run_tasks, supervise
+from hcsd.telemetry import Telemetry
 from hcsd.watchdog import Watchdog
 
 __all__ = ["RELOAD_STEPS", "main"]
@@ -61,6 +62,7 @@ class Daemon:
         self.backends: list[DiscoveryBackend] = []
         self._cdi_preload: ContainerEdits | None = None  # libhcs in every CDI spec entry
         self.injector: Injector | None = None
+        self.telemetry = Telemetry()
 
     def _open_state(self) -> tuple[Inventory, Ledger]:
         """Discovery and ledger replay: what must work before anything is served."""
@@ -106,9 +108,11 @@ class Daemon:
         )
         injector = self._injector(service)
         vram = vram_watchdog(config.watchdog, config.discovery, service, config.daemon.run_dir)
-        api = ApiServer(service, config.daemon.socket, injector)
+        api = ApiServer(service, config.daemon.socket, injector, self.telemetry)
         metrics = (
-            MetricsServer(service, config.metrics, watcher, vram) if config.metrics.listen else None
+            MetricsServer(service, config.metrics, watcher, vram, self.telemetry)
+            if config.metrics.listen
+            else None
         )
         try:
             try:
@@ -179,7 +183,7 @@ class Daemon:
             tasks.append(supervise(vram.run(), "vram-watchdog"))
         tasks.append(supervise(injector.sweep_every(runtime.sweep_interval), "quota-sweep"))
         if runtime.nri:
-            plugin = NriPlugin(injector, runtime)
+            plugin = NriPlugin(injector, runtime, telemetry=self.telemetry)
             tasks.append(supervise(plugin.run(), "nri"))
             tasks.append(supervise(plugin.serve_prelaunched(), "nri-prelaunch"))
         if (interval := notify.watchdog_interval()) is not None:

@@ -105,9 +105,9 @@ def test_a_failed_binding_gives_its_grants_back(plane: ControlPlane, extender: E
         "target": {"apiVersion": "v1", "kind": "Node", "name": "elsewhere"},
     })  # fmt: skip
     assert extender.filter(taken, ["bind-b"]).passed == ["bind-b"]
-    errors = extender.metrics.binds["error"]
+    errors = extender.metrics.value("hcs_extender_binds_total", result="error")
     assert bind(extender, taken, "bind-b").startswith("bind failed: 409 Conflict")
-    assert extender.metrics.binds["error"] == errors + 1
+    assert extender.metrics.value("hcs_extender_binds_total", result="error") == errors + 1
     assert extender.filter(taken, ["bind-b"]).passed == ["bind-b"]  # nothing left assumed
     missing = {**taken, "metadata": {**taken["metadata"], "name": "never-made", "uid": "u-0"}}
     assert bind(extender, missing, "bind-b").startswith("bind failed: 404 NotFound")

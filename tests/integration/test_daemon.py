@@ -153,8 +153,8 @@ def test_metrics_endpoint(daemon: Daemon) -> None:
     with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/metrics", timeout=5) as r:
         assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = r.read().decode()
-    assert "hcs_allocations 1" in text
-    assert 'hcs_refusals_total{reason="insufficient_vram"} 0' in text
+    assert "hcs_allocations 1.0" in text
+    assert 'hcs_refusals_total{reason="insufficient_vram"} 0.0' in text
     with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as s:
         s.sendall(b"POST /metrics HTTP/1.1\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.1 405")
@@ -200,7 +200,7 @@ def test_a_connection_flood_on_the_metrics_port_costs_few_descriptors(daemon: Da
     time.sleep(1)
     assert daemon.open_files() <= baseline + 4
     with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/metrics", timeout=10) as r:
-        assert r.status == 200 and "hcs_allocations 0" in r.read().decode()
+        assert r.status == 200 and "hcs_allocations 0.0" in r.read().decode()
     logged = daemon.logs()[log_size:]
     assert len(logged) < 4096, logged[:2000]
     assert "out of system resource" not in logged and "Too many open files" not in logged

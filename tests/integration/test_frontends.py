@@ -224,7 +224,7 @@ def test_oci_hook_refuses_devices_without_the_quota_edits(hcsd: Daemon, tmp_path
     assert json.loads(hcsd.hcsctl("--json", "allocations").stdout) == []
     assert not (hcsd.dir / "containers" / "cdi-only").exists()
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{hcsd.port}/metrics", timeout=10)
-    assert 'hcs_refusals_total{reason="not_injected"} 1' in metrics.read().decode()
+    assert 'hcs_refusals_total{reason="not_injected"} 1.0' in metrics.read().decode()
 
 
 def test_oci_hook_accepts_an_injected_container(hcsd: Daemon, tmp_path: Path) -> None:

@@ -158,7 +158,7 @@ async def test_containers_running_without_their_edits_are_released_counted_and_l
     assert not (nri.run_dir / "containers" / "late").exists()
     assert {a.container_id for a in nri.service.allocations()} == {"fine", "wrapped"}
     assert nri.service.uninjected_count == 2
-    assert "hcs_uninjected_containers_total 2" in render_metrics(nri.service)
+    assert "hcs_uninjected_containers_total 2.0" in render_metrics(nri.service)
     lines = [r.getMessage() for r in caplog.records if "runs without hcsd's" in r.getMessage()]
     assert len(lines) == 2
     assert lines[0].startswith("team-a/trainer/late: asked for devices but runs without hcsd's")

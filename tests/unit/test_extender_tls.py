@@ -101,7 +101,9 @@ def test_a_client_without_a_certificate_is_refused_at_the_handshake(
     while secured.refused["tls"] != 1:
         assert time.monotonic() < deadline, secured.refused
         time.sleep(0.02)
-    assert secured.extender.metrics.requests["filter"] == 0  # nothing of it was read
+    assert (
+        secured.extender.metrics.value("hcs_extender_requests_total", verb="filter") == 0
+    )  # nothing of it was read
 
 
 def test_a_certificate_of_another_name_gets_403(certs: Path, secured: ExtenderServer) -> None:
@@ -109,7 +111,7 @@ def test_a_certificate_of_another_name_gets_403(certs: Path, secured: ExtenderSe
     status, data = post(connection, "/bind", json.dumps({"PodUID": "u"}))
     assert status == 403
     assert json.loads(data)["Error"] == "client 'hcs-admin' is not allowed to call the extender"
-    assert secured.extender.metrics.requests["bind"] == 0
+    assert secured.extender.metrics.value("hcs_extender_requests_total", verb="bind") == 0
 
 
 def test_probes_are_plain_and_apart(certs: Path, extender: Extender) -> None:

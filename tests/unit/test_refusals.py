@@ -76,4 +76,4 @@ def test_a_reason_from_a_newer_daemon_is_not_guessed() -> None:
 def test_metrics_list_every_reason(mixed_inventory: Inventory, ledger: Ledger) -> None:
     text = render_metrics(NodeService(mixed_inventory, ledger))
     for reason in Reason:
-        assert f'hcs_refusals_total{{reason="{reason.value}"}} 0' in text
+        assert f'hcs_refusals_total{{reason="{reason.value}"}} 0.0' in text

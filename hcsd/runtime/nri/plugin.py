@@ -36,6 +36,7 @@ from hcsd.runtime.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux,
 from hcsd.runtime.nri.ttrpc import Client, Code, Server, TtrpcError
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
 from hcsd.runtime.settings import RuntimeSection
+from hcsd.telemetry import Telemetry
 
 __all__ = ["PLUGIN_SERVICE", "RUNTIME_SERVICE", "NriPlugin"]
 
@@ -68,8 +69,12 @@ class NriPlugin:
         name: str = "hcsd",
         backoff: tuple[float, float] = (0.5, 10.0),
         clock: Callable[[], float] = time.perf_counter,
+        telemetry: Telemetry | None = None,
     ) -> None:
         settings = settings or RuntimeSection()
+        self.telemetry = telemetry
+        if telemetry is not None:
+            telemetry.nri_registered = False
         self.injector = injector
         self.socket_path = settings.nri_socket
         self.prelaunch_socket = settings.nri_prelaunch_socket
@@ -182,8 +187,12 @@ class NriPlugin:
                 self.runtime or "the runtime",
             )
             self.connected.set()
+            if self.telemetry is not None:
+                self.telemetry.nri_registered = True
             await reading
         finally:
+            if self.telemetry is not None:
+                self.telemetry.nri_registered = False
             for task in (reading, serving, receiving):
                 task.cancel()
             await asyncio.gather(reading, serving, receiving, return_exceptions=True)
@@ -213,7 +222,7 @@ class NriPlugin:
             "UpdateContainer": self._update_container,
         }
         return {
-            (PLUGIN_SERVICE, method): _refusals_as_status(handler)
+            (PLUGIN_SERVICE, method): _timed(method, _refusals_as_status(handler), self.telemetry)
             for method, handler in table.items()
         }
 
@@ -319,6 +328,20 @@ def _refusals_as_status(
             return await handler(payload)
         except Refusal as e:
             raise TtrpcError(Code(e.code.value), f"hcsd: {e.describe()}") from e
+
+    return handle
+
+
+def _timed(
+    method: str, handler: Callable[[bytes], Awaitable[bytes]], telemetry: Telemetry | None
+) -> Callable[[bytes], Awaitable[bytes]]:
+    """The handler, its time observed in `hcs_nri_hook_duration_seconds{hook=method}`."""
+    if telemetry is None:
+        return handler
+
+    async def handle(payload: bytes) -> bytes:
+        with telemetry.timed(telemetry.nri, method):
+            return await handler(payload)
 
     return handle
 

@@ -1,0 +1,197 @@
+"""The node's metric families, read from the service's live state on every scrape.
+
+A custom collector rather than gauges set as things change: nothing here keeps a copy of the
+numbers, so a device that leaves the node leaves the next scrape with it (no stale label set),
+and the labels are escaped by the library. Names and labels are a contract with the alerting
+rules and the dashboard: docs/metrics.md lists every one, and a test holds the two equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from hcsd import __version__
+from hcsd.health.watching import HealthWatcher
+from hcsd.model import Device, HealthState
+from hcsd.profiles import ProfileDatabase, default_database
+from hcsd.refusals import Reason
+from hcsd.service import NodeService
+from hcsd.watchdog import Watchdog
+from hcsd.watchdog.metric_families import families
+
+__all__ = ["DEVICE_LABELS", "NodeCollector"]
+
+DEVICE_LABELS = ["device", "vendor", "model", "index"]
+
+
+def _device_labels(device: Device) -> list[str]:
+    return [device.uuid, device.vendor.value, device.model, str(device.index)]
+
+
+class NodeCollector(Collector):
+    def __init__(
+        self,
+        service: NodeService,
+        watcher: HealthWatcher | None = None,
+        vram: Watchdog | None = None,
+        profiles: ProfileDatabase | None = None,
+    ) -> None:
+        self.service = service
+        self.watcher = watcher
+        self.vram = vram
+        self.profiles = profiles or default_database()
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._node()
+        yield from self._devices()
+        yield from self._health()
+        if self.vram is not None:
+            for family in families(self.vram):
+                kind = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
+                labels = [k for k, _ in family.samples[0][0]] if family.samples else []
+                metric = kind(family.name, family.doc, labels=labels)
+                for pairs, value in family.samples:
+                    metric.add_metric([v for _, v in pairs], value)
+                yield metric
+
+    def _node(self) -> Iterator[Metric]:
+        service = self.service
+        info = InfoMetricFamily("hcs_build", "hcsd version and the node it serves.")
+        info.add_metric([], {"version": __version__, "node": service.node_name})
+        yield info
+        yield GaugeMetricFamily(
+            "hcs_allocations",
+            "Containers holding device slices on this node.",
+            value=len(service.allocations()),
+        )
+        yield GaugeMetricFamily(
+            "hcs_orphaned_allocations",
+            "Allocations on devices this node no longer has.",
+            value=len(service.orphans()),
+        )
+        refusals = CounterMetricFamily(
+            "hcs_refusals", "Requests refused, by reason.", labels=["reason"]
+        )
+        counts = {reason.value: 0 for reason in Reason} | {
+            reason.value: n for reason, n in service.refusal_counts().items()
+        }
+        for reason, n in sorted(counts.items()):
+            refusals.add_metric([reason], n)
+        yield refusals
+        yield CounterMetricFamily(
+            "hcs_uninjected_containers",
+            "Containers that asked for devices found running without hcsd's devices and quota.",
+            value=service.uninjected_count,
+        )
+        yield GaugeMetricFamily(
+            "hcs_ledger_seq", "Sequence number of the ledger's last record.", value=service.seq
+        )
+        yield GaugeMetricFamily(
+            "hcs_watchers", "Clients watching the API.", value=service.watcher_count
+        )
+
+    def _devices(self) -> Iterator[Metric]:
+        statuses = self.service.devices()
+        capacity = GaugeMetricFamily(
+            "hcs_device_vram_capacity_bytes", "Device memory of each device.", labels=DEVICE_LABELS
+        )
+        allocated = GaugeMetricFamily(
+            "hcs_device_vram_allocated_bytes",
+            "Device memory held by allocations.",
+            labels=DEVICE_LABELS,
+        )
+        compute = GaugeMetricFamily(
+            "hcs_device_compute_allocated_percent",
+            "Compute share reserved by allocations.",
+            labels=DEVICE_LABELS,
+        )
+        holders = GaugeMetricFamily(
+            "hcs_device_allocations", "Allocations holding each device.", labels=DEVICE_LABELS
+        )
+        acu = GaugeMetricFamily(
+            "hcs_device_acu",
+            "Compute of the device in ACU, from its profile and, where taken, measured here.",
+            labels=[*DEVICE_LABELS, "source"],
+        )
+        for s in statuses:
+            labels = _device_labels(s.device)
+            capacity.add_metric(labels, s.device.vram_bytes)
+            allocated.add_metric(labels, s.vram_allocated)
+            compute.add_metric(labels, s.compute_allocated)
+            holders.add_metric(labels, s.allocations)
+            profile = self.profiles.lookup(s.device.vendor, s.device.model)
+            if profile is not None and profile.figure("tflops_fp16") > 0:
+                acu.add_metric([*labels, "profile"], self.profiles.acu(profile))
+            if ("fingerprint", "measured") in s.device.attributes:
+                acu.add_metric(
+                    [*labels, "measured"], s.device.tflops_fp16 / self.profiles.acu_tflops
+                )
+        yield from (capacity, allocated, compute, holders, acu)
+
+    def _health(self) -> Iterator[Metric]:
+        statuses = self.service.devices()
+        score = GaugeMetricFamily(
+            "hcs_device_health_score", "Health score 0-100 (100 is healthy).", labels=DEVICE_LABELS
+        )
+        state = GaugeMetricFamily(
+            "hcs_device_health_state",
+            "1 for the device's current health state, 0 for the others.",
+            labels=[*DEVICE_LABELS, "state"],
+        )
+        reason = GaugeMetricFamily(
+            "hcs_device_health_reason",
+            "1 for each device not healthy, with why (its last health event).",
+            labels=["device", "reason"],
+        )
+        for s in statuses:
+            labels = _device_labels(s.device)
+            score.add_metric(labels, s.device.health_score)
+            for each in HealthState:
+                state.add_metric([*labels, each.value], 1 if s.device.health_state is each else 0)
+            if s.device.health_state is not HealthState.HEALTHY:
+                why = self.watcher.analyzer.reason(s.device.uuid) if self.watcher else None
+                reason.add_metric([s.device.uuid, why or s.device.health_state.value], 1)
+        yield from (score, state, reason)
+        on_bad = [
+            a
+            for a in self.service.allocations()
+            if any(
+                not s.device.health_state.schedulable
+                for s in statuses
+                if s.device.uuid in a.device_uuids
+            )
+        ]
+        yield GaugeMetricFamily(
+            "hcs_allocations_on_unschedulable_devices",
+            "Containers holding an unhealthy or lost device (the cluster side should act).",
+            value=len(on_bad),
+        )
+        source = GaugeMetricFamily(
+            "hcs_health_source", "1 for the active health event source.", labels=["source"]
+        )
+        source.add_metric([self.service.health_source], 1)
+        yield source
+        if self.watcher is not None:
+            events = CounterMetricFamily(
+                "hcs_health_events",
+                "Kernel health events by vendor, code and severity.",
+                labels=["vendor", "code", "severity"],
+            )
+            for (v, c, sev), n in sorted(self.watcher.events.items()):
+                events.add_metric([v, c, sev], n)
+            lines = CounterMetricFamily(
+                "hcs_health_source_lines",
+                "Kernel lines seen, matched and dropped by the health source.",
+                labels=["stage"],
+            )
+            for k, n in sorted(self.watcher.stats().items()):
+                lines.add_metric([k], n)
+            yield from (events, lines)
