@@ -287,6 +287,8 @@ def _handlers(servicer: HcsdServicer, telemetry: Telemetry | None) -> grpc.Gener
                 response_serializer=_serialize,
             )
         else:
+            if telemetry is not None:  # every method's series from the start: rates see 0 → 1
+                telemetry.api.labels(method.name)
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
                 _decoding_unary(implementation, request_type, method.name, telemetry),
                 response_serializer=_serialize,

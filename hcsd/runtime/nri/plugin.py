@@ -338,6 +338,7 @@ def _timed(
     """The handler, its time observed in `hcs_nri_hook_duration_seconds{hook=method}`."""
     if telemetry is None:
         return handler
+    telemetry.nri.labels(method)  # the series from the start: a rate sees its first call
 
     async def handle(payload: bytes) -> bytes:
         with telemetry.timed(telemetry.nri, method):
