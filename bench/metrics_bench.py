@@ -85,6 +85,7 @@ def old_renderer() -> types.ModuleType:
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     module = types.ModuleType("hcsd_old_metrics")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
     exec(compile(source, f"{OLD_COMMIT}:hcsd/daemon/metrics.py", "exec"), module.__dict__)
     return module
 

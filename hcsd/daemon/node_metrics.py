@@ -160,19 +160,12 @@ class NodeCollector(Collector):
                 why = self.watcher.analyzer.reason(s.device.uuid) if self.watcher else None
                 reason.add_metric([s.device.uuid, why or s.device.health_state.value], 1)
         yield from (score, state, reason)
-        on_bad = [
-            a
-            for a in self.service.allocations()
-            if any(
-                not s.device.health_state.schedulable
-                for s in statuses
-                if s.device.uuid in a.device_uuids
-            )
-        ]
+        bad = {s.device.uuid for s in statuses if not s.device.health_state.schedulable}
+        on_bad = sum(1 for a in self.service.allocations() if bad.intersection(a.device_uuids))
         yield GaugeMetricFamily(
             "hcs_allocations_on_unschedulable_devices",
             "Containers holding an unhealthy or lost device (the cluster side should act).",
-            value=len(on_bad),
+            value=on_bad,
         )
         source = GaugeMetricFamily(
             "hcs_health_source", "1 for the active health event source.", labels=["source"]

@@ -11,9 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from hcsd.daemon.metrics import exposition, registry
 from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
-from hcsd.model import HealthState
+from hcsd.model import HealthState, Request, Vendor
 from hcsd.service import NodeService
 from hcsd.telemetry import Telemetry
+from tests.conftest import GiB
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -118,3 +119,15 @@ def test_latency_histograms_and_nri_registration(
         value = "CreateContainer" if label == "hook" else "Allocate"
         count = found.get_sample_value(f"{name}_duration_seconds_count", {label: value})
         assert count == 1
+
+
+def test_allocations_on_unschedulable_devices(mixed_inventory: Inventory, ledger: Ledger) -> None:
+    service = NodeService(mixed_inventory, ledger)
+    held, _, _ = service.allocate(Request("c1", vram_bytes=GiB, vendors=frozenset({Vendor.NVIDIA})))
+    service.allocate(Request("c2", vram_bytes=GiB, vendors=frozenset({Vendor.HYGON})))
+    device = service.device(held.device_uuids[0])
+    assert device is not None
+    found = registry(service)
+    assert found.get_sample_value("hcs_allocations_on_unschedulable_devices") == 0
+    service.set_device(replace(device, health_state=HealthState.UNHEALTHY))
+    assert found.get_sample_value("hcs_allocations_on_unschedulable_devices") == 1
