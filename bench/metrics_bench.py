@@ -8,6 +8,10 @@ holding two allocations). For each renderer:
   rendering once, less before (the service built already), median over several processes;
 - the body's size.
 
+"new" is everything hcsd's /metrics now says (with the API and NRI latency histograms and the
+process collector); "new-node-families" is the node's families alone, the same ground the old
+renderer covered, so the library's own cost per line shows.
+
 The old renderer is the last hand-rendered `hcsd/daemon/metrics.py` (commit 8b2f4dc), read
 from git and loaded under another module name, so both run against the same live service.
 Also: a real hcsd on that node scraped over HTTP (the bounded server), median wall time, in
@@ -94,6 +98,15 @@ def renders(which: str, node: NodeService) -> tuple[list[float], int]:
     if which == "old":
         render = old_renderer().render_metrics
         body = lambda: render(node).encode()  # noqa: E731
+    elif which == "new-node-families":  # the node's families alone: what the old one wrote
+        from prometheus_client import CollectorRegistry
+
+        from hcsd.daemon.metrics import exposition
+        from hcsd.daemon.node_metrics import NodeCollector
+
+        alone = CollectorRegistry()
+        alone.register(NodeCollector(node))
+        body = lambda: exposition(alone)[0]  # noqa: E731
     else:
         from hcsd.daemon.metrics import exposition, registry
         from hcsd.telemetry import Telemetry
@@ -176,14 +189,15 @@ def main() -> None:
     result: dict[str, object] = {"devices": len(MODELS), "renders": RENDERS}
     with tempfile.TemporaryDirectory() as directory:
         node = service(Path(directory))
-        for which in ("old", "new"):
+        for which in ("old", "new", "new-node-families"):
             times, size = renders(which, node)
-            deltas = rss_deltas(which)
-            result[which] = {
-                "render": summary_us(times),
-                "bytes": size,
-                "rss_delta_kib": {"median": statistics.median(deltas), "all": deltas},
-            }
+            result[which] = {"render": summary_us(times), "bytes": size}
+            if which != "new-node-families":
+                deltas = rss_deltas(which)
+                result[which]["rss_delta_kib"] = {
+                    "median": statistics.median(deltas),
+                    "all": deltas,
+                }
         result["http_scrape_new"] = http_scrapes(Path(directory))
     print(json.dumps(result, indent=2))
     print(write_result("metrics", result))
