@@ -155,6 +155,13 @@ def test_metrics_endpoint(daemon: Daemon) -> None:
         text = r.read().decode()
     assert "hcs_allocations 1.0" in text
     assert 'hcs_refusals_total{reason="insufficient_vram"} 0.0' in text
+    accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{daemon.port}/metrics", headers={"Accept": accept}
+    )
+    with urllib.request.urlopen(request, timeout=5) as r:  # as Prometheus asks
+        assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+        assert r.read().decode().endswith("# EOF\n")
     with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as s:
         s.sendall(b"POST /metrics HTTP/1.1\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.1 405")

@@ -227,3 +227,13 @@ def test_probes_and_metrics(served: Served) -> None:
     assert 'hcs_extender_requests_total{verb="filter"} 1' in metrics
     assert 'hcs_extender_refusals_total{reason="unfit"} 1' in metrics
     assert "hcs_extender_compute_nodes 2.0" in metrics and "hcs_extender_leader 0.0" in metrics
+    connection.request("GET", "/metrics", headers={"Accept": OPENMETRICS})
+    response = connection.getresponse()
+    text = response.read().decode()
+    assert response.getheader("Content-Type", "").startswith("application/openmetrics-text")
+    assert text.endswith("# EOF\n")
+    assert 'hcs_extender_requests_total{verb="filter"} 1.0' in text
+    assert "# TYPE hcs_extender_requests counter" in text  # OpenMetrics names the family bare
+
+
+OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
