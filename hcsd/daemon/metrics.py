@@ -71,7 +71,7 @@ def render_metrics(
     watcher: HealthWatcher | None = None,
     vram: Watchdog | None = None,
 ) -> str:
-    """The classic text format, as one string (hcsctl, tests)."""
+    """The classic text format, as one string (tests, benchmarks)."""
     return generate_latest(registry(service, watcher, vram)).decode()
 
 

@@ -155,6 +155,7 @@ def test_metrics_endpoint(daemon: Daemon) -> None:
         text = r.read().decode()
     assert "hcs_allocations 1.0" in text
     assert 'hcs_refusals_total{reason="insufficient_vram"} 0.0' in text
+    assert 'hcs_api_request_duration_seconds_count{method="Allocate"} 1.0' in text
     accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
     request = urllib.request.Request(
         f"http://127.0.0.1:{daemon.port}/metrics", headers={"Accept": accept}

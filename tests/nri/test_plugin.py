@@ -21,6 +21,7 @@ from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.nri.ttrpc import Code, TtrpcError
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
 from hcsd.service import NodeService
+from hcsd.telemetry import Telemetry
 from tests.harness.local import DiskFull, local_node
 from tests.harness.umasks import umasks_seen
 from tests.nri.peer import RuntimePeer
@@ -58,13 +59,15 @@ async def plugin_setup(
     clock: Callable[[], float] = time.perf_counter,
     mode: NodeMode = NodeMode.STANDALONE,
     now: Callable[[], float] = time.time,
+    telemetry: Telemetry | None = None,
 ) -> AsyncIterator[Setup]:
     """`clock`: the plugin's (request timing); `now`: the injector's (assignments' age)."""
     node = local_node(tmp_path, inventory, disk=disk)
     node.ledger.allocate(
         Allocation("gone-container", (Grant(A100_0, GiB),), source="local", front_end=FrontEnd.NRI)
     )
-    plugin = NriPlugin(node.injector(assignment_key=KEY, mode=mode, clock=now), clock=clock)
+    injector = node.injector(assignment_key=KEY, mode=mode, clock=now)
+    plugin = NriPlugin(injector, clock=clock, telemetry=telemetry)
     peer, session = await connect(plugin)
     yield Setup(peer, plugin, node.service, node.run_dir, session)
     peer.close()
@@ -178,6 +181,28 @@ async def test_containers_without_requests_are_left_alone(nri: Setup) -> None:
         "CreateContainer", container_request("plain"), api.CreateContainerResponse
     )
     assert reply == api.CreateContainerResponse()
+
+
+async def test_hook_times_and_registration_for_the_metrics(
+    tmp_path: Path, mixed_inventory: Inventory
+) -> None:
+    telemetry = Telemetry()
+    async with plugin_setup(tmp_path, mixed_inventory, telemetry=telemetry) as nri:
+        await asyncio.wait_for(nri.plugin.connected.wait(), 2)  # the registration answered
+        assert telemetry.nri_registered is True
+        for _ in range(3):
+            await nri.peer.call(
+                "CreateContainer", container_request("plain"), api.CreateContainerResponse
+            )
+        count = "hcs_nri_hook_duration_seconds_count"
+        samples = {
+            (s.name, s.labels.get("hook")): s.value
+            for family in telemetry.collect()
+            for s in family.samples
+        }
+        assert samples[count, "CreateContainer"] == 3
+        assert samples[count, "Synchronize"] == 0  # every hook's series from the start
+    assert telemetry.nri_registered is False  # the runtime went away
 
 
 def assignment(**overrides: object) -> str:
