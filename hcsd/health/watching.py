@@ -166,9 +166,16 @@ class HealthWatcher:
         device = status.device
         if device.health_state is state and abs(device.health_score - score) < 5:
             return  # no news: keep the API watch quiet
-        self.service.set_device(replace(device, health_state=state, health_score=score))
+        reason = self.analyzer.reason(uuid) or "quiet period passed"
+        # The reason travels with the device (its `health_reason` attribute) to `hcsctl
+        # devices --json` and the ComputeNode, while it is not healthy.
+        attributes = tuple((k, v) for k, v in device.attributes if k != "health_reason")
+        if state is not HealthState.HEALTHY:
+            attributes += (("health_reason", reason),)
+        self.service.set_device(
+            replace(device, health_state=state, health_score=score, attributes=attributes)
+        )
         if device.health_state is not state:
-            reason = self.analyzer.reason(uuid) or "quiet period passed"
             log.warning(
                 "health: device %s (%s) %s -> %s: %s",
                 uuid,

@@ -237,6 +237,8 @@ async def test_watcher_marks_the_device_unhealthy(
     status = service.device_status(target.uuid)
     assert status is not None and status.device.health_state is HealthState.UNHEALTHY
     assert status.device.health_score == 0
+    # the cause travels with the device, to the ComputeNode and `hcsctl cluster`
+    assert dict(status.device.attributes)["health_reason"].startswith("xid-79: ")
     assert detected < 0.5, f"{source}: detected after {detected * 1000:.0f} ms"
     assert held.device_uuids == (target.uuid,)  # the allocation is kept, and reported
     assert watcher.events[("nvidia", "xid-79", "fatal")] == 1
