@@ -15,12 +15,15 @@ from hcsd.allocator import Usage
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.contract.names import API_VERSION, COMPUTE_NODE_KIND, NODE_LABEL
 from hcsd.model import Device, Grant, HealthState, Link, LinkKind, Vendor
+from hcsd.profiles.database import default_database
 from hcsd.quantity import format_bytes
 
 __all__ = [
     "NodeView",
     "PodHold",
+    "acu",
     "compute_node",
+    "fingerprint_of",
     "node_spec",
     "node_status",
     "node_view",
@@ -32,6 +35,19 @@ _HEALTH = {
     pb.HEALTH_STATE_UNHEALTHY: HealthState.UNHEALTHY,
     pb.HEALTH_STATE_LOST: HealthState.LOST,
 }
+
+
+def fingerprint_of(device: pb.Device) -> str:
+    """Where the device's throughput figures come from: `measured` on the node (the
+    fingerprint attribute hcsd.profiles.fingerprint sets), else `profile` (the database, or
+    what the backend reported)."""
+    return "measured" if device.attributes.get("fingerprint") == "measured" else "profile"
+
+
+def acu(tflops_fp16: float) -> float:
+    """A device's abstract compute units: its FP16 TFLOPS over one ACU's (1% of an A100 in the
+    shipped profile database), one decimal, so the figure is stable from write to write."""
+    return round(tflops_fp16 / default_database().acu_tflops, 1)
 
 
 def node_spec(node: pb.Node, devices: Sequence[pb.Device]) -> dict[str, Any]:
@@ -53,6 +69,7 @@ def node_spec(node: pb.Node, devices: Sequence[pb.Device]) -> dict[str, Any]:
                 "tflopsBF16": round(d.tflops_bf16, 3),
                 "tflopsFP32": round(d.tflops_fp32, 3),
                 "topsINT8": round(d.tops_int8, 3),
+                "fingerprint": fingerprint_of(d),
                 "links": [
                     {"peer": link.peer_uuid, "kind": link.kind, "gbps": round(link.gbps, 3)}
                     for link in sorted(d.links, key=lambda link: link.peer_uuid)
@@ -97,6 +114,12 @@ def node_status(
     schedulable = sum(1 for s in states.values() if s.schedulable)
     total = sum(d.vram_bytes for d in devices)
     allocated = sum(min(d.vram_allocated_bytes, d.vram_bytes) for d in devices)
+    acu_total = sum(acu(d.tflops_fp16) for d in devices)
+    # A device's reserved compute share, as ComputeQuota counts TFLOPS (100 for whole devices,
+    # 0 for a VRAM-only slice).
+    acu_allocated = sum(
+        acu(d.tflops_fp16) * min(d.compute_allocated_percent, 100) / 100 for d in devices
+    )
     bad = sorted(
         f"{d.uuid} {states[d.uuid].value}" for d in devices if not states[d.uuid].schedulable
     )
@@ -118,6 +141,10 @@ def node_status(
         "vramAllocatedBytes": allocated,
         "vramTotal": format_bytes(total),
         "vramFree": format_bytes(total - allocated),
+        "vramAllocated": format_bytes(allocated),
+        "unhealthyDevices": len(devices) - healthy,
+        "acuTotal": round(acu_total, 1),
+        "acuAllocated": round(acu_allocated, 1),
         **({} if key_ids is None else {"assignmentKeys": sorted(key_ids)}),
         "conditions": [
             _condition(
@@ -141,6 +168,9 @@ def node_status(
                 "vramAllocatedBytes": d.vram_allocated_bytes,
                 "computeAllocated": d.compute_allocated_percent,
                 "holders": d.allocation_count,
+                # why it is not healthy, as hcsd's health watcher last said (an Xid, an
+                # AER error, a slow device)
+                **_reason(d, states[d.uuid]),
             }
             for d in sorted(devices, key=lambda d: (d.vendor, d.index, d.uuid))
         ],
@@ -160,6 +190,13 @@ def node_status(
             for a in sorted(allocations, key=lambda a: a.container_id)
         ],
     }
+
+
+def _reason(device: pb.Device, state: HealthState) -> dict[str, str]:
+    """`reason`: why the device is not healthy, as hcsd's health watcher last said (an Xid,
+    an AER error, a slow device); absent for a healthy device or when none was said."""
+    reason = device.attributes.get("health_reason", "")
+    return {"reason": reason} if reason and state is not HealthState.HEALTHY else {}
 
 
 def compute_node(name: str, spec: dict[str, Any]) -> dict[str, Any]:
