@@ -10,14 +10,14 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
 from hcsd.api.client import ApiError, Client
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cli import convert, setup, tables
+from hcsd.cli import cluster, convert, setup, tables
 from hcsd.contract import paths
 
 __all__ = ["main"]
@@ -160,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("container", help="container id")
     setup.add_parser(commands)
     convert.add_parser(commands)
+    cluster.add_parser(commands)
     return parser
 
 
@@ -172,13 +173,20 @@ COMMANDS = {
     "release": cmd_release,
 }
 
+# Commands that work without a running hcsd: setup (the runtime's configuration), convert (the
+# profile database alone), cluster (the API server).
+WITHOUT_HCSD: dict[str, Callable[[argparse.Namespace], int]] = {
+    "setup": setup.run,
+    "convert": convert.run,
+    "cluster": cluster.run,
+}
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "setup":  # works without a running hcsd
-        return setup.run(args)
-    if args.command == "convert":  # the profile database alone: no daemon needed
-        return convert.run(args)
+    without_hcsd = WITHOUT_HCSD.get(args.command)
+    if without_hcsd is not None:
+        return without_hcsd(args)
     try:
         with Client(args.socket, timeout=args.timeout) as client:
             COMMANDS[args.command](client, args)

@@ -55,12 +55,16 @@ class Kube:
         self.timeout = timeout
 
     @classmethod
-    def connect(cls, kubeconfig: str | None = None, *, timeout: float = 10.0) -> Kube:
-        """From a kubeconfig file, or the pod's service account when there is none."""
+    def connect(
+        cls, kubeconfig: str | None = None, *, context: str | None = None, timeout: float = 10.0
+    ) -> Kube:
+        """From a kubeconfig file (several, `:`-separated, are merged as kubectl does) and
+        its `context` (None: the current one), or the pod's service account when there is
+        none."""
         configuration = client.Configuration()
         if kubeconfig:
             config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=configuration
+                config_file=kubeconfig, context=context, client_configuration=configuration
             )
         else:
             config.load_incluster_config(  # type: ignore[no-untyped-call]

@@ -21,6 +21,7 @@ import yaml
 
 from hcsd import __version__
 from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.cluster.cluster_reader import VIEWER_ROLE
 from hcsd.cluster.commands import extender_main, syncer_main
 from hcsd.cluster.compute_quota import Amounts
 from hcsd.cluster.endpoints import PROBE_PORT
@@ -61,6 +62,13 @@ RBAC: dict[tuple[str, str], Rules] = {
     ("Role", names.EXTENDER_ACCOUNT): {
         # list+watch: the nodes' heartbeats; get/create/update: the leader Lease
         ("coordination.k8s.io", "leases"): frozenset({"get", "list", "watch", "create", "update"}),
+    },
+    # People, not an account (no binding shipped): hcsctl cluster's three lists
+    # (cluster_reader.py), and get/watch for `kubectl get`.
+    ("ClusterRole", VIEWER_ROLE): {
+        (names.GROUP, names.COMPUTE_NODES): frozenset({"get", "list", "watch"}),
+        (names.GROUP, names.COMPUTE_QUOTAS): frozenset({"get", "list", "watch"}),
+        ("", "pods"): frozenset({"list"}),
     },
 }
 
@@ -358,12 +366,14 @@ NODES: dict[str, tuple[list[pb.Device], list[pb.Allocation]]] = {
                 vram_allocated_bytes=16 * 2**30,
                 compute_allocated_percent=50,
                 allocation_count=2,
+                attributes={"fingerprint": "measured"},
             ),
             device(
                 1,
                 "nvidia",
                 pb.HEALTH_STATE_DEGRADED,
                 links=[pb.Link(peer_uuid="nvidia-0", kind="nvlink", gbps=300.0)],
+                attributes={"health_reason": "xid-48: double-bit ECC error"},
             ),
             device(0, "ascend", pb.HEALTH_STATE_LOST),
         ],
@@ -488,7 +498,7 @@ def test_bindings_tie_each_account_to_its_own_roles() -> None:
             assert ref == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name}
             assert (role_kind, name) in roles
             bound.add((role_kind, name))
-    assert bound == set(RBAC)
+    assert bound == set(RBAC) - {("ClusterRole", VIEWER_ROLE)}  # bound by the operator
 
 
 def test_the_secret_holds_keys_by_id_and_names_the_signing_one() -> None:

@@ -1,0 +1,262 @@
+"""The cluster as people ask about it: capacity per vendor and model, sick devices, pods waiting
+for accelerators and ComputeQuota usage, from the objects the API server holds.
+
+Pure functions over plain dicts (ComputeNodes, pods, ComputeQuotas as listed), so the figures
+are tested without a cluster; `cluster_reader` lists the objects, `hcsd.cli.cluster` renders.
+Read defensively: one malformed object is left out and named in `problems`, never the view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hcsd.cluster.objects import ObjectError, acu, node_view
+from hcsd.contract.names import ANNOTATION_ASSIGNMENT, GROUP, MANAGED_RESOURCES, QUOTA_KEYS
+from hcsd.model import HealthState
+
+__all__ = [
+    "HCS_SCHEDULER",
+    "ClusterView",
+    "ModelSummary",
+    "PendingPod",
+    "QuotaUsage",
+    "SickDevice",
+    "Source",
+    "is_accelerator_pod",
+    "summarise",
+    "totals",
+]
+
+HCS_SCHEDULER = "hcs-scheduler"  # the scheduler profile that calls the extender
+
+
+@dataclass(slots=True)
+class ModelSummary:
+    """All devices of one vendor and model across the cluster."""
+
+    vendor: str
+    model: str
+    nodes: set[str] = field(default_factory=set)
+    devices: int = 0
+    not_healthy: int = 0
+    vram_total: int = 0
+    vram_used: int = 0
+    acu_total: float = 0.0
+    acu_used: float = 0.0
+    measured: int = 0  # devices whose figures were measured on their node; the rest: profile
+
+    @property
+    def vram_free(self) -> int:
+        return max(self.vram_total - self.vram_used, 0)
+
+    @property
+    def acu_source(self) -> str:
+        """`profile`, `measured`, or `measured 1/2` when only some devices were measured."""
+        if self.measured == 0:
+            return "profile"
+        if self.measured == self.devices:
+            return "measured"
+        return f"measured {self.measured}/{self.devices}"
+
+
+@dataclass(frozen=True, slots=True)
+class SickDevice:
+    node: str
+    uuid: str
+    vendor: str
+    index: int
+    model: str
+    health: str  # degraded, unhealthy, lost
+    score: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    namespace: str
+    name: str
+    asks: Mapping[str, str]  # ai.compute/* limits, summed over containers where they add up
+    scheduler: str
+    node: str  # set when bound but not started yet
+    reason: str  # PodScheduled's reason (Unschedulable, SchedulerError), else the phase's
+    message: str  # the scheduler's message: the extender's refusal for each node
+    created: str
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaUsage:
+    namespace: str
+    name: str
+    hard: Mapping[str, str]
+    used: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where the view was read from, for the first line of the table and the JSON."""
+
+    server: str
+    kubeconfig: str  # "" in a pod (its service account)
+    context: str
+
+
+@dataclass(slots=True)
+class ClusterView:
+    nodes: dict[str, str] = field(default_factory=dict)  # name -> phase
+    models: list[ModelSummary] = field(default_factory=list)
+    sick: list[SickDevice] = field(default_factory=list)
+    pending: list[PendingPod] = field(default_factory=list)
+    quotas: list[QuotaUsage] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # objects left out, and why
+
+
+def summarise(
+    compute_nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    quotas: Iterable[Mapping[str, Any]],
+) -> ClusterView:
+    view = ClusterView()
+    models: dict[tuple[str, str], ModelSummary] = {}
+    for obj in sorted(compute_nodes, key=lambda o: str(o.get("metadata", {}).get("name"))):
+        try:
+            _add_node(view, models, obj)
+        except ObjectError as e:
+            view.problems.append(str(e))
+    view.models = [models[k] for k in sorted(models)]
+    view.sick.sort(key=lambda d: (d.node, d.vendor, d.index, d.uuid))
+    view.pending = sorted(
+        (_pending(p) for p in pods if _is_pending(p) and is_accelerator_pod(p)),
+        key=lambda p: (p.namespace, p.name),
+    )
+    view.quotas = sorted((_quota(q) for q in quotas), key=lambda q: (q.namespace, q.name))
+    return view
+
+
+def _add_node(
+    view: ClusterView, models: dict[tuple[str, str], ModelSummary], obj: Mapping[str, Any]
+) -> None:
+    node = node_view(obj)  # the extender's reading: the same figures it schedules with
+    status = obj.get("status") or {}
+    usage = {str(d.get("uuid")): d for d in status.get("devices") or () if isinstance(d, dict)}
+    measured = {
+        str(d.get("uuid"))
+        for d in (obj.get("spec") or {}).get("devices") or ()
+        if isinstance(d, dict) and d.get("fingerprint") == "measured"
+    }
+    view.nodes[node.name] = node.phase
+    for device in node.devices:
+        key = (device.vendor.value, device.model)
+        summary = models.setdefault(key, ModelSummary(*key))
+        used = usage.get(device.uuid, {})
+        device_acu = acu(device.tflops_fp16)
+        summary.nodes.add(node.name)
+        summary.devices += 1
+        summary.vram_total += device.vram_bytes
+        summary.vram_used += min(int(used.get("vramAllocatedBytes", 0)), device.vram_bytes)
+        summary.acu_total += device_acu
+        summary.acu_used += device_acu * min(int(used.get("computeAllocated", 0)), 100) / 100
+        summary.measured += device.uuid in measured
+        if device.health_state is not HealthState.HEALTHY:
+            summary.not_healthy += 1
+            view.sick.append(
+                SickDevice(
+                    node.name,
+                    device.uuid,
+                    device.vendor.value,
+                    device.index,
+                    device.model,
+                    device.health_state.value,
+                    device.health_score,
+                    str(used.get("reason") or ""),
+                )
+            )
+
+
+def _is_pending(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Pending" and not (
+        pod.get("metadata") or {}
+    ).get("deletionTimestamp")
+
+
+def is_accelerator_pod(pod: Mapping[str, Any]) -> bool:
+    """A pod HCS schedules: it asks for `ai.compute/*`, is for hcs-scheduler, or carries an
+    `hcs.io/` annotation (a hint or the assignment)."""
+    spec = pod.get("spec") or {}
+    if spec.get("schedulerName") == HCS_SCHEDULER or _asks(spec):
+        return True
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return any(str(k).startswith(f"{GROUP}/") for k in annotations)
+
+
+def _asks(spec: Mapping[str, Any]) -> dict[str, str]:
+    """The `ai.compute/*` amounts the containers ask, each container's limit (else request)."""
+    found: dict[str, list[str]] = {}
+    for container in spec.get("containers") or ():
+        resources = container.get("resources") or {}
+        amounts = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        for key in MANAGED_RESOURCES:
+            if key in amounts:
+                found.setdefault(key, []).append(str(amounts[key]))
+    return {key: "+".join(values) for key, values in found.items()}
+
+
+def _pending(pod: Mapping[str, Any]) -> PendingPod:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    reason, message = "", ""
+    for c in status.get("conditions") or ():
+        if c.get("type") == "PodScheduled" and c.get("status") != "True":
+            reason, message = str(c.get("reason", "")), str(c.get("message", ""))
+    node = str(spec.get("nodeName") or "")
+    if node and not reason:
+        assigned = ANNOTATION_ASSIGNMENT in (meta.get("annotations") or {})
+        reason, message = _waiting(status, assigned)
+    return PendingPod(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        asks=_asks(spec),
+        scheduler=str(spec.get("schedulerName") or "default-scheduler"),
+        node=node,
+        reason=reason or "Pending",
+        message=message or "not yet looked at by the scheduler",
+        created=str(meta.get("creationTimestamp", "")),
+    )
+
+
+def _waiting(status: Mapping[str, Any], assigned: bool) -> tuple[str, str]:
+    """Why a bound pod has not started: its first waiting container's reason."""
+    for c in status.get("containerStatuses") or ():
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting:
+            return str(waiting.get("reason", "")), str(waiting.get("message", ""))
+    return "Bound", "bound, containers not started yet" + ("" if assigned else " (no assignment)")
+
+
+def _quota(obj: Mapping[str, Any]) -> QuotaUsage:
+    meta = obj.get("metadata") or {}
+    hard = (obj.get("spec") or {}).get("hard") or {}
+    used = (obj.get("status") or {}).get("used") or {}
+    return QuotaUsage(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        hard={k: str(hard[k]) for k in QUOTA_KEYS if k in hard},
+        used={k: str(used[k]) for k in QUOTA_KEYS if k in used},
+    )
+
+
+def totals(models: Sequence[ModelSummary]) -> ModelSummary:
+    """The cluster's figures over all models."""
+    total = ModelSummary("", "")
+    for m in models:
+        total.nodes |= m.nodes
+        total.devices += m.devices
+        total.not_healthy += m.not_healthy
+        total.vram_total += m.vram_total
+        total.vram_used += m.vram_used
+        total.acu_total += m.acu_total
+        total.acu_used += m.acu_used
+        total.measured += m.measured
+    return total
