@@ -9,7 +9,12 @@ from pathlib import Path
 
 PAGES = {
     ("hcsd", "8"): [["hcsd.daemon.lifecycle"]],
-    ("hcsctl", "1"): [["hcsd.cli.hcsctl"], ["hcsd.cli.hcsctl", "setup"]],
+    ("hcsctl", "1"): [
+        ["hcsd.cli.hcsctl"],
+        ["hcsd.cli.hcsctl", "setup"],
+        ["hcsd.cli.hcsctl", "cluster"],
+    ],
+    ("kubectl-hcs", "1"): [["hcsd.cli.kubectl_hcs"], ["hcsd.cli.kubectl_hcs", "cluster"]],
     ("hcs-syncer", "8"): [["hcsd.cluster.syncer_cli"]],
     ("hcs-scheduler-extender", "8"): [["hcsd.cluster.extender_cli"]],
 }

@@ -40,7 +40,8 @@ MANUAL_SCHEDULER = "hcs-test-manual"  # served by the extender, not by the test'
 def node_file(
     path: Path, prefix: str, devices: list[dict[str, Any]], link: tuple[str, float] | None
 ) -> Path:
-    """A simulated node: `devices` as (vendor, model, vram, tflops, health) dicts."""
+    """A simulated node: `devices` as (vendor, model, vram, tflops, health, score,
+    attributes) dicts."""
     lines: list[str] = []
     uuids = []
     for index, d in enumerate(devices):
@@ -58,6 +59,11 @@ def node_file(
             f'nodes = ["/dev/{prefix.lower()}{index}:240:{index}"]',
             f'health_state = "{d.get("health", "healthy")}"',
             f"health_score = {d.get('score', 100)}",
+            *(
+                ["[device.attributes]", *(f'{k} = "{v}"' for k, v in d["attributes"].items())]
+                if d.get("attributes")
+                else []
+            ),
             "",
         ]
     if link is not None:
@@ -78,12 +84,25 @@ def node_file(
 A100 = {"vendor": "nvidia", "model": "A100-SXM4-80GB", "vram": "80Gi", "tflops": 312}
 NPU = {"vendor": "ascend", "model": "Ascend910B3", "vram": "64Gi", "tflops": 313}
 MLU = {"vendor": "cambricon", "model": "MLU370-X8", "vram": "48Gi", "tflops": 96}
+NPU_FAULT = "heartbeat-lost: device heartbeat lost"
 DCU = {"vendor": "hygon", "model": "Z100", "vram": "32Gi", "tflops": 24.5}
 
 NODES: dict[str, tuple[str, list[dict[str, Any]], tuple[str, float] | None]] = {
     "gpu-node": ("GPU", [A100, A100], ("nvlink", 300)),
-    "npu-node": ("NPU", [{**NPU, "health": "unhealthy", "score": 20}, NPU], ("hccs", 56)),
-    "mlu-node": ("MLU", [MLU, MLU, MLU, MLU], ("mlulink", 100)),
+    # The reason and the fingerprint as hcsd's health watcher and a node's measurement set them
+    "npu-node": (
+        "NPU",
+        [
+            {**NPU, "health": "unhealthy", "score": 20, "attributes": {"health_reason": NPU_FAULT}},
+            NPU,
+        ],
+        ("hccs", 56),
+    ),
+    "mlu-node": (
+        "MLU",
+        [{**MLU, "attributes": {"fingerprint": "measured"}}, MLU, MLU, MLU],
+        ("mlulink", 100),
+    ),
     "dcu-node": ("DCU", [DCU], None),
 }
 

@@ -57,15 +57,21 @@ def test_compute_nodes_mirror_hcsd(cluster: Cluster) -> None:
         "Name",
         "Vendor",
         "Devices",
-        "VRAM-Free",
+        "Unhealthy",
+        "ACU-Used",
+        "ACU-Total",
+        "VRAM-Used",
         "VRAM-Total",
-        "Health",
+        "VRAM-Free",  # -o wide
+        "Health",  # -o wide
         "Phase",
         "Age",
     ]
     rows = {row["cells"][0]: row["cells"] for row in table["rows"]}
-    assert rows["gpu-node"][1:7] == ["nvidia", 2, "160Gi", "160Gi", "2/2", "Ready"]
-    assert rows["npu-node"][5:7] == ["1/2", "Degraded"]
+    assert rows["gpu-node"][1:11] == [
+        "nvidia", 2, 0, 0, 200, "0", "160Gi", "160Gi", "2/2", "Ready",
+    ]  # fmt: skip
+    assert rows["npu-node"][3] == 1 and rows["npu-node"][9:11] == ["1/2", "Degraded"]
     lease = cluster.kube.get(
         "/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases/hcs-node-gpu-node"
     )
