@@ -212,8 +212,11 @@ def _pending(pod: Mapping[str, Any]) -> PendingPod:
             reason, message = str(c.get("reason", "")), str(c.get("message", ""))
     node = str(spec.get("nodeName") or "")
     if node and not reason:
+        reason, message = _waiting(status)
         assigned = ANNOTATION_ASSIGNMENT in (meta.get("annotations") or {})
-        reason, message = _waiting(status, assigned)
+        message = message or "bound, containers not started yet" + (
+            "" if assigned else " (it carries no hcs.io/assignment)"
+        )
     return PendingPod(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
@@ -226,13 +229,14 @@ def _pending(pod: Mapping[str, Any]) -> PendingPod:
     )
 
 
-def _waiting(status: Mapping[str, Any], assigned: bool) -> tuple[str, str]:
-    """Why a bound pod has not started: its first waiting container's reason."""
+def _waiting(status: Mapping[str, Any]) -> tuple[str, str]:
+    """Why a bound pod has not started: its first waiting container's reason (hcsd's refusal
+    of an assignment shows here, as the runtime's CreateContainerError)."""
     for c in status.get("containerStatuses") or ():
         waiting = (c.get("state") or {}).get("waiting") or {}
         if waiting:
             return str(waiting.get("reason", "")), str(waiting.get("message", ""))
-    return "Bound", "bound, containers not started yet" + ("" if assigned else " (no assignment)")
+    return "Bound", ""
 
 
 def _quota(obj: Mapping[str, Any]) -> QuotaUsage:

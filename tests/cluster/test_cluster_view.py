@@ -177,6 +177,7 @@ def test_kubectl_hcs_runs_the_plugin_from_path(cluster: Cluster) -> None:
     done = subprocess.run([kubectl, "hcs", "cluster"], capture_output=True, text=True, env=env,
                           check=False, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
+    print(done.stdout)  # with -s: the table as a person sees it
     lines = done.stdout.splitlines()
     assert lines[0] == f"cluster:  {cluster.plane.server}"
     assert "devices:  9 (1 not healthy)" in lines

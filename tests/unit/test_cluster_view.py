@@ -176,6 +176,7 @@ def test_pending_accelerator_pods_with_the_schedulers_reason() -> None:
     )  # fmt: skip
     starting = view.pending[3]
     assert (starting.node, starting.reason) == ("gpu-a", "ContainerCreating")
+    assert starting.message == "bound, containers not started yet (it carries no hcs.io/assignment)"
     assert view.pending[1].scheduler == "hcs-scheduler"
 
 
