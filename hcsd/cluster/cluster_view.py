@@ -121,9 +121,26 @@ def summarise(
     models: dict[tuple[str, str], ModelSummary] = {}
     for obj in sorted(compute_nodes, key=lambda o: str(o.get("metadata", {}).get("name"))):
         try:
-            _add_node(view, models, obj)
+            name, phase, devices = _read_node(obj)
         except ObjectError as e:
             view.problems.append(str(e))
+            continue
+        except (ValueError, TypeError, AttributeError) as e:
+            view.problems.append(f"ComputeNode {obj.get('metadata', {}).get('name')!r}: {e!r}")
+            continue
+        view.nodes[name] = phase
+        for d in devices:
+            summary = models.setdefault((d.vendor, d.model), ModelSummary(d.vendor, d.model))
+            summary.nodes.add(name)
+            summary.devices += 1
+            summary.vram_total += d.vram_total
+            summary.vram_used += d.vram_used
+            summary.acu_total += d.acu_total
+            summary.acu_used += d.acu_used
+            summary.measured += d.measured
+            if d.sick is not None:
+                summary.not_healthy += 1
+                view.sick.append(d.sick)
     view.models = [models[k] for k in sorted(models)]
     view.sick.sort(key=lambda d: (d.node, d.vendor, d.index, d.uuid))
     view.pending = sorted(
@@ -134,9 +151,21 @@ def summarise(
     return view
 
 
-def _add_node(
-    view: ClusterView, models: dict[tuple[str, str], ModelSummary], obj: Mapping[str, Any]
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _DeviceFigures:
+    vendor: str
+    model: str
+    vram_total: int
+    vram_used: int
+    acu_total: float
+    acu_used: float
+    measured: bool
+    sick: SickDevice | None
+
+
+def _read_node(obj: Mapping[str, Any]) -> tuple[str, str, list[_DeviceFigures]]:
+    """One ComputeNode's figures, all read before any is counted: a malformed node is left
+    out whole, never half counted."""
     node = node_view(obj)  # the extender's reading: the same figures it schedules with
     status = obj.get("status") or {}
     usage = {str(d.get("uuid")): d for d in status.get("devices") or () if isinstance(d, dict)}
@@ -145,33 +174,35 @@ def _add_node(
         for d in (obj.get("spec") or {}).get("devices") or ()
         if isinstance(d, dict) and d.get("fingerprint") == "measured"
     }
-    view.nodes[node.name] = node.phase
+    figures = []
     for device in node.devices:
-        key = (device.vendor.value, device.model)
-        summary = models.setdefault(key, ModelSummary(*key))
         used = usage.get(device.uuid, {})
         device_acu = acu(device.tflops_fp16)
-        summary.nodes.add(node.name)
-        summary.devices += 1
-        summary.vram_total += device.vram_bytes
-        summary.vram_used += min(int(used.get("vramAllocatedBytes", 0)), device.vram_bytes)
-        summary.acu_total += device_acu
-        summary.acu_used += device_acu * min(int(used.get("computeAllocated", 0)), 100) / 100
-        summary.measured += device.uuid in measured
+        sick = None
         if device.health_state is not HealthState.HEALTHY:
-            summary.not_healthy += 1
-            view.sick.append(
-                SickDevice(
-                    node.name,
-                    device.uuid,
-                    device.vendor.value,
-                    device.index,
-                    device.model,
-                    device.health_state.value,
-                    device.health_score,
-                    str(used.get("reason") or ""),
-                )
+            sick = SickDevice(
+                node.name,
+                device.uuid,
+                device.vendor.value,
+                device.index,
+                device.model,
+                device.health_state.value,
+                device.health_score,
+                str(used.get("reason") or ""),
             )
+        figures.append(
+            _DeviceFigures(
+                vendor=device.vendor.value,
+                model=device.model,
+                vram_total=device.vram_bytes,
+                vram_used=min(int(used.get("vramAllocatedBytes", 0)), device.vram_bytes),
+                acu_total=device_acu,
+                acu_used=device_acu * min(int(used.get("computeAllocated", 0)), 100) / 100,
+                measured=device.uuid in measured,
+                sick=sick,
+            )
+        )
+    return node.name, node.phase, figures
 
 
 def _is_pending(pod: Mapping[str, Any]) -> bool:

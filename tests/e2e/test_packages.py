@@ -64,6 +64,9 @@ def test_deb_install_run_upgrade_purge(packages: dict[str, Path], debian_root: P
         "test ! -e /etc/systemd/system/multi-user.target.wants/hcs-syncer.service; "
         "test -f /usr/share/hcsd/kubernetes/crds/computenodes.yaml; "
         "test -f /usr/share/man/man8/hcs-syncer.8.gz; "
+        # the kubectl plugin: kubectl runs /usr/bin/kubectl-hcs as `kubectl hcs`
+        "kubectl-hcs --help | head -n 1; test -f /usr/share/man/man1/kubectl-hcs.1.gz; "
+        "test -f /usr/share/hcsd/kubernetes/rbac-viewer.yaml; "
         "diff /etc/hcsd/hcsd.toml /dev/null | grep -q 'print-default\\|Every key' || "
         "  grep -q '^#backends' /etc/hcsd/hcsd.toml; "
         # the packaged default: real backends, whatever the node has
@@ -75,6 +78,7 @@ def test_deb_install_run_upgrade_purge(packages: dict[str, Path], debian_root: P
     print(out)
     assert "hcsd 0.1.0" in out and "allocated" in out
     assert "hcs-syncer 0.1.0" in out and "hcs-scheduler-extender 0.1.0" in out
+    assert "usage: kubectl hcs" in out
     journal_sum = next(line for line in out.splitlines() if "/var/lib/hcsd/journal" in line)
     out = in_root(
         root,
@@ -111,7 +115,7 @@ def test_rpm_into_root_tree(packages: dict[str, Path], debian_root: Path) -> Non
         "/usr/bin/hcsd", "/usr/lib/hcs/install-venv", "/usr/lib/hcs/bpf/ras.bpf.o",
         "/usr/lib/systemd/system/hcsd.service", "/usr/lib/tmpfiles.d/hcsd.conf",
         "/usr/lib/systemd/system/hcs-syncer.service", "/usr/bin/hcs-syncer",
-        "/usr/share/hcsd/kubernetes/scheduler-config.yaml",
+        "/usr/bin/kubectl-hcs", "/usr/share/hcsd/kubernetes/scheduler-config.yaml",
         "/etc/hcsd/hcsd.toml", "/usr/share/containers/oci/hooks.d/hcs.json", "/var/lib/hcsd",
     ):  # fmt: skip
         assert path in files.splitlines(), path

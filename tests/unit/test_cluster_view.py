@@ -182,9 +182,15 @@ def test_pending_accelerator_pods_with_the_schedulers_reason() -> None:
 
 def test_a_malformed_compute_node_is_named_not_fatal() -> None:
     broken = {"metadata": {"name": "bad"}, "spec": {"devices": [{"uuid": "x"}]}}
-    view = summarise([broken, NODES[0]], [], [])
-    assert [m.devices for m in view.models] == [2]
-    assert len(view.problems) == 1 and "'bad'" in view.problems[0]
+    # the first device reads, the second's usage does not: the node is left out whole
+    half = json.loads(json.dumps(NODES[1]))
+    half["metadata"]["name"] = "half"
+    half["status"]["devices"][1]["vramAllocatedBytes"] = "lots"
+    view = summarise([broken, half, NODES[0]], [], [])
+    assert [m.devices for m in view.models] == [2] and view.sick == []
+    assert list(view.nodes) == ["gpu-a"]
+    assert len(view.problems) == 2
+    assert "'bad'" in view.problems[0] and "'half'" in view.problems[1]
 
 
 def test_text() -> None:
