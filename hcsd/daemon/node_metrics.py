@@ -148,7 +148,8 @@ class NodeCollector(Collector):
         )
         reason = GaugeMetricFamily(
             "hcs_device_health_reason",
-            "1 for each device not healthy, with why (its last health event).",
+            "1 for each device not healthy, with why: the kind of its last fault, in words "
+            "that stay the same while the fault goes on (the details are in hcsd's log).",
             labels=["device", "reason"],
         )
         for s in statuses:
@@ -157,7 +158,7 @@ class NodeCollector(Collector):
             for each in HealthState:
                 state.add_metric([*labels, each.value], 1 if s.device.health_state is each else 0)
             if s.device.health_state is not HealthState.HEALTHY:
-                why = self.watcher.analyzer.reason(s.device.uuid) if self.watcher else None
+                why = self.watcher.analyzer.cause(s.device.uuid) if self.watcher else None
                 reason.add_metric([s.device.uuid, why or s.device.health_state.value], 1)
         yield from (score, state, reason)
         bad = {s.device.uuid for s in statuses if not s.device.health_state.schedulable}

@@ -79,7 +79,8 @@ class DeviceHealth:
     state: HealthState = HealthState.HEALTHY
     last_fault: float | None = None
     last_fatal: float | None = None
-    reason: str = ""
+    reason: str = ""  # in detail: counts, ratios, the kernel's line
+    cause: str = ""  # the same in words that do not change while the fault goes on
     trend: TrendWindow = field(default_factory=TrendWindow)
 
 
@@ -95,22 +96,40 @@ class HealthAnalyzer:
     def devices(self) -> list[str]:
         return list(self._devices)
 
+    def _health(self, uuid: str) -> DeviceHealth:
+        """The device's record, made on first sight: a device hot-plugged back under a new
+        uuid is unknown to the list this analyzer started with, and starts healthy."""
+        health = self._devices.get(uuid)
+        if health is None:
+            health = self._devices[uuid] = DeviceHealth(changed_at=self.clock())
+        return health
+
     def score(self, uuid: str, now: float | None = None) -> float:
-        health = self._devices[uuid]
+        health = self._health(uuid)
         now = self.clock() if now is None else now
         recovered = 100.0 * (now - health.changed_at) / self.settings.quiet_period
         return max(0.0, min(100.0, health.score_at + recovered))
 
     def state(self, uuid: str) -> HealthState:
-        return self._devices[uuid].state
+        return self._health(uuid).state
 
     def reason(self, uuid: str) -> str:
-        return self._devices[uuid].reason
+        """Why the device is not healthy, in detail (for logs and the ComputeNode); "" when
+        it is healthy or unknown here."""
+        health = self._devices.get(uuid)
+        return health.reason if health is not None else ""
+
+    def cause(self, uuid: str) -> str:
+        """The reason without its changing details (no counts, ratios, pids or kernel text),
+        fit for a metric label: a label that changed with every event would start a new
+        series each time and restart an alert's `for:`. "" when healthy or unknown."""
+        health = self._devices.get(uuid)
+        return health.cause if health is not None else ""
 
     def observe(self, uuid: str, event: HealthEvent) -> HealthState:
         """Account one event; returns the device's state after it."""
         s = self.settings
-        health = self._devices[uuid]
+        health = self._health(uuid)
         now = self.clock()
         if event.severity is Severity.APPLICATION:
             self.ignored[event.code] += 1
@@ -125,11 +144,12 @@ class HealthAnalyzer:
         else:
             health.last_fault = now
             health.reason = f"{event.code}: {event.message[:120]}"
+            health.cause = f"{event.code} ({event.severity.name.lower()})"
         if event.severity is Severity.FATAL:
             health.last_fatal = now
         self._set_score(health, self.score(uuid, now) - penalty, now)
         if event.severity is Severity.CORRECTABLE and not health.reason:
-            health.reason = f"{event.code}: correctable errors"
+            health.reason = health.cause = f"{event.code}: correctable errors"
         return self._update_state(uuid, now)
 
     def report_slow(self, uuid: str, ratio: float) -> HealthState:
@@ -139,9 +159,10 @@ class HealthAnalyzer:
         kernel message; the syncer calls this once it has seen that for its window.
         """
         now = self.clock()
-        health = self._devices[uuid]
+        health = self._health(uuid)
         health.last_fault = now
         health.reason = f"slow: {ratio:.0%} of the cluster average"
+        health.cause = "slow: below the cluster average"
         self._set_score(health, self.score(uuid, now) - self.settings.slow_penalty, now)
         return self._update_state(uuid, now)
 
@@ -165,6 +186,7 @@ class HealthAnalyzer:
             health.reason = (
                 f"correctable errors rising: {recent} in the last window, {earlier} before"
             )
+            health.cause = "correctable errors rising"
             return s.trend_penalty
         return 0.0
 
@@ -174,7 +196,7 @@ class HealthAnalyzer:
 
     def _update_state(self, uuid: str, now: float) -> HealthState:
         s = self.settings
-        health = self._devices[uuid]
+        health = self._health(uuid)
         score = self.score(uuid, now)
         quiet = health.last_fault is None or now - health.last_fault >= s.quiet_period
         if (health.last_fatal is not None and now - health.last_fatal < s.quiet_period) or (
@@ -188,6 +210,6 @@ class HealthAnalyzer:
         else:
             state = HealthState.HEALTHY
         if state is HealthState.HEALTHY:
-            health.reason = ""
+            health.reason = health.cause = ""
         health.state = state
         return state

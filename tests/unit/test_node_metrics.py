@@ -10,6 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hcsd.daemon.metrics import exposition, registry
 from hcsd.discovery import Inventory
+from hcsd.health.events import HealthEvent, Severity
+from hcsd.health.settings import HealthSection
+from hcsd.health.watching import HealthWatcher
 from hcsd.ledger import Ledger
 from hcsd.model import HealthState, Request, Vendor
 from hcsd.service import NodeService
@@ -131,3 +134,46 @@ def test_allocations_on_unschedulable_devices(mixed_inventory: Inventory, ledger
     assert found.get_sample_value("hcs_allocations_on_unschedulable_devices") == 0
     service.set_device(replace(device, health_state=HealthState.UNHEALTHY))
     assert found.get_sample_value("hcs_allocations_on_unschedulable_devices") == 1
+
+
+def _watched(service: NodeService) -> HealthWatcher:
+    return HealthWatcher(service, HealthSection(), sysfs="/nonexistent")
+
+
+def test_a_device_hot_plugged_back_under_a_new_uuid_scrapes_and_takes_events(
+    mixed_inventory: Inventory, ledger: Ledger
+) -> None:
+    service = NodeService(mixed_inventory, ledger)
+    watcher = _watched(service)
+    old = next(s.device for s in service.devices() if s.device.pci_bus_id)
+    service.set_device(replace(old, health_state=HealthState.LOST, health_score=0))
+    back = replace(old, uuid="GPU-back-under-a-new-uuid", health_state=HealthState.HEALTHY)
+    service.set_device(back)
+    watcher.on_event(HealthEvent(old.pci_bus_id, old.vendor.value, "xid-79", Severity.FATAL,
+                                 "NVRM: Xid (PCI:...): 79, pid=1, GPU has fallen off", 0.0))  # fmt: skip
+    found = samples(scrape_with(service, watcher))
+    reasons = {dict(k)["device"]: dict(k)["reason"] for n, k in found if n.endswith("reason")}
+    assert reasons[back.uuid] == "xid-79 (fatal)"
+    assert reasons[old.uuid] == "lost"
+
+
+def test_the_reason_label_stays_the_same_while_the_fault_goes_on(
+    mixed_inventory: Inventory, ledger: Ledger
+) -> None:
+    service = NodeService(mixed_inventory, ledger)
+    watcher = _watched(service)
+    device = next(s.device for s in service.devices() if s.device.pci_bus_id)
+    seen = set()
+    for pid in (101, 202, 303):
+        line = f"NVRM: Xid (PCI:{device.pci_bus_id}): 13, pid={pid}, name=python{pid}, fault"
+        watcher.on_event(
+            HealthEvent(device.pci_bus_id, "nvidia", "xid-13", Severity.DEGRADING, line, 0.0)
+        )
+        found = samples(scrape_with(service, watcher))
+        seen |= {dict(k)["reason"] for n, k in found if n == "hcs_device_health_reason"}
+    assert seen == {"xid-13 (degrading)"}
+    assert "pid=303" in watcher.analyzer.reason(device.uuid)  # the details stay for the log
+
+
+def scrape_with(service: NodeService, watcher: HealthWatcher) -> str:
+    return exposition(registry(service, watcher, telemetry=Telemetry()))[0].decode()
