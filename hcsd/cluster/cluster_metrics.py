@@ -5,6 +5,11 @@ The extender already keeps every ComputeNode, heartbeat Lease and ComputeQuota i
 informers; this collector reads one snapshot of them per scrape, so a node or a device that
 leaves the cluster leaves the next scrape with it. Every replica exports the same view (the
 informers do not need the lease); rules take `max` over replicas.
+
+Per-node and per-device series are bounded by what matters: heartbeats only for nodes that
+have a ComputeNode (a removed node's Lease leaves no series behind), and per-device health
+only for devices that are not healthy (the counts per model cover the healthy ones), so a
+scrape of a large healthy cluster costs per model, not per device.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hcsd.cluster.compute_quota import Amounts, Quota
+from hcsd.cluster.heartbeats import stale_reason
 from hcsd.cluster.state import ClusterState
 from hcsd.contract.names import QUOTA_DEVICES, QUOTA_TFLOPS, QUOTA_VRAM
 from hcsd.profiles.exchange import share_tflops
@@ -60,7 +66,8 @@ class ClusterCollector(Collector):
         acu_used = _gauge("hcs_cluster_acu_allocated", "Compute reserved, in ACU.", MODEL)
         health = _gauge(
             "hcs_cluster_device_health",
-            "1 for each device, labelled with its health as its ComputeNode reports it.",
+            "1 for each device that is not healthy, labelled with its health as its "
+            "ComputeNode reports it (healthy devices are counted in hcs_cluster_devices).",
             ["node", "device", *MODEL, "health"],
         )
         counts: Counter[tuple[str, str, str]] = Counter()
@@ -70,7 +77,8 @@ class ClusterCollector(Collector):
                 key = (d.vendor.value, d.model)
                 state = d.health_state.value
                 counts[(*key, state)] += 1
-                health.add_metric([name, d.uuid, *key, state], 1)
+                if state != "healthy":
+                    health.add_metric([name, d.uuid, *key, state], 1)
                 use = node.usage.get(d.uuid)
                 row = sums.setdefault(key, [0.0, 0.0, 0.0, 0.0])
                 row[0] += d.vram_bytes
@@ -88,13 +96,23 @@ class ClusterCollector(Collector):
         yield from (devices, vram, vram_used, acu, acu_used, health)
         age = _gauge(
             "hcs_cluster_node_heartbeat_age_seconds",
-            "Since the node's hcs heartbeat Lease was last seen renewed.",
+            "Since the node's hcs heartbeat Lease was last seen renewed (nodes with a "
+            "ComputeNode only).",
+            ["node"],
+        )
+        stale = _gauge(
+            "hcs_cluster_node_heartbeat_stale",
+            "1 while the extender places no pods on the node for want of a heartbeat (none, "
+            "or older than its Lease's duration): the rule the filter applies.",
             ["node"],
         )
         now = time.monotonic()
-        for name, beat in sorted(snapshot.heartbeats.items()):
-            age.add_metric([name], max(now - beat.renewed, 0.0))
-        yield age
+        for name in sorted(snapshot.nodes):
+            beat = snapshot.heartbeats.get(name)
+            if beat is not None:
+                age.add_metric([name], max(now - beat.renewed, 0.0))
+            stale.add_metric([name], 0 if stale_reason(beat, now) is None else 1)
+        yield from (age, stale)
         yield self._quotas(snapshot.quotas)
 
     def _quotas(self, quotas: tuple[Quota, ...]) -> Metric:

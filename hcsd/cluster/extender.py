@@ -58,7 +58,7 @@ class Extender:
     ) -> None:
         self.is_leader = is_leader
         self.keys = keys
-        self.metrics = Metrics()
+        self.metrics = Metrics(is_leader)
         self.state = ClusterState(kube, keys=keys, namespace=namespace, clock=clock)
         self.decider = Decider(db, self.metrics, self.state.changed_between)
         self.binder = Binder(

@@ -10,15 +10,21 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["BUCKETS", "Metrics", "Pending"]
+__all__ = ["BUCKETS", "SCHEDULING_BUCKETS", "Metrics", "Pending"]
 
 BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# A pod's first filter to its Binding: a fit is bound in a second, a pod waiting for room
+# (quota, a device freed by another job) waits minutes to hours; past 3 hours all look alike.
+SCHEDULING_BUCKETS = (
+    0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+    7200.0, 10800.0,
+)  # fmt: skip
 # kube-scheduler retries an unschedulable pod at least every 5 minutes: a pod not filtered
 # again for longer is gone (deleted, or scheduled by someone else) and is no longer counted.
 PENDING_WINDOW = 360.0
@@ -26,9 +32,15 @@ _PENDING = 50_000  # pods remembered at most
 
 
 class Pending(Collector):
-    """Pods asking for accelerators that the extender has filtered and not yet bound."""
+    """Pods asking for accelerators that the extender has filtered and not yet bound.
 
-    def __init__(self) -> None:
+    Exported only while this replica leads: kube-scheduler calls the ready (leading) replica
+    alone, so a replica that has lost the lease holds a memory of pods that the new leader
+    counts too, and summing both would count them twice for up to the window.
+    """
+
+    def __init__(self, is_leader: Callable[[], bool] = lambda: True) -> None:
+        self.is_leader = is_leader
         self._lock = threading.Lock()
         self._pods: OrderedDict[str, tuple[str, bool, float]] = OrderedDict()  # uid -> ns, fit
 
@@ -62,13 +74,16 @@ class Pending(Collector):
             "no node fits them (unschedulable) or a node does and the bind is to come.",
             labels=["namespace", "phase"],
         )
+        if not self.is_leader():
+            yield family
+            return
         for (namespace, phase), n in sorted(self.counts().items()):
             family.add_metric([namespace, phase], n)
         yield family
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, is_leader: Callable[[], bool] = lambda: True) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "hcs_extender_requests", "Extender calls by verb.", ["verb"], registry=self.registry
@@ -89,7 +104,7 @@ class Metrics:
         self.scheduling = Histogram(
             "hcs_extender_scheduling_seconds",
             "From a pod's first filter call to its Binding.",
-            buckets=BUCKETS,
+            buckets=SCHEDULING_BUCKETS,
             registry=self.registry,
         )
         self.refusals = Counter(
@@ -109,12 +124,13 @@ class Metrics:
             self.binds.labels(result)
         for reason in ("bad_request", "quota", "unfit"):
             self.refusals.labels(reason)
-        self.pending = Pending()
+        self.pending = Pending(is_leader)
         self.registry.register(self.pending)
 
-    def value(self, name: str, **labels: str) -> float:
-        """One sample's value now (0 when absent): for tests and the command line."""
-        return self.registry.get_sample_value(name, labels) or 0.0
+    def value(self, name: str, **labels: str) -> float | None:
+        """One sample's value now, None when there is no such sample (a wrong name or label
+        reads as None, never as a plausible 0): for tests and the command line."""
+        return self.registry.get_sample_value(name, labels)
 
     def observe(self, verb: str, seconds: float) -> None:
         self.requests.labels(verb).inc()

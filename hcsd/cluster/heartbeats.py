@@ -71,7 +71,8 @@ class Heartbeats:
     """The latest heartbeat per node.
 
     Not locked on its own: `ClusterState` calls it under its lock. A deleted Lease leaves its
-    last heartbeat in place, to age out like a syncer that stopped renewing.
+    last heartbeat in place, to age out like a syncer that stopped renewing, as long as the
+    node's ComputeNode is there; once both are gone, `ClusterState` drops it.
     """
 
     def __init__(self, clock: Callable[[], float]) -> None:

@@ -98,6 +98,7 @@ class ClusterState:
         self._views: dict[str, NodeView] = {}
         self._holds = Holds()
         self._heartbeats = Heartbeats(clock)
+        self._leased: set[str] = set()  # nodes whose heartbeat Lease exists now
         self._quotas: dict[str, Quota] = {}
         self._nodes: dict[str, NodeSnapshot] = {}  # copied on write: Snapshots share it
         self._dirty: set[str] = set()  # nodes whose NodeSnapshot is out of date
@@ -156,6 +157,8 @@ class ClusterState:
         with self._lock:
             if new is None:
                 self._views.pop(key, None)
+                if key not in self._leased:
+                    self._forget_beat(key)  # node and Lease both gone
             else:
                 self._views[key] = new
             self._touch(key)
@@ -181,14 +184,27 @@ class ClusterState:
     def _lease_changed(self, key: str, old: NodeLease | None, new: NodeLease | None) -> None:
         """The heartbeat handler: a renewal makes the node usable for its Lease's duration."""
         if new is None:
-            return  # deleted: the last heartbeat ages out (see Heartbeats)
+            if old is not None:
+                with self._lock:
+                    self._leased.discard(old.node)
+                    if old.node not in self._views:
+                        self._forget_beat(old.node)  # node and Lease both gone
+            return  # the node stays: its last heartbeat ages out (see Heartbeats)
         with self._lock:
+            self._leased.add(new.node)
             before = self._heartbeats.beats.get(new.node)
             if self._heartbeats.record(new, time.monotonic()):
                 self._touch(new.node)
             if self._heartbeats.beats.get(new.node) is not before:  # not a relist's repeat
                 self._beats_moved = True
                 self._last = None
+
+    def _forget_beat(self, node: str) -> None:
+        """Under the lock: a node without ComputeNode nor Lease is gone; keeping its last
+        heartbeat would keep it (and its series) forever."""
+        if self._heartbeats.beats.pop(node, None) is not None:
+            self._beats_moved = True
+            self._last = None
 
     # --- the assume cache, for Binder -----------------------------------------------------
 

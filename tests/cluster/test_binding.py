@@ -106,6 +106,7 @@ def test_a_failed_binding_gives_its_grants_back(plane: ControlPlane, extender: E
     })  # fmt: skip
     assert extender.filter(taken, ["bind-b"]).passed == ["bind-b"]
     errors = extender.metrics.value("hcs_extender_binds_total", result="error")
+    assert errors is not None
     assert bind(extender, taken, "bind-b").startswith("bind failed: 409 Conflict")
     assert extender.metrics.value("hcs_extender_binds_total", result="error") == errors + 1
     assert extender.filter(taken, ["bind-b"]).passed == ["bind-b"]  # nothing left assumed

@@ -9,6 +9,7 @@ from hcsd.cluster.compute_quota import quota_of
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.kube import Kube
 from hcsd.contract.keyring import Keyring
+from hcsd.contract.names import NAMESPACE, NODE_LEASE_PREFIX
 from hcsd.profiles.database import ProfileDatabase
 from tests.unit.fleet import GiB, add_node, assigned, beat, pod
 
@@ -87,3 +88,69 @@ def test_pending_pods_until_bound(extender: Extender) -> None:
     assert value(extender, pending, namespace="a", phase="binding") == 1
     extender.metrics.pending.bound("fits")
     assert value(extender, pending, namespace="a", phase="binding") is None
+
+
+def test_a_removed_node_leaves_no_heartbeat_behind(extender: Extender) -> None:
+    add_node(extender, "gone")
+    beat(extender, "gone")
+    add_node(extender, "kept")
+    beat(extender, "kept")
+    assert value(extender, "hcs_cluster_node_heartbeat_stale", node="gone") == 0
+    extender.state.leases.apply(f"{NAMESPACE}/{NODE_LEASE_PREFIX}gone", None)
+    extender.state.nodes.apply("gone", None)  # the node is removed: Lease and ComputeNode
+    for name in ("hcs_cluster_node_heartbeat_age_seconds", "hcs_cluster_node_heartbeat_stale"):
+        assert value(extender, name, node="gone") is None
+        assert value(extender, name, node="kept") is not None
+    assert "gone" not in extender.state.snapshot().heartbeats  # not kept forever either
+
+
+def test_a_lease_without_its_compute_node_exports_nothing(extender: Extender) -> None:
+    beat(extender, "leased-only", age=300.0)
+    assert value(extender, "hcs_cluster_node_heartbeat_age_seconds", node="leased-only") is None
+    assert value(extender, "hcs_cluster_node_heartbeat_stale", node="leased-only") is None
+
+
+@pytest.mark.parametrize(
+    ("age", "duration", "stale"),
+    [
+        pytest.param(None, 40.0, 1, id="no-lease"),
+        pytest.param(0.0, 40.0, 0, id="fresh"),
+        pytest.param(50.0, 40.0, 1, id="older-than-its-lease"),
+        pytest.param(50.0, 90.0, 0, id="a-longer-lease-seconds-vouches-longer"),
+    ],
+)
+def test_stale_follows_the_lease_duration_as_the_filter_does(
+    extender: Extender, age: float | None, duration: float, stale: int
+) -> None:
+    add_node(extender, "n1")
+    if age is not None:
+        beat(extender, "n1", age=age, duration=duration)
+    assert value(extender, "hcs_cluster_node_heartbeat_stale", node="n1") == stale
+    refused = extender.filter(pod({"ai.compute/vram": "1Gi"}), ["n1"]).passed == []
+    assert refused == bool(stale)
+
+
+def test_per_device_health_only_for_devices_not_healthy(extender: Extender) -> None:
+    add_node(extender, "n1")
+    a100 = {"vendor": "nvidia", "model": "A100-SXM4-80GB"}
+    assert value(extender, "hcs_cluster_devices", **a100, health="healthy") == 2
+    assert value(extender, "hcs_cluster_device_health", node="n1", device="n1-0", **a100,
+                 health="healthy") is None  # fmt: skip
+
+
+def test_pending_pods_only_while_leading(extender: Extender) -> None:
+    leading = [True]
+    extender.metrics.pending.is_leader = lambda: leading[0]
+    add_node(extender, "n1")
+    beat(extender, "n1")
+    extender.filter(pod({"ai.compute/vram": "4096Gi"}, uid="big", namespace="a"), ["n1"])
+    pending = "hcs_extender_pending_pods"
+    assert value(extender, pending, namespace="a", phase="unschedulable") == 1
+    leading[0] = False  # the lease moved: the new leader counts this pod from now on
+    assert value(extender, pending, namespace="a", phase="unschedulable") is None
+
+
+def test_scheduling_latency_reaches_hours(extender: Extender) -> None:
+    extender.metrics.scheduling.observe(2 * 3600.0)
+    assert value(extender, "hcs_extender_scheduling_seconds_bucket", le="3600.0") == 0
+    assert value(extender, "hcs_extender_scheduling_seconds_bucket", le="10800.0") == 1
