@@ -42,7 +42,13 @@ class Telemetry(Collector):
             buckets=LATENCY_BUCKETS,
             registry=None,
         )
-        self.nri_registered: bool | None = None  # None: NRI is off, nothing to say
+        # Sessions registered with the runtime now (hcsd's own connection and the
+        # pre-launched relay's run side by side); None: NRI is off, nothing to say.
+        self.nri_sessions: int | None = None
+
+    @property
+    def nri_registered(self) -> bool:
+        return bool(self.nri_sessions)
 
     @contextmanager
     def timed(self, histogram: Histogram, label: str) -> Iterator[None]:
@@ -56,9 +62,10 @@ class Telemetry(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self.api.collect()
         yield from self.nri.collect()
-        if self.nri_registered is not None:
+        if self.nri_sessions is not None:
             yield GaugeMetricFamily(
                 "hcs_nri_registered",
-                "1 while hcsd is registered as an NRI plugin with the container runtime.",
-                value=1 if self.nri_registered else 0,
+                "1 while hcsd is registered as an NRI plugin with the container runtime "
+                "(through any of its sessions).",
+                value=1 if self.nri_sessions > 0 else 0,
             )

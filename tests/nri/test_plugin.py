@@ -205,6 +205,24 @@ async def test_hook_times_and_registration_for_the_metrics(
     assert telemetry.nri_registered is False  # the runtime went away
 
 
+async def test_registered_while_any_of_two_sessions_is(
+    tmp_path: Path, mixed_inventory: Inventory
+) -> None:
+    """hcsd's own connection and the pre-launched relay's run side by side: one ending
+    leaves hcsd registered through the other."""
+    telemetry = Telemetry()
+    async with plugin_setup(tmp_path, mixed_inventory, telemetry=telemetry) as nri:
+        await asyncio.wait_for(nri.plugin.connected.wait(), 2)
+        peer, session = await connect(nri.plugin)  # the second session, registered
+        peer.close()
+        await asyncio.wait_for(session, 2)  # ... and gone again
+        assert telemetry.nri_registered is True
+        assert [
+            s.value for f in telemetry.collect() for s in f.samples if s.name == "hcs_nri_registered"
+        ] == [1]
+    assert telemetry.nri_registered is False  # both gone
+
+
 def assignment(**overrides: object) -> str:
     body: dict[str, object] = {
         "v": 1,

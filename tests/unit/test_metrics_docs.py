@@ -58,7 +58,7 @@ def test_hcsd_exports_what_the_document_lists(mixed_inventory: Inventory, ledger
     settings = WatchdogSettings(1.0, section.tolerance(), Policy.WARN)
     vram = Watchdog([], service.allocations, lambda v: None, settings)
     telemetry = Telemetry()
-    telemetry.nri_registered = False
+    telemetry.nri_sessions = 0
     found = registry(service, watcher, vram, telemetry)
     assert exported(found.collect()) == documented("hcsd (per node)")
 

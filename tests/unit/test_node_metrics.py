@@ -112,7 +112,7 @@ def test_latency_histograms_and_nri_registration(
     telemetry = Telemetry()
     found = registry(NodeService(mixed_inventory, ledger), telemetry=telemetry)
     assert found.get_sample_value("hcs_nri_registered") is None  # NRI off: not exported
-    telemetry.nri_registered = True
+    telemetry.nri_sessions = 1
     with telemetry.timed(telemetry.nri, "CreateContainer"):
         pass
     with pytest.raises(ValueError), telemetry.timed(telemetry.api, "Allocate"):

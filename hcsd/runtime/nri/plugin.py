@@ -73,8 +73,8 @@ class NriPlugin:
     ) -> None:
         settings = settings or RuntimeSection()
         self.telemetry = telemetry
-        if telemetry is not None:
-            telemetry.nri_registered = False
+        if telemetry is not None and telemetry.nri_sessions is None:
+            telemetry.nri_sessions = 0
         self.injector = injector
         self.socket_path = settings.nri_socket
         self.prelaunch_socket = settings.nri_prelaunch_socket
@@ -169,6 +169,7 @@ class NriPlugin:
             self._handlers(_Session()), lambda data: mux.send(PLUGIN_SERVICE_CONN, data)
         )
         client = Client(lambda data: mux.send(RUNTIME_SERVICE_CONN, data))
+        registered = False
         reading = asyncio.create_task(mux.run(), name="nri-mux")
         serving = asyncio.create_task(server.serve(plugin_side), name="nri-server")
         receiving = asyncio.create_task(client.receive(runtime_side), name="nri-client")
@@ -187,15 +188,20 @@ class NriPlugin:
                 self.runtime or "the runtime",
             )
             self.connected.set()
-            if self.telemetry is not None:
-                self.telemetry.nri_registered = True
+            registered = True
+            self._registered(+1)
             await reading
         finally:
-            if self.telemetry is not None:
-                self.telemetry.nri_registered = False
+            if registered:
+                self._registered(-1)
             for task in (reading, serving, receiving):
                 task.cancel()
             await asyncio.gather(reading, serving, receiving, return_exceptions=True)
+
+    def _registered(self, change: int) -> None:
+        """Count this session in or out of the registered ones (hcs_nri_registered)."""
+        if self.telemetry is not None and self.telemetry.nri_sessions is not None:
+            self.telemetry.nri_sessions += change
 
     # -- handlers ---------------------------------------------------------------------------
 
