@@ -28,14 +28,20 @@ def find(tool: str) -> str | None:
     return shutil.which(tool) or next((p for p in (f"/usr/bin/{tool}",) if Path(p).exists()), None)
 
 
-def panel_queries() -> list[tuple[str, str]]:
-    """(panel title, PromQL) for every query of every panel of the dashboard."""
-    dashboard = json.loads(DASHBOARD.read_text())
-    return [
-        (panel["title"], target["expr"])
-        for panel in dashboard["panels"]
-        for target in panel.get("targets", [])
-    ]
+def panel_queries(dashboard: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """(panel title, PromQL) for every query of every panel of the dashboard, those in
+    collapsed rows included (Grafana keeps a collapsed row's panels inside the row)."""
+    found = json.loads(DASHBOARD.read_text()) if dashboard is None else dashboard
+
+    def walk(panels: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return [
+            query
+            for panel in panels
+            for query in [(panel["title"], t["expr"]) for t in panel.get("targets", [])]
+            + walk(panel.get("panels", []))
+        ]
+
+    return walk(found["panels"])
 
 
 class Prometheus:
@@ -56,13 +62,13 @@ class Prometheus:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, binary: str, timeout: float = 60) -> Prometheus:
-        log = open(self.work / "prometheus.log", "ab")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [binary, f"--config.file={self.config}",
-             f"--storage.tsdb.path={self.work / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        with open(self.work / "prometheus.log", "ab") as log:  # the child keeps its own copy
+            self.process = subprocess.Popen(
+                [binary, f"--config.file={self.config}",
+                 f"--storage.tsdb.path={self.work / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

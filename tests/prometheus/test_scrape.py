@@ -128,3 +128,17 @@ def test_the_unhealthy_npu_is_seen_with_its_reason(prometheus: Prometheus) -> No
     wait_for(lambda: bool(prometheus.query(expr)), "the NPU's health reason", prometheus)
     rows = [s["metric"] for s in prometheus.query(expr)]
     assert [(r["node"], r["device"][:3]) for r in rows] == [("npu-node", "NPU")]
+
+
+def test_the_unhealthy_npu_raises_its_alert_with_its_reason(prometheus: Prometheus) -> None:
+    """The rule's `for:` is a minute: the alert is pending from its first evaluation."""
+    expr = 'ALERTS{alertname="HcsDeviceUnhealthy", alertstate=~"pending|firing"}'
+    wait_for(lambda: bool(prometheus.query(expr)), "HcsDeviceUnhealthy pending", prometheus)
+    rows = [s["metric"] for s in prometheus.query(expr)]
+    assert [(r["node"], r["device"][:3], r["state"]) for r in rows] == [
+        ("npu-node", "NPU", "unhealthy")
+    ]
+    alerts = [a for a in prometheus.api("alerts")["alerts"]
+              if a["labels"]["alertname"] == "HcsDeviceUnhealthy"]  # fmt: skip
+    reason = prometheus.query("hcs_device_health_reason")[0]["metric"]["reason"]
+    assert f"unhealthy: {reason}." in alerts[0]["annotations"]["description"]
