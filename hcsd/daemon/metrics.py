@@ -9,7 +9,10 @@ to loopback by default and needs nothing more.
 
 Any local user can connect, so the port is served by `BoundedServer` (hcsd/daemon/serving.py):
 at most `max_connections` open at once, the rest waiting in the kernel's accept queue, and each
-closed once `idle_timeout` seconds have passed, whatever it is doing.
+closed once `idle_timeout` seconds have passed, whatever it is doing. Rendering runs on the
+event loop the NRI hooks share (a few milliseconds a scrape), so a body is kept for
+`cache_seconds` per content type: a local loop of GETs costs the loop one render a second,
+not one a request, and Prometheus (every 15 s or more) always gets a fresh one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import (
@@ -89,6 +94,7 @@ class MetricsSection(Section):
 MAX_CONNECTIONS = 16  # Prometheus scrapes one at a time; a few spare for curl and probes
 IDLE_TIMEOUT = 5.0
 MAX_HEAD = 8192
+CACHE_SECONDS = 1.0
 
 
 class MetricsServer:
@@ -102,8 +108,14 @@ class MetricsServer:
         *,
         max_connections: int = MAX_CONNECTIONS,
         idle_timeout: float = IDLE_TIMEOUT,
+        cache_seconds: float = CACHE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry(service, watcher, vram, telemetry)
+        self.cache_seconds = cache_seconds
+        self.clock = clock
+        self._cache: dict[str, tuple[float, bytes]] = {}  # content type -> (rendered at, body)
+        self.renders = 0
         host, _, port = settings.listen.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
@@ -125,6 +137,18 @@ class MetricsServer:
     async def stop(self) -> None:
         await self.server.stop()
 
+    def body(self, accept: str) -> tuple[bytes, str]:
+        """The rendered body for `accept`, rendered again once `cache_seconds` have passed."""
+        encoder, kind = choose_encoder(accept)
+        now = self.clock()
+        cached = self._cache.get(kind)
+        if cached is not None and now - cached[0] < self.cache_seconds:
+            return cached[1], kind
+        body = encoder(self.registry)
+        self.renders += 1
+        self._cache[kind] = (now, body)
+        return body, kind
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
@@ -132,7 +156,7 @@ class MetricsServer:
             if len(parts) != 3 or parts[0] != "GET":
                 await _respond(writer, 405, "text/plain", b"only GET is served\n")
             elif parts[1].split("?")[0] == "/metrics":
-                body, kind = exposition(self.registry, _header(head[1:], "accept"))
+                body, kind = self.body(_header(head[1:], "accept"))
                 await _respond(writer, 200, kind, body)
             elif parts[1] == "/healthz":
                 await _respond(writer, 200, "text/plain", b"ok\n")
