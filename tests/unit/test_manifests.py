@@ -281,6 +281,8 @@ def _array(value: Any, schema: Mapping[str, Any], where: str) -> Iterator[str]:
     if not isinstance(value, list):
         yield f"{where}: {value!r} is not an array"
         return
+    if len(value) > schema.get("maxItems", len(value)):
+        yield f"{where}: {len(value)} items, over maxItems {schema['maxItems']}"
     for i, item in enumerate(value):
         yield from validate(item, schema["items"], f"{where}[{i}]")
     keys = schema.get("x-kubernetes-list-map-keys")
@@ -309,6 +311,8 @@ def _string(value: Any, schema: Mapping[str, Any], where: str) -> Iterator[str]:
         return
     if len(value) < schema.get("minLength", 0):
         yield f"{where}: {value!r} is shorter than {schema['minLength']}"
+    if len(value) > schema.get("maxLength", len(value)):
+        yield f"{where}: {len(value)} characters, over maxLength {schema['maxLength']}"
     if "pattern" in schema and not re.search(schema["pattern"], value):
         yield f"{where}: {value!r} does not match {schema['pattern']}"
     if schema.get("format") == "date-time" and not RFC3339.match(value):
@@ -423,6 +427,47 @@ def test_the_validator_rejects_what_the_api_server_would_prune_or_refuse() -> No
     found = "\n".join(problems(obj, names.COMPUTE_NODES))
     for expected in ("smClock", "vramBytes", "intel", "model is required", "yesterday"):
         assert expected in found
+
+
+def _uncapped(schema: Mapping[str, Any], where: str) -> Iterator[str]:
+    if schema.get("type") == "array":
+        if "maxItems" not in schema:
+            yield where
+        yield from _uncapped(schema["items"], f"{where}[]")
+    elif schema.get("type") == "string" and not {"enum", "format", "maxLength"} & set(schema):
+        yield where
+    for key, item in schema.get("properties", {}).items():
+        yield from _uncapped(item, f"{where}.{key}")
+
+
+def test_every_list_and_free_string_of_a_compute_node_is_capped() -> None:
+    """The extender holds every ComputeNode in memory and exports per-device series: no
+    field may grow without end (apiVersion and kind are the API server's own)."""
+    schema = crd_schema(names.COMPUTE_NODES)
+    found = list(_uncapped(schema, "computenode"))
+    assert found == ["computenode.apiVersion", "computenode.kind"]
+
+
+def test_the_largest_node_hcsd_writes_fits_the_caps() -> None:
+    """16 devices with NVML's longest UUIDs and names, all sick with the longest reason the
+    health watcher writes (an event code and 120 characters of its kernel line), each shared
+    by 64 containers."""
+    reason = {"health_reason": "xid-79: " + "x" * 120}
+    devices = [device(i, "nvidia", pb.HEALTH_STATE_UNHEALTHY, attributes=reason) for i in range(16)]
+    for d in devices:
+        d.uuid = f"GPU-{d.index:02d}" + "f" * 76
+        d.model = "M" * 95
+    allocations = [
+        pb.Allocation(container_id=f"{n:064x}", grants=[pb.Grant(device_uuid=d.uuid, vram_bytes=1)])
+        for n, d in enumerate(devices * 64)
+    ]
+    obj = compute_node("n", node_spec(pb.Node(name="n" * 253), devices))
+    obj["status"] = node_status(devices, allocations, previous={}, now="2026-01-01T00:00:00Z")
+    assert problems(obj, names.COMPUTE_NODES) == []
+    obj["spec"]["devices"][0]["model"] = "M" * 257
+    obj["spec"]["devices"] *= 17
+    found = "\n".join(problems(obj, names.COMPUTE_NODES))
+    assert "over maxLength 256" in found and "272 items, over maxItems 256" in found
 
 
 def test_the_extenders_quota_status_and_a_users_quota_fit_the_schema() -> None:
