@@ -1,5 +1,7 @@
 """docs/metrics.md lists exactly what hcsd and the extender export: the rules and the dashboard
-depend on those names, so a name cannot change or appear without the document saying so."""
+depend on those names, so a name cannot change or appear without the document saying so. Both
+the families and the sample names a scraper reads (a histogram's `_bucket`, the library's
+`_created`) are compared with it."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.http import serve
@@ -51,6 +55,39 @@ def exported(families: Iterable[Metric]) -> dict[str, str]:
     return found
 
 
+# The sample names each documented type may render, besides the name itself; `_created` is
+# prometheus_client's (the document says so in its preamble).
+SUFFIXES = {
+    "counter": ("_created",),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "gauge": ("",),
+}
+
+
+def rendered_samples(found: CollectorRegistry) -> set[str]:
+    """The sample names in the classic text body, as Prometheus stores them."""
+    text = generate_latest(found).decode()
+    return {
+        s.name
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if not s.name.startswith(STANDARD)
+    }
+
+
+def allowed(section: str) -> set[str]:
+    names = set()
+    for name, kind in documented(section).items():
+        base = name.removesuffix("_total")
+        names.add(name)
+        names.update(base + suffix for suffix in SUFFIXES[kind])
+    return names
+
+
+def test_the_documented_created_samples_are_what_the_library_renders() -> None:
+    assert "`<name>_created`" in DOC.read_text()
+
+
 def test_hcsd_exports_what_the_document_lists(mixed_inventory: Inventory, ledger: Ledger) -> None:
     service = NodeService(mixed_inventory, ledger)
     watcher = HealthWatcher(service, HealthSection(), sysfs="/nonexistent")
@@ -61,6 +98,7 @@ def test_hcsd_exports_what_the_document_lists(mixed_inventory: Inventory, ledger
     telemetry.nri_sessions = 0
     found = registry(service, watcher, vram, telemetry)
     assert exported(found.collect()) == documented("hcsd (per node)")
+    assert rendered_samples(found) - allowed("hcsd (per node)") == set()
 
 
 def test_the_extender_exports_what_the_document_lists() -> None:
@@ -69,6 +107,9 @@ def test_the_extender_exports_what_the_document_lists() -> None:
     server = serve(extender, "127.0.0.1", 0)
     try:
         found = exported(server.registry.collect())
+        samples = rendered_samples(server.registry)
     finally:
         server.server_close()
-    assert found == documented("hcs-scheduler-extender (per replica)")
+    section = "hcs-scheduler-extender (per replica)"
+    assert found == documented(section)
+    assert samples - allowed(section) == set()
