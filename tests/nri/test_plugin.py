@@ -217,9 +217,8 @@ async def test_registered_while_any_of_two_sessions_is(
         peer.close()
         await asyncio.wait_for(session, 2)  # ... and gone again
         assert telemetry.nri_registered is True
-        assert [
-            s.value for f in telemetry.collect() for s in f.samples if s.name == "hcs_nri_registered"
-        ] == [1]
+        exported = [s for f in telemetry.collect() for s in f.samples]
+        assert [s.value for s in exported if s.name == "hcs_nri_registered"] == [1]
     assert telemetry.nri_registered is False  # both gone
 
 

@@ -149,8 +149,8 @@ def test_a_device_hot_plugged_back_under_a_new_uuid_scrapes_and_takes_events(
     service.set_device(replace(old, health_state=HealthState.LOST, health_score=0))
     back = replace(old, uuid="GPU-back-under-a-new-uuid", health_state=HealthState.HEALTHY)
     service.set_device(back)
-    watcher.on_event(HealthEvent(old.pci_bus_id, old.vendor.value, "xid-79", Severity.FATAL,
-                                 "NVRM: Xid (PCI:...): 79, pid=1, GPU has fallen off", 0.0))  # fmt: skip
+    line = "NVRM: Xid (PCI:...): 79, pid=1, GPU has fallen off the bus"
+    watcher.on_event(HealthEvent(old.pci_bus_id, "nvidia", "xid-79", Severity.FATAL, line, 0.0))
     found = samples(scrape_with(service, watcher))
     reasons = {dict(k)["device"]: dict(k)["reason"] for n, k in found if n.endswith("reason")}
     assert reasons[back.uuid] == "xid-79 (fatal)"
