@@ -154,3 +154,10 @@ def test_scheduling_latency_reaches_hours(extender: Extender) -> None:
     extender.metrics.scheduling.observe(2 * 3600.0)
     assert value(extender, "hcs_extender_scheduling_seconds_bucket", le="3600.0") == 0
     assert value(extender, "hcs_extender_scheduling_seconds_bucket", le="10800.0") == 1
+
+
+def test_a_sample_that_does_not_exist_reads_as_none_not_zero(extender: Extender) -> None:
+    metrics = extender.metrics
+    assert metrics.value("hcs_extender_requests_total", verb="filter") == 0  # exists, at 0
+    assert metrics.value("hcs_extender_request_total", verb="filter") is None  # a wrong name
+    assert metrics.value("hcs_extender_requests_total", verb="filtre") is None  # a wrong label
