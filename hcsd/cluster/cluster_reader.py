@@ -17,6 +17,7 @@ from typing import Any
 
 from hcsd.cluster.cluster_view import ClusterView, Source, summarise
 from hcsd.cluster.kube import Kube, KubeError, paths_for
+from hcsd.cluster.kubeconfig import KubeconfigError
 from hcsd.contract.names import API_VERSION, COMPUTE_NODES, COMPUTE_QUOTAS, GROUP
 
 __all__ = ["VIEWER_ROLE", "ViewError", "connect", "find_kubeconfig", "read_view"]
@@ -30,19 +31,24 @@ class ViewError(Exception):
 
 
 def find_kubeconfig(explicit: str | None, environ: Mapping[str, str], home: Path) -> str | None:
-    """The kubeconfig path(s) kubectl would read, or None for the in-cluster account."""
+    """The kubeconfig path(s) kubectl would read, or None for the in-cluster account.
+
+    As kubectl: files in $KUBECONFIG that are missing or empty are skipped, and when none is
+    left a pod falls back to its service account."""
     if explicit:
         if not Path(explicit).is_file():
             raise ViewError(f"no kubeconfig at {explicit} (--kubeconfig)")
         return explicit
     listed = [p for p in environ.get("KUBECONFIG", "").split(os.pathsep) if p]
     if listed:
-        present = [p for p in listed if Path(p).is_file()]
-        if not present:
-            raise ViewError(f"none of the files in $KUBECONFIG exists: {', '.join(listed)}")
-        return os.pathsep.join(present)
+        present = [p for p in listed if Path(p).is_file() and Path(p).stat().st_size > 0]
+        if present:
+            return os.pathsep.join(present)
+        if environ.get(_IN_CLUSTER):
+            return None
+        raise ViewError(f"none of the files in $KUBECONFIG exists: {', '.join(listed)}")
     default = home / ".kube" / "config"
-    if default.is_file():
+    if default.is_file() and default.stat().st_size > 0:
         return str(default)
     if environ.get(_IN_CLUSTER):
         return None
@@ -55,16 +61,24 @@ def find_kubeconfig(explicit: str | None, environ: Mapping[str, str], home: Path
 def connect(
     kubeconfig: str | None, context: str | None, *, timeout: float = 10.0
 ) -> tuple[Kube, Source]:
-    """A client for the cluster kubectl would talk to (`kubeconfig` from find_kubeconfig)."""
+    """A client for the cluster kubectl would talk to (`kubeconfig` from find_kubeconfig).
+    Every way the configuration can fail to load is one ViewError, never a traceback."""
     from kubernetes.config import ConfigException  # with Kube: only when a view is asked for
 
+    if kubeconfig is None and context:
+        raise ViewError(
+            f"--context {context} needs a kubeconfig: none was found, and in a pod the "
+            "service account is used (give --kubeconfig or set $KUBECONFIG)"
+        )
+    where = f"kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster configuration"
     try:
         kube = Kube.connect(kubeconfig, context=context, timeout=timeout)
-    except ConfigException as e:
-        where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster configuration"
+    except KubeconfigError as e:
+        raise ViewError(str(e)) from e
+    except (ConfigException, OSError) as e:
         raise ViewError(f"failed to load {where}: {e}") from e
-    except OSError as e:
-        raise ViewError(f"failed to read kubeconfig {kubeconfig}: {e}") from e
+    except (ValueError, TypeError, KeyError, AttributeError) as e:  # binascii.Error: ValueError
+        raise ViewError(f"failed to load {where}: {type(e).__name__}: {e}") from e
     server = str(kube.api.configuration.host)
     return kube, Source(server, kubeconfig or "", context or "")
 

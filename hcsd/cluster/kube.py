@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import urllib3
 from kubernetes import client, config
+
+from hcsd.cluster.kubeconfig import KubeconfigError, merge_files
 
 __all__ = ["Kube", "KubeError"]
 
@@ -58,13 +61,21 @@ class Kube:
     def connect(
         cls, kubeconfig: str | None = None, *, context: str | None = None, timeout: float = 10.0
     ) -> Kube:
-        """From a kubeconfig file (several, `:`-separated, are merged as kubectl does) and
-        its `context` (None: the current one), or the pod's service account when there is
-        none."""
+        """From a kubeconfig file (several, `:`-separated, are merged as kubectl does: see
+        `kubeconfig`) and its `context` (None: the current one), or the pod's service account
+        when there is none. Raises KubeconfigError, or the package's ConfigException (and
+        ValueError for bad base64 data) when the merged configuration does not load."""
         configuration = client.Configuration()
         if kubeconfig:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, context=context, client_configuration=configuration
+            merged = merge_files(kubeconfig.split(os.pathsep))
+            if merged is None:
+                raise KubeconfigError(f"kubeconfig {kubeconfig} is empty")
+            # persist_config=False: the client never writes (refreshed tokens) to the files.
+            config.load_kube_config_from_dict(  # type: ignore[no-untyped-call]
+                merged,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
             )
         else:
             config.load_incluster_config(  # type: ignore[no-untyped-call]
