@@ -2,6 +2,10 @@
 
 The JSON is a documented interface (docs/cluster.md, "The cluster view"): `version` changes
 when a field is removed or changes meaning; new fields may appear within a version.
+
+Every string in the text comes from objects other people wrote (a device's reason, a pod's
+message, names): each non-printable character is shown escaped (`\n`, `\x1b`, `\u202e`) so
+none can move the cursor, recolour the terminal or fake a line of the table.
 """
 
 from __future__ import annotations
@@ -10,8 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from hcsd.cli.tables import render
-from hcsd.cluster.cluster_view import ClusterView, ModelSummary, Source, totals
+from hcsd.cli.tables import render as _render_plain
+from hcsd.cluster.cluster_view import ClusterView, ModelSummary, Source, StaleNode, totals
 from hcsd.quantity import format_bytes
 
 __all__ = ["JSON_VERSION", "view_json", "view_text"]
@@ -20,7 +24,22 @@ JSON_VERSION = 1
 
 
 def _acu(value: float) -> str:
-    return f"{round(value, 1):g}"
+    """One decimal, a trailing `.0` dropped; never exponent notation (1000137.5, not
+    1.00014e+06)."""
+    text = f"{value:.1f}"
+    return "0" if text == "-0.0" else text.removesuffix(".0")
+
+
+def escape(text: str) -> str:
+    """`text` safe to print: control and format characters (C0, DEL, C1, newlines, bidi
+    overrides) and line separators as escapes; printable text as it is."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return _render_plain(headers, [[escape(cell) for cell in row] for row in rows])
 
 
 def _bytes(value: int) -> str:
@@ -46,15 +65,40 @@ def _summary_lines(view: ClusterView, source: Source, acu_tflops: float) -> list
         phases[phase] = phases.get(phase, 0) + 1
     counts = ", ".join(f"{n} {p}" for p, n in sorted(phases.items()))
     context = f" (context {source.context})" if source.context else ""
-    return [
+    unusable = ""
+    if all_.unusable:
+        unusable = (
+            f", {all_.unusable} unusable: {_bytes(all_.unusable_vram)} VRAM and "
+            f"{_acu(all_.unusable_acu)} ACU in the totals, not in free"
+        )
+    lines = [
         f"cluster:  {source.server}{context}",
         f"nodes:    {len(view.nodes)}" + (f" ({counts})" if counts else ""),
-        f"devices:  {all_.devices} ({all_.not_healthy} not healthy)",
+        f"devices:  {all_.devices} ({all_.not_healthy} not healthy{unusable})",
         f"vram:     {_bytes(all_.vram_used)} allocated of {_bytes(all_.vram_total)} "
         f"({_bytes(all_.vram_free)} free)",
         f"acu:      {_acu(all_.acu_used)} reserved of {_acu(all_.acu_total)} "
-        f"({all_.acu_source}; 1 ACU = {acu_tflops:g} FP16 TFLOPS)",
+        f"({_acu(all_.acu_free)} free; {all_.acu_source}; 1 ACU = {acu_tflops:g} FP16 TFLOPS)",
     ]
+    if view.stale:
+        stale = totals([n.capacity for n in view.stale])
+        lines.append(
+            f"stale:    {len(view.stale)} nodes, {stale.devices} devices, "
+            f"{_bytes(stale.vram_total)} VRAM, {_acu(stale.acu_total)} ACU: not counted above "
+            "(the scheduler does not use them)"
+        )
+    if view.heartbeats_missing:
+        lines.append(f"stale:    not checked ({view.heartbeats_missing})")
+    return [escape(line) for line in lines]
+
+
+def _stale_table(stale: Sequence[StaleNode]) -> str:
+    rows = [
+        [n.name, str(n.capacity.devices), _bytes(n.capacity.vram_total),
+         _acu(n.capacity.acu_total), n.reason]
+        for n in stale
+    ]  # fmt: skip
+    return "stale nodes:\n" + render(["NODE", "DEVICES", "VRAM", "ACU", "REASON"], rows)
 
 
 def _models_table(models: Sequence[ModelSummary]) -> str:
@@ -65,6 +109,7 @@ def _models_table(models: Sequence[ModelSummary]) -> str:
             str(len(m.nodes)),
             str(m.devices),
             str(m.not_healthy),
+            str(m.unusable),
             f"{_bytes(m.vram_used)}/{_bytes(m.vram_total)}",
             _bytes(m.vram_free),
             f"{_acu(m.acu_used)}/{_acu(m.acu_total)}",
@@ -78,6 +123,7 @@ def _models_table(models: Sequence[ModelSummary]) -> str:
         "NODES",
         "DEVICES",
         "NOT HEALTHY",
+        "UNUSABLE",
         "VRAM USED/TOTAL",
         "FREE",
         "ACU USED/TOTAL",
@@ -88,7 +134,9 @@ def _models_table(models: Sequence[ModelSummary]) -> str:
 
 def view_text(view: ClusterView, source: Source, acu_tflops: float, now: float) -> str:
     parts = ["\n".join(_summary_lines(view, source, acu_tflops)) + "\n"]
-    parts.append(_models_table(view.models) if view.models else "no ComputeNodes\n")
+    parts.append(_models_table(view.models) if view.models else "no live ComputeNodes\n")
+    if view.stale:
+        parts.append(_stale_table(view.stale))
     if view.sick:
         rows = [
             [d.node, f"{d.vendor}/{d.index}", d.model, d.health, str(d.score), d.uuid,
@@ -107,6 +155,8 @@ def view_text(view: ClusterView, source: Source, acu_tflops: float, now: float) 
         ]  # fmt: skip
         headers = ["NAMESPACE", "POD", "ASKS", "SCHEDULER", "NODE", "AGE", "REASON"]
         parts.append("pending accelerator pods:\n" + render(headers, rows))
+    elif view.pods_missing:
+        parts.append(f"pending accelerator pods: not shown ({view.pods_missing})\n")
     else:
         parts.append("pending accelerator pods: none\n")
     if view.quotas:
@@ -120,7 +170,7 @@ def view_text(view: ClusterView, source: Source, acu_tflops: float, now: float) 
                    "DEVICES USED/HARD"]  # fmt: skip
         parts.append("ComputeQuotas:\n" + render(headers, rows))
     for problem in view.problems:
-        parts.append(f"left out: {problem}\n")
+        parts.append(f"left out: {escape(problem)}\n")
     return "\n".join(parts)
 
 
@@ -134,6 +184,10 @@ def _model_json(m: ModelSummary) -> dict[str, Any]:
         "vram_free_bytes": m.vram_free,
         "acu_total": round(m.acu_total, 1),
         "acu_used": round(m.acu_used, 1),
+        "acu_free": round(m.acu_free, 1),
+        "unusable_devices": m.unusable,
+        "unusable_vram_bytes": m.unusable_vram,
+        "unusable_acu": round(m.unusable_acu, 1),
         "acu_source": m.acu_source,
         "measured_devices": m.measured,
     }
@@ -151,6 +205,13 @@ def view_json(view: ClusterView, source: Source, acu_tflops: float) -> dict[str,
         "nodes": dict(sorted(view.nodes.items())),
         "totals": _model_json(totals(view.models)),
         "models": [{"vendor": m.vendor, "model": m.model, **_model_json(m)} for m in view.models],
+        "stale_nodes": [
+            {"node": n.name, "reason": n.reason, **_model_json(n.capacity)} for n in view.stale
+        ],
+        "stale_totals": _model_json(totals([n.capacity for n in view.stale])),
+        "heartbeats_checked": view.heartbeats_read,
+        "pending_pods_shown": not view.pods_missing,
+        "pending_pods_namespace": view.namespace,
         "not_healthy_devices": [
             {
                 "node": d.node,

@@ -4,6 +4,11 @@ for accelerators and ComputeQuota usage, from the objects the API server holds.
 Pure functions over plain dicts (ComputeNodes, pods, ComputeQuotas as listed), so the figures
 are tested without a cluster; `cluster_reader` lists the objects, `hcsd.cli.cluster` renders.
 Read defensively: one malformed object is left out and named in `problems`, never the view.
+
+Capacity counts what the scheduler can use, by its own rules: a node whose heartbeat Lease is
+stale (or missing, or whose status was never written) is `stale` and counted apart, by the
+extender's `stale_reason`; a device that is not `schedulable` (unhealthy, lost; degraded
+still takes work) counts in `unusable`, never in free.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hcsd.cluster.heartbeats import Heartbeats, node_lease, stale_reason
 from hcsd.cluster.objects import ObjectError, acu, node_view
 from hcsd.contract.names import ANNOTATION_ASSIGNMENT, GROUP, MANAGED_RESOURCES, QUOTA_KEYS
 from hcsd.model import HealthState
@@ -24,6 +30,7 @@ __all__ = [
     "QuotaUsage",
     "SickDevice",
     "Source",
+    "StaleNode",
     "is_accelerator_pod",
     "summarise",
     "totals",
@@ -41,15 +48,33 @@ class ModelSummary:
     nodes: set[str] = field(default_factory=set)
     devices: int = 0
     not_healthy: int = 0
-    vram_total: int = 0
+    vram_total: int = 0  # every device's, schedulable or not
     vram_used: int = 0
     acu_total: float = 0.0
     acu_used: float = 0.0
     measured: int = 0  # devices whose figures were measured on their node; the rest: profile
+    unusable: int = 0  # devices the scheduler does not use (unhealthy, lost)
+    unusable_vram: int = 0  # their VRAM and ACU, in the totals above, never in free
+    unusable_vram_used: int = 0
+    unusable_acu: float = 0.0
+    unusable_acu_used: float = 0.0
 
     @property
     def vram_free(self) -> int:
-        return max(self.vram_total - self.vram_used, 0)
+        """Free on the devices the scheduler uses."""
+        usable = self.vram_total - self.unusable_vram
+        return max(usable - (self.vram_used - self.unusable_vram_used), 0)
+
+    @property
+    def acu_free(self) -> float:
+        usable = self.acu_total - self.unusable_acu
+        return max(usable - (self.acu_used - self.unusable_acu_used), 0.0)
+
+    def add(self, other: ModelSummary) -> None:
+        """Count `other`'s devices in too (for totals)."""
+        self.nodes |= other.nodes
+        for name in _COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @property
     def acu_source(self) -> str:
@@ -59,6 +84,21 @@ class ModelSummary:
         if self.measured == self.devices:
             return "measured"
         return f"measured {self.measured}/{self.devices}"
+
+
+_COUNTS = (
+    "devices", "not_healthy", "vram_total", "vram_used", "acu_total", "acu_used", "measured",
+    "unusable", "unusable_vram", "unusable_vram_used", "unusable_acu", "unusable_acu_used",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class StaleNode:
+    """A node the scheduler does not use whatever its devices say: why, and what it has."""
+
+    name: str
+    reason: str
+    capacity: ModelSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +144,13 @@ class Source:
 
 @dataclass(slots=True)
 class ClusterView:
-    nodes: dict[str, str] = field(default_factory=dict)  # name -> phase
-    models: list[ModelSummary] = field(default_factory=list)
+    nodes: dict[str, str] = field(default_factory=dict)  # name -> phase ("stale" if stale)
+    models: list[ModelSummary] = field(default_factory=list)  # live nodes only
+    stale: list[StaleNode] = field(default_factory=list)
+    heartbeats_read: bool = True  # False: the Leases could not be read, nothing marked stale
+    heartbeats_missing: str = ""  # why not (the RBAC verb lacking)
+    pods_missing: str = ""  # why the Pending pods are not shown, when they are not
+    namespace: str | None = None  # the Pending pods' namespace; None: all
     sick: list[SickDevice] = field(default_factory=list)
     pending: list[PendingPod] = field(default_factory=list)
     quotas: list[QuotaUsage] = field(default_factory=list)
@@ -116,8 +161,13 @@ def summarise(
     compute_nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     quotas: Iterable[Mapping[str, Any]],
+    leases: Iterable[Mapping[str, Any]] | None = None,
+    now: float = 0.0,
 ) -> ClusterView:
-    view = ClusterView()
+    """The view; `leases` (hcs-system's, None when they could not be read) against wall-clock
+    `now` decide which nodes are stale."""
+    view = ClusterView(heartbeats_read=leases is not None)
+    beats = _heartbeats(leases or (), now)
     models: dict[tuple[str, str], ModelSummary] = {}
     for obj in sorted(compute_nodes, key=lambda o: str(o.get("metadata", {}).get("name"))):
         try:
@@ -128,19 +178,22 @@ def summarise(
         except (ValueError, TypeError, AttributeError) as e:
             view.problems.append(f"ComputeNode {obj.get('metadata', {}).get('name')!r}: {e!r}")
             continue
-        view.nodes[name] = phase
+        stale = None
+        if leases is not None:
+            stale = stale_reason(beats.beats.get(name), now)
+        if stale is None and not obj.get("status"):
+            stale = "status never written (is hcs-syncer running on the node?)"
+        capacity = ModelSummary("", "")
         for d in devices:
-            summary = models.setdefault((d.vendor, d.model), ModelSummary(d.vendor, d.model))
-            summary.nodes.add(name)
-            summary.devices += 1
-            summary.vram_total += d.vram_total
-            summary.vram_used += d.vram_used
-            summary.acu_total += d.acu_total
-            summary.acu_used += d.acu_used
-            summary.measured += d.measured
+            summary = capacity
+            if stale is None:
+                summary = models.setdefault((d.vendor, d.model), ModelSummary(d.vendor, d.model))
+            _count(summary, name, d)
             if d.sick is not None:
-                summary.not_healthy += 1
                 view.sick.append(d.sick)
+        view.nodes[name] = "stale" if stale is not None else phase
+        if stale is not None:
+            view.stale.append(StaleNode(name, stale, capacity))
     view.models = [models[k] for k in sorted(models)]
     view.sick.sort(key=lambda d: (d.node, d.vendor, d.index, d.uuid))
     view.pending = sorted(
@@ -149,6 +202,37 @@ def summarise(
     )
     view.quotas = sorted((_quota(q) for q in quotas), key=lambda q: (q.namespace, q.name))
     return view
+
+
+def _heartbeats(leases: Iterable[Mapping[str, Any]], now: float) -> Heartbeats:
+    """The heartbeats as the extender records them at its first sight of a Lease (by the
+    stamp, against this machine's clock): one rule for the scheduler and the view."""
+    beats = Heartbeats(lambda: now)
+    for obj in leases:
+        try:
+            lease = node_lease(obj)
+        except (TypeError, ValueError, AttributeError):
+            continue  # a malformed Lease vouches for nothing: its node reads stale
+        if lease is not None:
+            beats.record(lease, now)
+    return beats
+
+
+def _count(summary: ModelSummary, node: str, d: _DeviceFigures) -> None:
+    summary.nodes.add(node)
+    summary.devices += 1
+    summary.vram_total += d.vram_total
+    summary.vram_used += d.vram_used
+    summary.acu_total += d.acu_total
+    summary.acu_used += d.acu_used
+    summary.measured += d.measured
+    summary.not_healthy += d.sick is not None
+    if not d.schedulable:
+        summary.unusable += 1
+        summary.unusable_vram += d.vram_total
+        summary.unusable_vram_used += d.vram_used
+        summary.unusable_acu += d.acu_total
+        summary.unusable_acu_used += d.acu_used
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +244,7 @@ class _DeviceFigures:
     acu_total: float
     acu_used: float
     measured: bool
+    schedulable: bool  # the scheduler's own rule (HealthState.schedulable)
     sick: SickDevice | None
 
 
@@ -199,6 +284,7 @@ def _read_node(obj: Mapping[str, Any]) -> tuple[str, str, list[_DeviceFigures]]:
                 acu_total=device_acu,
                 acu_used=device_acu * min(int(used.get("computeAllocated", 0)), 100) / 100,
                 measured=device.uuid in measured,
+                schedulable=device.health_state.schedulable,
                 sick=sick,
             )
         )
@@ -286,12 +372,5 @@ def totals(models: Sequence[ModelSummary]) -> ModelSummary:
     """The cluster's figures over all models."""
     total = ModelSummary("", "")
     for m in models:
-        total.nodes |= m.nodes
-        total.devices += m.devices
-        total.not_healthy += m.not_healthy
-        total.vram_total += m.vram_total
-        total.vram_used += m.vram_used
-        total.acu_total += m.acu_total
-        total.acu_used += m.acu_used
-        total.measured += m.measured
+        total.add(m)
     return total

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cli import kubectl_hcs
+from hcsd.cli import cluster_tables, kubectl_hcs
 from hcsd.cli.cluster_tables import view_json, view_text
 from hcsd.cluster.cluster_reader import ViewError, find_kubeconfig
 from hcsd.cluster.cluster_view import Source, summarise, totals
@@ -199,19 +200,21 @@ def test_text() -> None:
     assert lines[:5] == [
         "cluster:  https://api.example:6443 (context prod)",
         "nodes:    3 (1 Degraded, 1 NotReady, 1 Ready)",
-        "devices:  5 (2 not healthy)",
-        "vram:     104Gi allocated of 384Gi (280Gi free)",
-        "acu:      150 reserved of 495.3 (measured 1/5; 1 ACU = 3.12 FP16 TFLOPS)",
+        "devices:  5 (2 not healthy, 1 unusable: 64Gi VRAM and 100.3 ACU in the totals, "
+        "not in free)",
+        "vram:     104Gi allocated of 384Gi (216Gi free)",
+        "acu:      150 reserved of 495.3 (245 free; measured 1/5; 1 ACU = 3.12 FP16 TFLOPS)",
     ]
     assert lines[6].split() == [
-        "VENDOR", "MODEL", "NODES", "DEVICES", "NOT", "HEALTHY", "VRAM", "USED/TOTAL", "FREE",
-        "ACU", "USED/TOTAL", "ACU", "FROM",
+        "VENDOR", "MODEL", "NODES", "DEVICES", "NOT", "HEALTHY", "UNUSABLE", "VRAM",
+        "USED/TOTAL", "FREE", "ACU", "USED/TOTAL", "ACU", "FROM",
     ]  # fmt: skip
+    # the lost Ascend counts in the totals, never in free (the scheduler does not use it)
     assert lines[7].split() == [
-        "ascend", "Ascend910B3", "1", "1", "1", "0/64Gi", "64Gi", "0/100.3", "profile",
+        "ascend", "Ascend910B3", "1", "1", "1", "1", "0/64Gi", "0", "0/100.3", "profile",
     ]  # fmt: skip
     assert lines[8].split() == [
-        "nvidia", "A100-SXM4-80GB", "2", "4", "1", "104Gi/320Gi", "216Gi", "150/395",
+        "nvidia", "A100-SXM4-80GB", "2", "4", "1", "0", "104Gi/320Gi", "216Gi", "150/395",
         "measured", "1/4",
     ]  # fmt: skip
     assert (
@@ -229,7 +232,8 @@ def test_json_schema_is_stable() -> None:
     json.dumps(data)  # plain JSON types only
     assert set(data) == {
         "version", "source", "acu_tflops_fp16", "nodes", "totals", "models",
-        "not_healthy_devices", "pending_pods", "quotas", "problems",
+        "not_healthy_devices", "pending_pods", "quotas", "problems", "stale_nodes",
+        "stale_totals", "heartbeats_checked", "pending_pods_shown", "pending_pods_namespace",
     }  # fmt: skip
     assert data["version"] == 1
     assert data["models"][1] == {
@@ -243,9 +247,17 @@ def test_json_schema_is_stable() -> None:
         "vram_free_bytes": 216 * GiB,
         "acu_total": 395.0,
         "acu_used": 150.0,
+        "acu_free": 245.0,
         "acu_source": "measured 1/4",
         "measured_devices": 1,
+        "unusable_devices": 0,
+        "unusable_vram_bytes": 0,
+        "unusable_acu": 0.0,
     }
+    ascend = data["models"][0]
+    assert (ascend["vram_free_bytes"], ascend["acu_free"]) == (0, 0.0)
+    assert (ascend["unusable_devices"], ascend["unusable_vram_bytes"]) == (1, 64 * GiB)
+    assert (data["totals"]["vram_free_bytes"], data["totals"]["unusable_acu"]) == (216 * GiB, 100.3)
     assert data["not_healthy_devices"][0] == {
         "node": "gpu-b", "uuid": "b-1", "vendor": "nvidia", "index": 1,
         "model": "A100-SXM4-80GB", "health": "degraded", "health_score": 60,
@@ -317,3 +329,94 @@ def test_node_commands_do_not_load_the_kubernetes_client() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def lease(node: str, renewed: str, duration: int = 40) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"hcs-node-{node}", "namespace": "hcs-system"},
+        "spec": {"holderIdentity": node, "renewTime": renewed, "leaseDurationSeconds": duration},
+    }
+
+
+NOW = datetime.fromisoformat("2026-01-01T00:10:00+00:00").timestamp()
+
+
+def test_nodes_without_a_live_heartbeat_are_stale_and_not_counted() -> None:
+    """The extender's rule (heartbeats.stale_reason): a Lease older than its duration, or
+    none, and the node takes no pod; the view counts it apart, with why."""
+    unwritten = compute_node("fresh", node_spec(pb.Node(name="fresh"), [device("f-0", 0)]))
+    leases = [
+        lease("gpu-a", "2026-01-01T00:09:50.000000Z"),  # 10s old: live
+        lease("gpu-b", "2026-01-01T00:05:00.000000Z"),  # 300s old: stale
+        lease("fresh", "2026-01-01T00:09:59.000000Z"),  # live, but no status ever written
+        {"metadata": {"name": "hcs-scheduler-leader"}, "spec": {}},  # not a heartbeat
+    ]  # npu-a: no Lease at all
+    view = summarise([*NODES, unwritten], [], [], leases, NOW)
+    assert view.nodes == {"fresh": "stale", "gpu-a": "Ready", "gpu-b": "stale", "npu-a": "stale"}
+    assert [(n.name, n.capacity.devices) for n in view.stale] == [
+        ("fresh", 1), ("gpu-b", 2), ("npu-a", 1),
+    ]  # fmt: skip
+    assert "300s old (limit 40s)" in view.stale[1].reason
+    assert "no hcs heartbeat Lease" in view.stale[2].reason
+    assert "status never written" in view.stale[0].reason
+    live = totals(view.models)
+    assert (live.devices, live.vram_total, live.vram_free) == (2, 160 * GiB, 64 * GiB)
+    assert live.acu_total == pytest.approx(200.0)
+    text = view_text(view, SOURCE, ACU_TFLOPS, NOW)
+    assert "stale:    3 nodes, 4 devices, 304Gi VRAM, 395.3 ACU: not counted above" in text
+    assert "gpu-b  2        160Gi  195.0" not in text  # one decimal, .0 dropped
+    assert "gpu-b  2        160Gi  195  " in text
+    data = view_json(view, SOURCE, ACU_TFLOPS)
+    assert data["totals"]["devices"] == 2 and data["stale_totals"]["devices"] == 4
+    assert [(n["node"], n["devices"]) for n in data["stale_nodes"]] == [
+        ("fresh", 1), ("gpu-b", 2), ("npu-a", 1),
+    ]  # fmt: skip
+
+
+def test_a_renewed_heartbeat_makes_the_node_live_again() -> None:
+    leases = [lease(n, "2026-01-01T00:09:59Z") for n in ("gpu-a", "gpu-b", "npu-a")]
+    view = summarise(NODES, [], [], leases, NOW)
+    assert view.stale == [] and totals(view.models).devices == 5
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [(3155 * 317.0, "1000135"), (1000137.46, "1000137.5"), (12.34, "12.3"), (100.0, "100"),
+     (0.04, "0"), (0.0, "0")],
+)  # fmt: skip
+def test_acu_is_never_in_exponent_notation(value: float, text: str) -> None:
+    assert cluster_tables._acu(value) == text
+
+
+def test_text_escapes_what_others_wrote() -> None:
+    """A reason or a pod message with control characters cannot drive the terminal or
+    fake a row: C0, DEL, C1, newlines and bidi overrides are shown escaped."""
+    nasty = "ecc\x1b[2J\nnpu-x  ascend/9  fake\x7f\x9b31m\u202eevil"
+    node = synced(
+        "gpu-x",
+        [
+            device(
+                "x-0",
+                0,
+                health_state=pb.HEALTH_STATE_UNHEALTHY,
+                health_score=0,
+                attributes={"health_reason": nasty},
+            )
+        ],
+    )
+    refused = {
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "no\rroom\x07",
+            }
+        ]
+    }
+    pods = [pod("p\x1b]0;t\x07", limits={"ai.compute/vram": "1Gi"}, status=refused)]
+    text = view_text(summarise([node], pods, []), SOURCE, ACU_TFLOPS, NOW)
+    assert all(c.isprintable() or c == "\n" for c in text)
+    assert "ecc\\x1b[2J\\nnpu-x  ascend/9  fake\\x7f\\x9b31m\\u202eevil" in text
+    assert "Unschedulable: no\\rroom\\x07" in text
+    assert "p\\x1b]0;t\\x07" in text
