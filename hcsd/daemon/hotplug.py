@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from hcsd.discovery.uevents import PciEvent, PciMonitor
+from hcsd.health.watching import HEALTH_ATTRIBUTES
 from hcsd.model import Device, HealthState
 from hcsd.service import NodeService
 from hcsd.tasks import supervise
@@ -67,7 +68,13 @@ class HotplugWatcher:
         if device.health_state is HealthState.LOST:
             return
         self.lost += 1
-        self.service.set_device(replace(device, health_state=HealthState.LOST, health_score=0))
+        # why, as health.watching says it (the ComputeNode's reason, the metric's label)
+        attributes = tuple((k, v) for k, v in device.attributes if k not in HEALTH_ATTRIBUTES)
+        attributes += (("health_reason", "removed from the bus"),)
+        attributes += (("health_cause", "removed from the bus"),)
+        self.service.set_device(
+            replace(device, health_state=HealthState.LOST, health_score=0, attributes=attributes)
+        )
         log.error(
             "hot-plug: device %s (%s) was removed from the bus: lost",
             device.uuid,

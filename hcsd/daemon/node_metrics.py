@@ -158,7 +158,8 @@ class NodeCollector(Collector):
             for each in HealthState:
                 state.add_metric([*labels, each.value], 1 if s.device.health_state is each else 0)
             if s.device.health_state is not HealthState.HEALTHY:
-                why = self.watcher.analyzer.cause(s.device.uuid) if self.watcher else None
+                # the device's own (health.watching sets it with the ComputeNode's reason)
+                why = dict(s.device.attributes).get("health_cause")
                 reason.add_metric([s.device.uuid, why or s.device.health_state.value], 1)
         yield from (score, state, reason)
         bad = {s.device.uuid for s in statuses if not s.device.health_state.schedulable}

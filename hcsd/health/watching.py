@@ -28,9 +28,11 @@ from hcsd.health.sources.kmsg import KmsgSource
 from hcsd.model import HealthState
 from hcsd.service import NodeService
 
-__all__ = ["SOURCE_ORDER", "HealthWatcher"]
+__all__ = ["HEALTH_ATTRIBUTES", "SOURCE_ORDER", "HealthWatcher"]
 
 log = logging.getLogger(__name__)
+
+HEALTH_ATTRIBUTES = ("health_reason", "health_cause")  # set while a device is not healthy
 
 SOURCE_ORDER = ("ebpf", "bcc", "kmsg")
 
@@ -164,14 +166,21 @@ class HealthWatcher:
         state = self.analyzer.state(uuid)
         score = round(self.analyzer.score(uuid))
         device = status.device
-        if device.health_state is state and abs(device.health_score - score) < 5:
-            return  # no news: keep the API watch quiet
         reason = self.analyzer.reason(uuid) or "quiet period passed"
-        # The reason travels with the device (its `health_reason` attribute) to `hcsctl
-        # devices --json` and the ComputeNode, while it is not healthy.
-        attributes = tuple((k, v) for k, v in device.attributes if k != "health_reason")
+        cause = self.analyzer.cause(uuid) or reason
+        # Why travels with the device while it is not healthy, one source for every reader:
+        # `health_reason` in detail (`hcsctl devices --json`, the ComputeNode) and
+        # `health_cause` in stable words (the hcs_device_health_reason label). A new kind of
+        # fault is news even at the same state and score; the details of the same kind are
+        # not (a pid per event would be a status write per event).
+        attributes = tuple((k, v) for k, v in device.attributes if k not in HEALTH_ATTRIBUTES)
         if state is not HealthState.HEALTHY:
-            attributes += (("health_reason", reason),)
+            attributes += (("health_reason", reason), ("health_cause", cause))
+        same_cause = dict(attributes).get("health_cause") == dict(device.attributes).get(
+            "health_cause"
+        )
+        if device.health_state is state and abs(device.health_score - score) < 5 and same_cause:
+            return  # no news: keep the API watch quiet
         self.service.set_device(
             replace(device, health_state=state, health_score=score, attributes=attributes)
         )
