@@ -31,11 +31,24 @@ def add_parser(commands: Any) -> None:
             "otherwise); devices not healthy with their reason; Pending pods that ask for "
             "ai.compute/* with the scheduler's reason; ComputeQuota usage per namespace. "
             "Credentials as kubectl finds them: --kubeconfig, $KUBECONFIG, ~/.kube/config, "
-            "else the pod's service account. Needs the hcs-viewer ClusterRole's rights."
+            "else the pod's service account. Needs the hcs-viewer ClusterRole's rights; "
+            "the pending pods also hcs-viewer-pods' (without them they are not shown)."
         ),
     )
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: as kubectl)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        help="show the Pending pods of this namespace only (needs list pods there)",
+    )
+    scope.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="the Pending pods of every namespace (the default, when RBAC allows it)",
+    )
     parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     parser.add_argument(
         "--timeout", type=float, default=argparse.SUPPRESS, help="seconds per API request"
@@ -51,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         path = find_kubeconfig(args.kubeconfig, os.environ, Path.home())
         kube, source = connect(path, args.context, timeout=getattr(args, "timeout", 10.0))
         try:
-            view = read_view(kube, source)
+            view = read_view(kube, source, namespace=getattr(args, "namespace", None))
         finally:
             kube.close()
     except ViewError as e:

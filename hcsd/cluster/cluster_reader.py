@@ -1,16 +1,19 @@
 """Reading the cluster view from the API server, with the credentials kubectl would use.
 
 Where the credentials come from, in kubectl's order: `--kubeconfig`, `$KUBECONFIG` (several
-files, `:`-separated, merged), `~/.kube/config`, else the pod's service account. Three lists,
-all read-only: ComputeNodes, the Pending pods of every namespace, ComputeQuotas. Each failure
-becomes one sentence that says what to do: no kubeconfig, an API server that does not answer,
-the CRDs not installed, or the RBAC verb the user lacks (the `hcs-viewer` ClusterRole grants
-them all).
+files, `:`-separated, merged), `~/.kube/config`, else the pod's service account. Four lists,
+all read-only: ComputeNodes, ComputeQuotas, the heartbeat Leases in hcs-system and the Pending
+pods (of every namespace, or of one). Each failure becomes one sentence that says what to do:
+no kubeconfig or a broken one, an API server that does not answer, credentials it did not
+take, the CRDs not installed, or the RBAC verb the user lacks (the `hcs-viewer` ClusterRole
+and Role grant the first three; pods, which expose every pod's spec, need `hcs-viewer-pods`,
+and without them the view shows the rest and says the pods are not shown).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,11 +21,19 @@ from typing import Any
 from hcsd.cluster.cluster_view import ClusterView, Source, summarise
 from hcsd.cluster.kube import Kube, KubeError, paths_for
 from hcsd.cluster.kubeconfig import KubeconfigError
-from hcsd.contract.names import API_VERSION, COMPUTE_NODES, COMPUTE_QUOTAS, GROUP
+from hcsd.contract.names import API_VERSION, COMPUTE_NODES, COMPUTE_QUOTAS, GROUP, NAMESPACE
 
-__all__ = ["VIEWER_ROLE", "ViewError", "connect", "find_kubeconfig", "read_view"]
+__all__ = [
+    "VIEWER_PODS_ROLE",
+    "VIEWER_ROLE",
+    "ViewError",
+    "connect",
+    "find_kubeconfig",
+    "read_view",
+]
 
-VIEWER_ROLE = "hcs-viewer"  # packaging/kubernetes/rbac-viewer.yaml
+VIEWER_ROLE = "hcs-viewer"  # packaging/kubernetes/rbac-viewer.yaml: ClusterRole and Role
+VIEWER_PODS_ROLE = "hcs-viewer-pods"  # the pods, apart: they expose every pod's spec
 _IN_CLUSTER = "KUBERNETES_SERVICE_HOST"
 
 
@@ -83,14 +94,18 @@ def connect(
     return kube, Source(server, kubeconfig or "", context or "")
 
 
-# What each list needs: (path, RBAC verb and resource, scope), and what a 404 means.
+# What each list needs: (path, RBAC verb and resource, what a 404 means).
 _READS = {
     "computenodes": (
         paths_for(API_VERSION, COMPUTE_NODES),
         f"list {COMPUTE_NODES}.{GROUP} (cluster-scoped)",
         f"the ComputeNode CRD ({COMPUTE_NODES}.{GROUP})",
     ),
-    "pods": ("/api/v1/pods", "list pods in all namespaces", ""),
+    "leases": (
+        paths_for("coordination.k8s.io/v1", "leases", NAMESPACE),
+        f"list leases.coordination.k8s.io in {NAMESPACE} (the nodes' heartbeats)",
+        "",
+    ),
     "computequotas": (
         paths_for(API_VERSION, COMPUTE_QUOTAS),
         f"list {COMPUTE_QUOTAS}.{GROUP} in all namespaces",
@@ -99,8 +114,11 @@ _READS = {
 }
 
 
-def _list(kube: Kube, source: Source, what: str) -> list[dict[str, Any]]:
-    path, verb, crd = _READS[what]
+def _list(
+    kube: Kube, source: Source, what: str, path: str = "", verb: str = ""
+) -> list[dict[str, Any]]:
+    default_path, default_verb, crd = _READS.get(what, ("", "", ""))
+    path, verb = path or default_path, verb or default_verb
     query = [("fieldSelector", "status.phase=Pending")] if what == "pods" else []
     try:
         items, _ = kube.list_all(path, query)
@@ -109,16 +127,26 @@ def _list(kube: Kube, source: Source, what: str) -> list[dict[str, Any]]:
     return items
 
 
+def _anonymous(e: KubeError) -> bool:
+    return e.status == 401 or (e.status == 403 and "system:anonymous" in str(e))
+
+
 def _explain(e: KubeError, source: Source, verb: str, crd: str) -> ViewError:
     if e.status == 0:
         return ViewError(f"cannot reach the API server at {source.server}: {e}")
-    if e.status == 401:
-        return ViewError(f"the API server at {source.server} did not accept the credentials: {e}")
+    if _anonymous(e):
+        return ViewError(
+            f"not authenticated to the API server at {source.server} (the kubeconfig's "
+            f"credential plugin failed, see above, or its credentials were refused): {e}"
+        )
     if e.status == 403:
+        subject = "--user=..."
+        if not source.kubeconfig:  # a pod: its service account asks
+            subject = "--serviceaccount=<namespace>:<name>"
         return ViewError(
             f"forbidden: RBAC does not let you {verb}; the ClusterRole "
             f"{VIEWER_ROLE} grants what this view reads (kubectl create clusterrolebinding "
-            f"... --clusterrole={VIEWER_ROLE} --user=...). The API server said: {e}"
+            f"... --clusterrole={VIEWER_ROLE} {subject}). The API server said: {e}"
         )
     if e.status == 404 and crd:
         return ViewError(
@@ -128,9 +156,43 @@ def _explain(e: KubeError, source: Source, verb: str, crd: str) -> ViewError:
     return ViewError(f"failed to {verb}: {e}")
 
 
-def read_view(kube: Kube, source: Source) -> ClusterView:
-    """List what the view needs (three lists, paged) and summarise it."""
+_GRANTS = {
+    "leases": f"the Role {VIEWER_ROLE} in {NAMESPACE}",
+    "pods": f"the ClusterRole {VIEWER_PODS_ROLE}",
+}
+
+
+def _optional(
+    kube: Kube, source: Source, what: str, path: str = "", verb: str = ""
+) -> tuple[list[dict[str, Any]] | None, str]:
+    """A list the view can do without: (None, why) when RBAC refuses it."""
+    try:
+        return _list(kube, source, what, path, verb), ""
+    except ViewError as e:
+        cause = e.__cause__
+        if isinstance(cause, KubeError) and cause.status == 403 and not _anonymous(cause):
+            grant = _GRANTS[what]
+            return None, f"cannot {verb or _READS[what][1]}; {grant} grants it"
+        raise
+
+
+def read_view(
+    kube: Kube, source: Source, *, namespace: str | None = None, now: float | None = None
+) -> ClusterView:
+    """List what the view needs (paged) and summarise it. The Pending pods of `namespace`
+    (None: of all namespaces) and the heartbeat Leases are optional: without the right to
+    list them the view says so and shows the rest."""
     nodes = _list(kube, source, "computenodes")
     quotas = _list(kube, source, "computequotas")
-    pods = _list(kube, source, "pods")
-    return summarise(nodes, pods, quotas)
+    leases, leases_missing = _optional(kube, source, "leases")
+    if namespace is None:
+        pods_path, pods_verb = "/api/v1/pods", "list pods in all namespaces"
+    else:
+        pods_path = paths_for("v1", "pods", namespace)
+        pods_verb = f"list pods in namespace {namespace}"
+    pods, pods_missing = _optional(kube, source, "pods", pods_path, pods_verb)
+    view = summarise(nodes, pods or (), quotas, leases, time.time() if now is None else now)
+    view.pods_missing = pods_missing
+    view.heartbeats_missing = leases_missing
+    view.namespace = namespace
+    return view

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hcsd.api.client import Client
 from hcsd.api.v1 import hcsd_pb2 as pb
@@ -45,8 +46,9 @@ def view(cluster: Cluster) -> dict[str, Any]:
 
 
 def account_kubeconfig(cluster: Cluster, name: str, rules: list[dict[str, Any]] | None) -> str:
-    """A service account of NAMESPACE with the ClusterRole hcs-viewer (rules None), a
-    ClusterRole of its own with `rules`, or nothing bound (rules [])."""
+    """A service account of NAMESPACE with the ClusterRole hcs-viewer and the Role hcs-viewer
+    in hcs-system (rules None), a ClusterRole of its own with `rules`, or nothing bound
+    (rules [])."""
     kube = cluster.kube
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
     kube.create(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", account)
@@ -65,9 +67,22 @@ def account_kubeconfig(cluster: Cluster, name: str, rules: list[dict[str, Any]] 
                         "name": role},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
         })  # fmt: skip
+    if rules is None:
+        bind(cluster, name, "Role", "hcs-viewer", "hcs-system")
     token = request_token(kube, name, namespace=NAMESPACE)
     path = cluster.work / f"{name}.kubeconfig"
     return str(token_kubeconfig(path, cluster.plane.server, cluster.work / "certs", token))
+
+
+def bind(cluster: Cluster, account: str, kind: str, role: str, namespace: str) -> None:
+    """A RoleBinding in `namespace` of `role` (a Role or a ClusterRole) to NAMESPACE's
+    `account`."""
+    cluster.kube.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": f"test-{account}-{role}", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}],
+    })  # fmt: skip
 
 
 def start_container(cluster: Cluster, pod: dict[str, Any]) -> None:
@@ -136,6 +151,11 @@ def test_json_carries_the_figures(cluster: Cluster) -> None:
     assert (a100["acu_total"], a100["acu_used"], a100["acu_source"]) == (200.0, 0.0, "profile")
     npu = models[("ascend", "Ascend910B3")]
     assert (npu["devices"], npu["not_healthy"], npu["acu_total"]) == (2, 1, 200.6)
+    # the unhealthy one is in the totals, not in free (the scheduler does not use it)
+    assert (npu["unusable_devices"], npu["unusable_vram_bytes"]) == (1, 64 * GiB)
+    assert (npu["vram_free_bytes"], npu["acu_free"]) == (64 * GiB, 100.3)
+    # every syncer renews its heartbeat: no node is stale
+    assert (data["heartbeats_checked"], data["stale_nodes"]) == (True, [])
     mlu = models[("cambricon", "MLU370-X8")]
     assert (mlu["acu_total"], mlu["acu_source"], mlu["measured_devices"]) == (
         123.2, "measured 1/4", 1,
@@ -180,11 +200,16 @@ def test_kubectl_hcs_runs_the_plugin_from_path(cluster: Cluster) -> None:
     print(done.stdout)  # with -s: the table as a person sees it
     lines = done.stdout.splitlines()
     assert lines[0] == f"cluster:  {cluster.plane.server}"
-    assert "devices:  9 (1 not healthy)" in lines
+    assert (
+        "devices:  9 (1 not healthy, 1 unusable: 64Gi VRAM and 100.3 ACU in the totals, "
+        "not in free)" in lines
+    )
     row = next(line for line in lines if line.startswith("nvidia"))
     assert row.split() == [
-        "nvidia", "A100-SXM4-80GB", "1", "2", "0", "16Gi/160Gi", "144Gi", "0/200", "profile",
+        "nvidia", "A100-SXM4-80GB", "1", "2", "0", "0", "16Gi/160Gi", "144Gi", "0/200", "profile",
     ]  # fmt: skip
+    npu = next(line for line in lines if line.startswith("ascend"))
+    assert npu.split()[4:8] == ["1", "1", "0/128Gi", "64Gi"]
     sick = next(line for line in lines if line.startswith("npu-node"))
     assert sick.split()[:5] == ["npu-node", "ascend/0", "Ascend910B3", "unhealthy", "20"]
     assert sick.endswith(NPU_FAULT)
@@ -229,7 +254,22 @@ def test_a_viewer_reads_it_and_others_are_told_which_verb_they_lack(cluster: Clu
     viewer = account_kubeconfig(cluster, "viewer", None)
     done = hcsctl("cluster", "--kubeconfig", viewer)
     assert done.returncode == 0, done.stderr
-    assert "devices:  9 (1 not healthy)" in done.stdout
+    assert "devices:  9 (1 not healthy, 1 unusable" in done.stdout
+    assert "stale:" not in done.stdout  # the heartbeats were read, and all are live
+    # hcs-viewer does not list pods (that exposes every pod's spec): the rest is shown
+    assert (
+        "pending accelerator pods: not shown (cannot list pods in all namespaces; "
+        "the ClusterRole hcs-viewer-pods grants it)"
+    ) in done.stdout, done.stdout
+    # hcs-viewer-pods bound in one namespace: -n shows that namespace's pods
+    bind(cluster, "viewer", "ClusterRole", "hcs-viewer-pods", NAMESPACE)
+    one = hcsctl("cluster", "--json", "-n", NAMESPACE, "--kubeconfig", viewer)
+    assert one.returncode == 0, one.stderr
+    data = json.loads(one.stdout)
+    assert data["pending_pods_shown"] and data["pending_pods_namespace"] == NAMESPACE
+    assert sorted(p["name"] for p in data["pending_pods"]) == ["held", "too-big", "whole"]
+    everywhere = json.loads(hcsctl("cluster", "--json", "-A", "--kubeconfig", viewer).stdout)
+    assert not everywhere["pending_pods_shown"] and everywhere["pending_pods"] == []
     nobody = account_kubeconfig(cluster, "nobody", [])
     refused = hcsctl("cluster", "--kubeconfig", nobody)
     assert refused.returncode == 1 and refused.stdout == ""
@@ -242,10 +282,62 @@ def test_a_viewer_reads_it_and_others_are_told_which_verb_they_lack(cluster: Clu
          "verbs": ["list"]},
     ])  # fmt: skip
     partial = hcsctl("cluster", "--kubeconfig", nodes_only)
-    assert partial.returncode == 1
-    assert partial.stderr.startswith(
-        "hcsctl: forbidden: RBAC does not let you list pods in all namespaces;"
-    ), partial.stderr
+    assert partial.returncode == 0, partial.stderr
+    assert "devices:  9 (1 not healthy, 1 unusable" in partial.stdout
+    assert (
+        "stale:    not checked (cannot list leases.coordination.k8s.io in hcs-system (the "
+        "nodes' heartbeats); the Role hcs-viewer in hcs-system grants it)"
+    ) in partial.stdout, partial.stdout
+    assert "pending accelerator pods: not shown (cannot list pods" in partial.stdout
+
+
+def test_credentials_the_api_server_does_not_take_are_not_rbac_advice(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """No credentials (the API server takes the request as system:anonymous: what a failed
+    exec plugin leaves) and a token it refuses (401): "not authenticated", not a role."""
+    admin = yaml.safe_load(cluster.plane.config_for("admin").read_text())
+    for user in admin["users"]:
+        user["user"] = {}
+    anonymous = tmp_path / "anonymous.kubeconfig"
+    anonymous.write_text(yaml.safe_dump(admin))
+    for user in admin["users"]:
+        user["user"] = {"token": "not-a-token"}
+    refused = tmp_path / "refused.kubeconfig"
+    refused.write_text(yaml.safe_dump(admin))
+    for path in (anonymous, refused):
+        done = hcsctl("cluster", "--kubeconfig", str(path))
+        assert done.returncode == 1
+        assert done.stderr.startswith(
+            f"hcsctl: not authenticated to the API server at {cluster.plane.server} "
+            "(the kubeconfig's credential plugin failed, see above, or its credentials were "
+            "refused)"
+        ), done.stderr
+        assert "RBAC" not in done.stderr and "--user" not in done.stderr
+
+
+def test_a_node_whose_heartbeat_stopped_is_stale(cluster: Cluster) -> None:
+    """Its syncer killed and its Lease deleted: the extender no longer schedules to it, and
+    the view counts it apart; its syncer back, it counts again."""
+    cluster.kill_syncer("mlu-node")
+    try:
+        cluster.kube.request(
+            "DELETE", "/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases/hcs-node-mlu-node"
+        )
+        data = view(cluster)
+        assert data["nodes"]["mlu-node"] == "stale"
+        (stale,) = data["stale_nodes"]
+        assert stale["node"] == "mlu-node" and "no hcs heartbeat Lease" in stale["reason"]
+        assert (stale["devices"], stale["vram_total_bytes"]) == (4, 192 * GiB)
+        assert data["totals"]["devices"] == 5 and data["stale_totals"]["devices"] == 4
+        assert "cambricon" not in {m["vendor"] for m in data["models"]}
+        text = hcsctl("cluster", "--kubeconfig", str(cluster.plane.config_for("admin"))).stdout
+        assert "stale:    1 nodes, 4 devices, 192Gi VRAM, 123.2 ACU: not counted above" in text
+        assert "mlu-node  4        192Gi  123.2  no hcs heartbeat Lease" in text, text
+    finally:
+        cluster.start_syncer("mlu-node")
+    live = wait_view(cluster, lambda d: not d["stale_nodes"])
+    assert live["totals"]["devices"] == 9
 
 
 def test_an_api_server_that_does_not_answer(cluster: Cluster, tmp_path: Path) -> None:

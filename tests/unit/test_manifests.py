@@ -21,7 +21,7 @@ import yaml
 
 from hcsd import __version__
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cluster.cluster_reader import VIEWER_ROLE
+from hcsd.cluster.cluster_reader import VIEWER_PODS_ROLE, VIEWER_ROLE
 from hcsd.cluster.commands import extender_main, syncer_main
 from hcsd.cluster.compute_quota import Amounts
 from hcsd.cluster.endpoints import PROBE_PORT
@@ -63,11 +63,17 @@ RBAC: dict[tuple[str, str], Rules] = {
         # list+watch: the nodes' heartbeats; get/create/update: the leader Lease
         ("coordination.k8s.io", "leases"): frozenset({"get", "list", "watch", "create", "update"}),
     },
-    # People, not an account (no binding shipped): hcsctl cluster's three lists
-    # (cluster_reader.py), and get/watch for `kubectl get`.
+    # People, not an account (no binding shipped): hcsctl cluster's lists (cluster_reader.py),
+    # and get/watch for `kubectl get`; the heartbeats in hcs-system; the pods apart (they
+    # expose every pod's spec).
     ("ClusterRole", VIEWER_ROLE): {
         (names.GROUP, names.COMPUTE_NODES): frozenset({"get", "list", "watch"}),
         (names.GROUP, names.COMPUTE_QUOTAS): frozenset({"get", "list", "watch"}),
+    },
+    ("Role", VIEWER_ROLE): {
+        ("coordination.k8s.io", "leases"): frozenset({"get", "list"}),
+    },
+    ("ClusterRole", VIEWER_PODS_ROLE): {
         ("", "pods"): frozenset({"list"}),
     },
 }
@@ -543,7 +549,12 @@ def test_bindings_tie_each_account_to_its_own_roles() -> None:
             assert ref == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name}
             assert (role_kind, name) in roles
             bound.add((role_kind, name))
-    assert bound == set(RBAC) - {("ClusterRole", VIEWER_ROLE)}  # bound by the operator
+    viewers = {
+        ("ClusterRole", VIEWER_ROLE),
+        ("Role", VIEWER_ROLE),
+        ("ClusterRole", VIEWER_PODS_ROLE),
+    }
+    assert bound == set(RBAC) - viewers  # bound by the operator
 
 
 def test_the_secret_holds_keys_by_id_and_names_the_signing_one() -> None:
