@@ -7,7 +7,11 @@ What it writes, and when (the API server is shared by every node, so writes are 
 - the Lease `hcs-node-<node>` every `renew` seconds while hcsd answers: the heartbeat the
   extender checks. A dead hcsd stops the heartbeat, so the node stops getting pods.
 What was last written is remembered; after an API error it is forgotten, and the next pass
-reads the object back and writes only what differs (a full resync). Failures back off
+reads the object back and writes only what differs (a full resync). "Differs" also knows what
+the API server keeps of a write: a CRD older than this syncer prunes the fields it does not
+list, so the object never equals the body sent; a part whose body is unchanged and whose
+stored copy is what the server kept of it is not written again, and the pruned fields are
+logged once (apply the CRDs before upgrading the syncers). Failures back off
 exponentially with jitter, so an API server outage is not met with a storm on its return.
 """
 
@@ -72,6 +76,9 @@ class Syncer:
         self._stopping = threading.Event()
         self._dirty = True
         self._written: dict[str, Any] | None = None  # the object as last written or read
+        # spec/status: (the body last sent, what the server kept of it); kept across resyncs
+        self._sent: dict[str, tuple[Any, Any]] = {}
+        self._pruned_logged: set[str] = set()
         self._lease: dict[str, Any] | None = None
         self._hcsd_up = False
         self._failures = 0
@@ -218,22 +225,49 @@ class Syncer:
                 log.info("created ComputeNode %s", self.settings.node_name)
             # Transition times of what is there now, so a resync does not rewrite them.
             _, status = self._read_hcsd()
-        if self._written.get("spec") != spec:
+        if self._differs("spec", spec):
             self._written = self.kube.patch(self.node_path, {"spec": spec})
+            self._kept("spec", spec)
             self.writes["spec"] += 1
             log.info(
                 "inventory of %s written (%d devices)",
                 self.settings.node_name,
                 len(spec["devices"]),
             )
-        if self._written.get("status") != status:
+        if self._differs("status", status):
             self._written = self.kube.request(
                 "PUT",
                 self.node_path + "/status",
                 body={**self._written, "status": status},
             )
+            self._kept("status", status)
             self.writes["status"] += 1
         self.synced.set()
+
+    def _differs(self, part: str, body: Any) -> bool:
+        """Whether `part` must be written: the object holds neither `body` nor what the
+        server kept of the same body last time (someone else's edit is still repaired)."""
+        assert self._written is not None
+        stored = self._written.get(part)
+        if stored == body:
+            return False
+        sent, kept = self._sent.get(part, (None, None))
+        return not (body == sent and stored == kept)
+
+    def _kept(self, part: str, body: Any) -> None:
+        """Remember what was sent and what the server kept; name what it pruned, once."""
+        assert self._written is not None
+        kept = self._written.get(part)
+        self._sent[part] = (body, kept)
+        pruned = sorted(set(_paths(body, part)) - set(_paths(kept, part)) - self._pruned_logged)
+        if pruned:
+            self._pruned_logged.update(pruned)
+            log.warning(
+                "the API server pruned %s from ComputeNode %s: its CRD is older than this "
+                "syncer (apply the CRDs before upgrading the syncers)",
+                ", ".join(pruned),
+                self.settings.node_name,
+            )
 
     def _renew(self) -> None:
         """The heartbeat: only while hcsd answers, so the extender sees a dead node go."""
@@ -280,3 +314,16 @@ class Syncer:
                 raise
             return
         self.writes["lease"] += 1
+
+
+def _paths(value: Any, prefix: str) -> set[str]:
+    """Every field path in `value` (`status.devices[].reason`): to name the pruned ones."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            found.add(f"{prefix}.{key}")
+            found |= _paths(inner, f"{prefix}.{key}")
+    elif isinstance(value, list):
+        for item in value:
+            found |= _paths(item, f"{prefix}[]")
+    return found

@@ -3,6 +3,8 @@ a real kube-apiserver, as the syncer's service account: what it writes, and when
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -121,3 +123,36 @@ def test_the_heartbeat_follows_hcsd(start: Callable[..., Running], hcsd: Daemon)
     assert running.renewed() == stopped and running.syncer.writes["lease"] == writes
     hcsd.start()  # the same state directory and socket
     wait_for(lambda: running.renewed() > stopped, timeout=10, what="renewals after hcsd's return")
+
+
+CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/computenodes.hcs.io"
+
+
+def test_an_older_crd_that_prunes_new_fields_does_not_make_it_rewrite(
+    plane: ControlPlane, start: Callable[..., Running], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The CRD applied before this syncer's release lacks fields it writes: the API server
+    prunes them, so the object read back never equals what was sent. The syncer compares
+    with what it sent and what the server kept of it, and says once what was pruned."""
+    admin = plane.kube()
+    crd = admin.get(CRD)
+    original = json.loads(json.dumps(crd))
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    status = schema["properties"]["status"]["properties"]
+    del status["acuTotal"], status["acuAllocated"]  # fields added with the cluster view
+    admin.replace(CRD, crd)
+    try:
+        time.sleep(1.0)  # the API server serves the new schema
+        with caplog.at_level(logging.WARNING, logger="hcsd.cluster.syncer"):
+            running = start("pruned", resync=0.5)
+            syncer = running.syncer
+            assert syncer.synced.wait(15)
+            assert "acuTotal" not in running.status()  # pruned indeed
+            time.sleep(3.0)  # six resyncs, each reading the object back
+            assert syncer.writes["status"] == 1, dict(syncer.writes)
+        pruned = [r.getMessage() for r in caplog.records if "pruned" in r.getMessage()]
+        assert len(pruned) == 1 and "status.acuAllocated, status.acuTotal" in pruned[0], pruned
+    finally:
+        current = admin.get(CRD)
+        original["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        admin.replace(CRD, original)
