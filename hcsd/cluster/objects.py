@@ -37,6 +37,9 @@ _HEALTH = {
 }
 
 
+REASON_MAX = 1024  # crds/computenodes.yaml: status.devices[].reason maxLength
+
+
 def fingerprint_of(device: pb.Device) -> str:
     """Where the device's throughput figures come from: `measured` on the node (the
     fingerprint attribute hcsd.profiles.fingerprint sets), else `profile` (the database, or
@@ -168,8 +171,8 @@ def node_status(
                 "vramAllocatedBytes": d.vram_allocated_bytes,
                 "computeAllocated": d.compute_allocated_percent,
                 "holders": d.allocation_count,
-                # why it is not healthy, as hcsd's health watcher last said (an Xid, an
-                # AER error, a slow device)
+                # why it is not healthy: the device's health_reason (its latest health event,
+                # an Xid, an AER error, a slow device; or "removed from the bus")
                 **_reason(d, states[d.uuid]),
             }
             for d in sorted(devices, key=lambda d: (d.vendor, d.index, d.uuid))
@@ -193,9 +196,10 @@ def node_status(
 
 
 def _reason(device: pb.Device, state: HealthState) -> dict[str, str]:
-    """`reason`: why the device is not healthy, as hcsd's health watcher last said (an Xid,
-    an AER error, a slow device); absent for a healthy device or when none was said."""
-    reason = device.attributes.get("health_reason", "")
+    """`reason`: why the device is not healthy, from its health_reason attribute (the health
+    watcher's latest event, hot-plug's removal); absent for a healthy device or when there is
+    none. Cut to the CRD's maxLength: a longer string would fail the whole status write."""
+    reason = device.attributes.get("health_reason", "")[:REASON_MAX]
     return {"reason": reason} if reason and state is not HealthState.HEALTHY else {}
 
 

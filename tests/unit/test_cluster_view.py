@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cli import cluster_tables, kubectl_hcs
 from hcsd.cli.cluster_tables import view_json, view_text
 from hcsd.cluster.cluster_reader import ViewError, find_kubeconfig
 from hcsd.cluster.cluster_view import Source, summarise, totals
-from hcsd.cluster.objects import compute_node, node_spec, node_status
+from hcsd.cluster.objects import REASON_MAX, compute_node, node_spec, node_status
 
 GiB = 2**30
 SOURCE = Source("https://api.example:6443", "/k", "prod")
@@ -420,3 +421,17 @@ def test_text_escapes_what_others_wrote() -> None:
     assert "ecc\\x1b[2J\\nnpu-x  ascend/9  fake\\x7f\\x9b31m\\u202eevil" in text
     assert "Unschedulable: no\\rroom\\x07" in text
     assert "p\\x1b]0;t\\x07" in text
+
+
+def test_a_long_reason_is_cut_to_the_crds_cap() -> None:
+    """status.devices[].reason has a maxLength: a longer string would fail the whole status
+    write, so the syncer cuts it to the CRD's cap."""
+    crd = yaml.safe_load(
+        (Path(__file__).parents[2] / "packaging/kubernetes/crds/computenodes.yaml").read_text()
+    )
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    cap = status["properties"]["devices"]["items"]["properties"]["reason"]["maxLength"]
+    long = device("l-0", 0, health_state=pb.HEALTH_STATE_UNHEALTHY,
+                  attributes={"health_reason": "x" * 5000})  # fmt: skip
+    written = node_status([long], [], previous={}, now="2026-01-01T00:00:00Z")
+    assert written["devices"][0]["reason"] == "x" * cap and cap == REASON_MAX
