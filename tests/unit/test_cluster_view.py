@@ -20,6 +20,7 @@ from hcsd.cli.cluster_tables import view_json, view_text
 from hcsd.cluster.cluster_reader import ViewError, find_kubeconfig
 from hcsd.cluster.cluster_view import Source, summarise, totals
 from hcsd.cluster.objects import REASON_MAX, compute_node, node_spec, node_status
+from hcsd.quantity import format_bytes
 
 GiB = 2**30
 SOURCE = Source("https://api.example:6443", "/k", "prod")
@@ -153,11 +154,16 @@ def test_figures_per_vendor_and_model() -> None:
 
 def test_the_syncers_summary_fields_agree_with_the_view() -> None:
     """kubectl get computenodes (the status summary) and hcsctl cluster say the same."""
-    status = NODES[0]["status"]
-    assert (status["acuTotal"], status["acuAllocated"]) == (200.0, 150.0)
-    assert (status["vramAllocated"], status["unhealthyDevices"]) == ("96Gi", 0)
-    assert NODES[1]["status"]["unhealthyDevices"] == 1
-    assert [d["fingerprint"] for d in NODES[1]["spec"]["devices"]] == ["measured", "profile"]
+    for obj in NODES:
+        status = obj["status"]
+        node = totals(summarise([obj], [], []).models)
+        assert status["acuTotal"] == pytest.approx(node.acu_total)
+        assert status["acuAllocated"] == pytest.approx(node.acu_used)
+        assert status["vramAllocated"] == (format_bytes(node.vram_used) if node.vram_used else "0")
+        assert status["unhealthyDevices"] == node.not_healthy
+        measured = [d["fingerprint"] == "measured" for d in obj["spec"]["devices"]]
+        assert sum(measured) == node.measured
+    assert [NODES[0]["status"]["acuAllocated"], NODES[1]["status"]["unhealthyDevices"]] == [150, 1]
 
 
 def test_devices_not_healthy_with_node_and_reason() -> None:
