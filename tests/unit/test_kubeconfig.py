@@ -168,3 +168,20 @@ def test_a_broken_kubeconfig_is_one_line(tmp_path: Path, text: str, expected: st
     with pytest.raises(ViewError, match=expected) as raised:
         connect(str(path), None)
     assert "\n" not in str(raised.value)
+
+
+def test_the_advice_fits_who_asked() -> None:
+    """A 403 to system:anonymous is a credential that did not work, not a missing role; in a
+    pod the binding to suggest is for its service account."""
+    from hcsd.cluster.cluster_reader import _explain
+    from hcsd.cluster.cluster_view import Source
+    from hcsd.cluster.kube import KubeError
+
+    anonymous = KubeError(403, "Forbidden", 'User "system:anonymous" cannot list resource')
+    said = str(_explain(anonymous, Source("https://api", "/k", ""), "list x", ""))
+    assert said.startswith("not authenticated to the API server at https://api")
+    assert "RBAC" not in said
+    user = KubeError(403, "Forbidden", 'User "alice" cannot list resource')
+    assert "--user=..." in str(_explain(user, Source("https://api", "/k", ""), "list x", ""))
+    pod = str(_explain(user, Source("https://api", "", ""), "list x", ""))
+    assert "--serviceaccount=<namespace>:<name>" in pod and "--user" not in pod
