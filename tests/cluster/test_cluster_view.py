@@ -305,10 +305,18 @@ def test_credentials_the_api_server_does_not_take_are_not_rbac_advice(
         user["user"] = {"token": "not-a-token"}
     refused = tmp_path / "refused.kubeconfig"
     refused.write_text(yaml.safe_dump(admin))
-    for path in (anonymous, refused):
+    for user in admin["users"]:  # an exec credential plugin that fails
+        user["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                 "command": "false", "interactiveMode": "Never"}}  # fmt: skip
+    plugin = tmp_path / "plugin.kubeconfig"
+    plugin.write_text(yaml.safe_dump(admin))
+    for path in (anonymous, refused, plugin):
         done = hcsctl("cluster", "--kubeconfig", str(path))
         assert done.returncode == 1
-        assert done.stderr.startswith(
+        *above, said = done.stderr.splitlines()
+        if path == plugin:  # the client's own line on the plugin, then ours
+            assert above == ["ERROR:root:exec: process returned 1"], done.stderr
+        assert said.startswith(
             f"hcsctl: not authenticated to the API server at {cluster.plane.server} "
             "(the kubeconfig's credential plugin failed, see above, or its credentials were "
             "refused)"
