@@ -1,0 +1,23 @@
+"""systemd over its D-Bus API (org.freedesktop.systemd1(5)), with dbus-fast on the system bus.
+
+`hcsctl setup` restarts the container runtime through it and waits until the unit is active
+again; hcsd follows the runtime's unit so that its NRI plugin reconnects the moment the
+runtime is back. Both work without it: a host or container with no systemd on a system bus
+raises `SystemdUnavailable`, and the callers say what to do instead.
+"""
+
+from hcsd.systemd.bus import SystemdError, SystemdUnavailable, UnitState, unit_path
+from hcsd.systemd.following import ActiveEdges, follow_units
+from hcsd.systemd.restarting import RestartFailed, RestartWait, restart_unit
+
+__all__ = [
+    "ActiveEdges",
+    "RestartFailed",
+    "RestartWait",
+    "SystemdError",
+    "SystemdUnavailable",
+    "UnitState",
+    "follow_units",
+    "restart_unit",
+    "unit_path",
+]

@@ -1,0 +1,122 @@
+"""Follow some units' ActiveState over D-Bus and call back each time one becomes active again.
+
+hcsd uses it for the container runtime: when containerd restarts, the NRI plugin loses its
+connection and retries on a growing backoff (0.5 s doubling to 10 s); the moment systemd says
+the runtime's unit is `active` again, the plugin connects at once instead of sleeping out its
+delay. Watching costs nothing while nothing changes: systemd pushes PropertiesChanged signals
+(once a client has called Subscribe()) and the bus routes only the watched units' to us.
+
+Without a system bus or systemd (a container, a host without systemd) the reason is logged
+once and the connection retried every `retry` seconds quietly; the plugin keeps its backoff,
+which is all it had before. A bus that goes away (dbus restarted) is reconnected the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+
+from dbus_fast import Message
+
+from hcsd.systemd.bus import (
+    MANAGER,
+    MANAGER_PATH,
+    SystemdError,
+    SystemdUnavailable,
+    add_match,
+    call,
+    connect,
+    properties_changed,
+    properties_changed_rule,
+    unit_path,
+)
+
+__all__ = ["ActiveEdges", "follow_units"]
+
+log = logging.getLogger(__name__)
+RETRY = 30.0
+
+
+class ActiveEdges:
+    """Which ActiveState changes count as "back": a unit becoming `active` from any other state,
+    or from unknown (the first news after connecting). systemd repeats ActiveState in every
+    PropertiesChanged of the Unit interface, so `active` after `active` is no news."""
+
+    def __init__(self, units: Sequence[str]) -> None:
+        self.names = {unit_path(unit): unit for unit in units}
+        self.last: dict[str, str] = {}
+
+    def saw(self, path: str, active: str) -> str | None:
+        """The unit's name when this ActiveState makes it back, else None."""
+        unit = self.names.get(path)
+        if unit is None:
+            return None
+        before, self.last[path] = self.last.get(path), active
+        return unit if active == "active" and before != "active" else None
+
+
+async def follow_units(
+    units: Sequence[str],
+    on_active: Callable[[str], None],
+    *,
+    address: str | None = None,
+    retry: float = RETRY,
+    connected: Callable[[], None] | None = None,
+) -> None:
+    """Call `on_active(unit)` each time one of `units` becomes active; runs until cancelled.
+    `connected` is called each time the watch is in place (tests wait for it)."""
+    said: str | None = None
+
+    def ready() -> None:
+        nonlocal said
+        said = None  # the next failure is news again
+        if connected is not None:
+            connected()
+
+    while True:
+        try:
+            await _follow(units, on_active, address, ready)
+            why = "the system D-Bus connection closed"
+        except (SystemdUnavailable, SystemdError) as e:
+            why = str(e)
+        if why != said:
+            log.info(
+                "not following %s over D-Bus (%s); after a runtime restart the NRI plugin "
+                "reconnects on its backoff; retrying every %.0f s",
+                ", ".join(units),
+                why,
+                retry,
+            )
+            said = why
+        await asyncio.sleep(retry)
+
+
+async def _follow(
+    units: Sequence[str],
+    on_active: Callable[[str], None],
+    address: str | None,
+    ready: Callable[[], None],
+) -> None:
+    bus = await connect(address)
+    edges = ActiveEdges(units)
+
+    def route(message: Message) -> None:
+        change = properties_changed(message)
+        if change is not None and (unit := edges.saw(change[0], change[1].active)):
+            log.info("%s is active", unit)
+            on_active(unit)
+
+    bus.add_message_handler(route)
+    try:
+        for path in edges.names:  # matches need no loaded unit: containerd may come later
+            await add_match(bus, properties_changed_rule(path))
+        await call(bus, MANAGER_PATH, MANAGER, "Subscribe")
+        log.info("following %s over D-Bus", ", ".join(units))
+        ready()
+        with contextlib.suppress(OSError, EOFError):  # the bus went away: say so, reconnect
+            await bus.wait_for_disconnect()  # type: ignore[no-untyped-call]
+    finally:
+        bus.remove_message_handler(route)
+        bus.disconnect()

@@ -1,0 +1,142 @@
+"""Restart a unit through systemd and wait until it is active again, as `systemctl restart` does.
+
+RestartUnit only queues a job and answers with its path. The restart is over when systemd
+removes that job (the JobRemoved signal, with its result); the unit is back when, after that,
+its ActiveState is `active`. A job that ends `done` with the unit still `activating` (a
+service whose start is not finished, an automatic restart) is waited for through the unit's
+PropertiesChanged signals. Anything else, or no end within the timeout, is `RestartFailed`,
+whose message names the unit's state and result as `systemctl status` would show them.
+
+The signals are subscribed to before the restart is asked for, so none of them is missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+from dbus_fast import Message, MessageType
+from dbus_fast.aio import MessageBus
+
+from hcsd.systemd.bus import (
+    MANAGER,
+    MANAGER_PATH,
+    SYSTEMD,
+    SystemdError,
+    UnitState,
+    add_match,
+    call,
+    connect,
+    properties_changed,
+    properties_changed_rule,
+    unit_state,
+)
+
+__all__ = ["RestartFailed", "RestartWait", "restart_unit"]
+
+JOB_REMOVED_RULE = (
+    f"type='signal',sender='{SYSTEMD}',path='{MANAGER_PATH}',"
+    f"interface='{MANAGER}',member='JobRemoved'"
+)
+
+
+class RestartFailed(Exception):
+    """The unit did not come back; the message says how it ended and what it is now."""
+
+
+@dataclass
+class RestartWait:
+    """What is known of one restart: its job's end, the unit's latest state; whether it is over.
+
+    Before the job ends nothing decides: a unit's state read just after RestartUnit may still
+    be the old one (active, or failed from an earlier run)."""
+
+    unit: str
+    job: str
+    job_result: str | None = None
+    state: UnitState | None = None
+
+    def job_removed(self, job: str, result: str) -> None:
+        if job == self.job:
+            self.job_result = result
+
+    def saw(self, state: UnitState) -> None:
+        self.state = state
+
+    def saw_change(self, change: UnitState) -> None:
+        """A PropertiesChanged of the Unit interface: Result (Service's) is kept."""
+        self.state = UnitState(change.active, change.sub, self.state.result if self.state else "")
+
+    def back(self) -> bool:
+        """The job is done and the unit active."""
+        active = self.state is not None and self.state.active == "active"
+        return self.job_result == "done" and active
+
+    def failure(self) -> str | None:
+        """Why the restart failed, once that is certain; None while it may still succeed."""
+        if self.job_result is None:
+            return None
+        state = f"; it is {self.state.describe()}" if self.state else ""
+        if self.job_result != "done":
+            return f"{self.unit}: the restart job ended '{self.job_result}'{state}"
+        if self.state is not None and self.state.active in ("failed", "inactive"):
+            return f"{self.unit}: restarted, then stopped{state}"
+        return None
+
+
+async def restart_unit(unit: str, timeout: float, *, address: str | None = None) -> float:
+    """Restart `unit` and wait until it is active: the seconds that took. SystemdUnavailable
+    where there is no systemd to ask; RestartFailed when it does not come back in time."""
+    bus = await connect(address)
+    events: asyncio.Queue[Message] = asyncio.Queue()
+
+    def route(message: Message) -> None:
+        if message.message_type == MessageType.SIGNAL:
+            events.put_nowait(message)
+
+    bus.add_message_handler(route)
+    started = time.monotonic()
+    try:
+        await call(bus, MANAGER_PATH, MANAGER, "Subscribe")
+        await add_match(bus, JOB_REMOVED_RULE)
+        try:
+            (job,) = await call(bus, MANAGER_PATH, MANAGER, "RestartUnit", "ss", unit, "replace")
+            (path,) = await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", unit)
+        except SystemdError as e:
+            raise RestartFailed(f"{unit}: systemd refused the restart: {e}") from e
+        await add_match(bus, properties_changed_rule(path))
+        wait = RestartWait(unit, job)
+        wait.saw(await unit_state(bus, path))
+        try:
+            async with asyncio.timeout(timeout):
+                await _until_over(bus, path, wait, events)
+        except TimeoutError:
+            with contextlib.suppress(SystemdError):
+                wait.saw(await unit_state(bus, path))
+            state = wait.state.describe() if wait.state else "unknown"
+            raise RestartFailed(
+                f"{unit}: not active {timeout:g} s after the restart; it is {state}"
+            ) from None
+        return time.monotonic() - started
+    finally:
+        bus.remove_message_handler(route)
+        bus.disconnect()
+
+
+async def _until_over(
+    bus: MessageBus, path: str, wait: RestartWait, events: asyncio.Queue[Message]
+) -> None:
+    while not wait.back():
+        message = await events.get()
+        if message.member == "JobRemoved" and message.interface == MANAGER:
+            _, job, _, result = message.body
+            wait.job_removed(job, result)
+            if wait.job_result is not None:
+                wait.saw(await unit_state(bus, path))  # Result and SubState as of the end
+        elif (changed := properties_changed(message)) is not None and changed[0] == path:
+            wait.saw_change(changed[1])
+        if (why := wait.failure()) is not None:
+            wait.saw(await unit_state(bus, path))
+            raise RestartFailed(wait.failure() or why)
