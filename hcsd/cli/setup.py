@@ -12,11 +12,17 @@ refuses to create containers instead of starting them without their devices and 
 containerd merges an imported file into the config key by key, but a list in a plugin's section
 replaces the config's (checked with containerd 2.3.7's `config dump`): the drop-in repeats the
 config's own required plugins beside hcsd.
+
+Once applied, the runtime is restarted through systemd's D-Bus API (RestartUnit) and waited for
+until its unit is active again; a failure names the unit's state and result. Without systemd
+(a container, another init) it says so and leaves the restart to the operator, as it did
+before; `--no-restart` always does.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import difflib
 import json
 import os
@@ -36,6 +42,7 @@ NRI_SECTION = f'[plugins."{NRI_PLUGIN}"]'
 VALIDATOR_SECTION = f'[plugins."{NRI_PLUGIN}".default_validator]'
 PLUGIN_NAME = "hcsd"  # what the plugin registers as (the validator also accepts "10-hcsd")
 PLUGIN_BINARY = "/usr/bin/hcs-nri-plugin"
+RESTART_TIMEOUT = 90.0  # systemd's default TimeoutStartSec plus a margin
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,21 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.add_argument("--dry-run", action="store_true", help="print the diff, change nothing")
         p.add_argument("--yes", "-y", action="store_true", help="apply without asking")
         p.add_argument("--root", default="/", help="act on a tree under this root (tests)")
+        p.add_argument(
+            "--restart",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="restart the runtime through systemd once applied, and wait until it is "
+            "active (default: yes, unless --root is given)",
+        )
+        p.add_argument("--unit", default=f"{name}.service", help="the runtime's systemd unit")
+        p.add_argument(
+            "--restart-timeout",
+            type=float,
+            default=RESTART_TIMEOUT,
+            metavar="SECONDS",
+            help="how long to wait for the unit to be active again",
+        )
     containerd = runtimes.choices["containerd"]
     containerd.add_argument("--config", default="/etc/containerd/config.toml")
     containerd.add_argument("--drop-in-dir", default="/etc/containerd/conf.d")
@@ -226,7 +248,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for change in changes:
         sys.stdout.write(diff(change))
+    restart = args.restart if args.restart is not None else args.root == "/"
     if args.dry_run:
+        if restart:
+            print(f"would restart {args.unit} through systemd")
         return 0
     if not args.yes:
         if not sys.stdin.isatty():
@@ -237,5 +262,29 @@ def run(args: argparse.Namespace) -> int:
             return 1
     for change in changes:
         apply(change)
-    print(f"now restart {args.runtime}: systemctl restart {args.runtime}")
+    return restart_runtime(args.runtime, args.unit, args.restart_timeout, restart=restart)
+
+
+def restart_runtime(runtime: str, unit: str, timeout: float, *, restart: bool) -> int:
+    """Restart the runtime through systemd and wait for it; say what to do where that cannot be."""
+    from hcsd.systemd import RestartFailed, SystemdUnavailable, restart_unit
+
+    if not restart:
+        print(f"now restart {runtime}: systemctl restart {runtime}")
+        return 0
+    print(f"restarting {unit} through systemd")
+    try:
+        seconds = asyncio.run(restart_unit(unit, timeout))
+    except SystemdUnavailable as e:
+        print(
+            f"hcsctl: cannot restart {runtime} through systemd: {e}.\n"
+            f"Restart {runtime} yourself, however it runs here, so that it reads the new "
+            f"configuration (under systemd: systemctl restart {unit}).",
+            file=sys.stderr,
+        )
+        return 0
+    except RestartFailed as e:
+        print(f"hcsctl: {e}; see journalctl -u {unit}", file=sys.stderr)
+        return 1
+    print(f"{unit} is active again ({seconds:.1f} s)")
     return 0
