@@ -73,6 +73,13 @@ class RuntimeSection(Section):
         "Where hcs-nri-plugin (the pre-launched form in /opt/nri/plugins) reaches hcsd.",
         checks.path,
     )
+    runtime_units: tuple[str, ...] = setting(
+        ("containerd.service", "crio.service"),
+        "systemd units of the container runtime, followed over D-Bus: when one becomes active "
+        "again the NRI plugin reconnects at once instead of at the end of its backoff (up to "
+        "10 s); empty, or no systemd on a system bus: the backoff alone.",
+        checks.string_list,
+    )
     plugin_index: str = setting(
         "10", "Two-digit NRI plugin index (lower runs first).", checks.two_digits
     )

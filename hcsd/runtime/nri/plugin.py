@@ -5,7 +5,8 @@ service) and our client of the runtime (conn 2). RegisterPlugin is sent at once;
 arrive before its reply, which is why the server runs from the start. The subscribed events
 follow the handlers defined below; Synchronize reconciles the ledger with the containers that
 really exist (each session collects its own `more` chunks). When the runtime goes away (EOF),
-the plugin reconnects with backoff.
+the plugin reconnects with backoff; `runtime_active()` (called when systemd says the runtime's
+unit is active again, hcsd/systemd/following.py) cuts the wait short.
 
 The runtime waits `plugin_request_timeout` (2 s by default) for each answer, then drops the
 plugin and creates the container without it. CreateContainer does one fsync'd ledger append
@@ -84,6 +85,7 @@ class NriPlugin:
         self.clock = clock
         self.runtime = ""
         self.connected = asyncio.Event()
+        self._runtime_back = asyncio.Event()  # set by runtime_active(): stop waiting, connect
         self.create_seconds: list[float] = []  # in-plugin CreateContainer handling times
         # Event → handler: the subscription mask is derived from this table.
         self.events: dict[int, str] = {
@@ -95,6 +97,22 @@ class NriPlugin:
         }
 
     # -- connection life cycle --------------------------------------------------------------
+
+    def runtime_active(self, unit: str) -> None:
+        """The runtime's unit just became active: connect now, not at the end of the backoff."""
+        if not self.connected.is_set():
+            log.info("nri: %s is active again; connecting now", unit)
+            self._runtime_back.set()
+
+    async def _pause(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; True when runtime_active() cut it short."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self._runtime_back.wait()
+        except TimeoutError:
+            return False
+        self._runtime_back.clear()
+        return True
 
     async def run(self) -> None:
         """Connect, serve, and reconnect with backoff whenever the runtime goes away."""
@@ -111,11 +129,12 @@ class NriPlugin:
                         e.strerror or e,
                     )
                     waiting_logged = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.backoff[1])
+                woken = await self._pause(delay)
+                delay = self.backoff[0] if woken else min(delay * 2, self.backoff[1])
                 continue
             waiting_logged = False
             delay = self.backoff[0]
+            self._runtime_back.clear()  # news of an earlier start: this connection is newer
             try:
                 await self.session(reader, writer)
             except (MuxError, TtrpcError, ConnectionError) as e:
@@ -124,7 +143,7 @@ class NriPlugin:
                 self.connected.clear()
                 writer.close()
             log.info("nri: runtime connection closed; reconnecting")
-            await asyncio.sleep(self.backoff[0])
+            await self._pause(self.backoff[0])
 
     async def serve_prelaunched(self) -> None:
         """Accept connections relayed by `hcs-nri-plugin` (the runtime's pre-launched form)."""

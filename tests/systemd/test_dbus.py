@@ -1,0 +1,275 @@
+"""HCS's systemd client end to end over a real dbus-daemon, against the systemd stand-in:
+`hcsctl setup`'s restart-and-wait, and hcsd following the runtime's unit so that its NRI
+plugin re-registers the moment the runtime is active again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hcsd.runtime.injector import Injector
+from hcsd.runtime.nri.plugin import NriPlugin
+from hcsd.runtime.settings import RuntimeSection
+from hcsd.systemd import RestartFailed, SystemdUnavailable, follow_units, restart_unit
+from hcsd.systemd.bus import MANAGER, MANAGER_PATH, SystemdError, call, connect
+from tests.nri.peer import RuntimePeer
+from tests.systemd.conftest import DbusDaemon, Systemd, export_systemd
+from tests.systemd.standin import Outcome
+
+REPO = Path(__file__).resolve().parents[2]
+UNIT = "containerd.service"
+
+
+async def test_restart_returns_once_the_job_is_done_and_the_unit_active(systemd: Systemd) -> None:
+    seconds = await restart_unit(UNIT, 5, address=systemd.address)
+    unit = systemd.manager.units[UNIT]
+    assert systemd.manager.restarts == [UNIT]
+    assert (unit.active, unit.sub, unit.job) == ("active", "running", (0, "/"))
+    # The job runs after RestartUnit's answer: stop (2 states), start (2), then JobRemoved.
+    assert seconds >= 5 * systemd.manager.step
+
+
+@pytest.mark.parametrize(
+    ("outcome", "message"),
+    [
+        pytest.param(
+            Outcome([("activating", "start"), ("failed", "failed")], "failed", "exit-code"),
+            "containerd.service: the restart job ended 'failed'; it is failed (failed), "
+            "result exit-code",
+            id="start-failed",
+        ),
+        pytest.param(
+            Outcome([("activating", "auto-restart")], "failed", "timeout"),
+            "containerd.service: the restart job ended 'failed'; it is activating "
+            "(auto-restart), result timeout",
+            id="failed-then-auto-restart",
+        ),
+        pytest.param(
+            Outcome([("activating", "start"), ("inactive", "dead")], "done", "success"),
+            "containerd.service: restarted, then stopped; it is inactive (dead), result success",
+            id="done-but-inactive",
+        ),
+    ],
+)
+async def test_a_restart_that_does_not_come_back_names_the_state_and_result(
+    systemd: Systemd, outcome: Outcome, message: str
+) -> None:
+    systemd.manager.units[UNIT].next = outcome
+    with pytest.raises(RestartFailed) as failed:
+        await restart_unit(UNIT, 5, address=systemd.address)
+    assert str(failed.value) == message
+
+
+async def test_a_start_that_never_finishes_times_out_with_the_state(systemd: Systemd) -> None:
+    systemd.manager.units[UNIT].next = Outcome([("activating", "start")], hang=True)
+    began = time.monotonic()
+    with pytest.raises(RestartFailed) as failed:
+        await restart_unit(UNIT, 0.6, address=systemd.address)
+    assert 0.6 <= time.monotonic() - began < 3
+    assert str(failed.value) == (
+        "containerd.service: not active 0.6 s after the restart; it is activating (start), "
+        "result success"
+    )
+
+
+async def test_an_unknown_unit_is_refused_with_systemds_words(systemd: Systemd) -> None:
+    with pytest.raises(
+        RestartFailed,
+        match=r"crio.service: systemd refused the restart: "
+        r"Unit crio.service not found. \(org.freedesktop.systemd1.NoSuchUnit\)",
+    ):
+        await restart_unit("crio.service", 5, address=systemd.address)  # fmt: skip
+
+
+async def test_a_bus_without_systemd_is_unavailable(dbus_address: str) -> None:
+    with pytest.raises(SystemdUnavailable, match="no systemd on the system D-Bus"):
+        await restart_unit(UNIT, 5, address=dbus_address)
+
+
+async def test_no_bus_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(SystemdUnavailable, match="no system D-Bus: No such file or directory"):
+        await restart_unit(UNIT, 5, address=f"unix:path={tmp_path}/none")
+
+
+async def test_signals_need_subscribe_as_in_systemd(systemd: Systemd) -> None:
+    """The stand-in keeps systemd's rule: a client that never subscribed hears nothing."""
+    bus = await connect(systemd.address)
+    assert systemd.manager.subscribers == 0
+    await call(bus, MANAGER_PATH, MANAGER, "Subscribe")
+    assert systemd.manager.subscribers == 1
+    with pytest.raises(SystemdError, match="NoSuchUnit"):
+        await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", "crio.service")
+    bus.disconnect()
+
+
+async def hcsctl(tmp_path: Path, address: str, *args: str) -> tuple[int, str]:
+    config = tmp_path / "root/etc/containerd/config.toml"
+    if not config.exists():
+        config.parent.mkdir(parents=True)
+        config.write_text("version = 3\n")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hcsd.cli.hcsctl", "setup", "containerd", "--yes",
+        "--root", str(tmp_path / "root"), *args,
+        env={**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": address},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=REPO,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+async def test_hcsctl_setup_restarts_containerd_and_waits(tmp_path: Path, systemd: Systemd) -> None:
+    rc, out = await hcsctl(tmp_path, systemd.address, "--restart")
+    assert rc == 0, out
+    assert "restarting containerd.service through systemd" in out
+    assert "containerd.service is active again (" in out
+    assert systemd.manager.restarts == [UNIT]
+    # Set up already: nothing changes, nothing is restarted.
+    rc, out = await hcsctl(tmp_path, systemd.address, "--restart")
+    assert (rc, systemd.manager.restarts) == (0, [UNIT]) and "nothing to change" in out
+
+
+async def test_hcsctl_setup_says_why_the_restart_failed(tmp_path: Path, systemd: Systemd) -> None:
+    systemd.manager.units[UNIT].next = Outcome(
+        [("activating", "start"), ("failed", "failed")], "failed", "exit-code"
+    )
+    rc, out = await hcsctl(tmp_path, systemd.address, "--restart")
+    assert rc == 1
+    assert (
+        "hcsctl: containerd.service: the restart job ended 'failed'; it is failed (failed), "
+        "result exit-code; see journalctl -u containerd.service"
+    ) in out
+
+
+async def test_hcsctl_setup_without_systemd_says_what_to_restart(
+    tmp_path: Path, dbus_address: str
+) -> None:
+    rc, out = await hcsctl(tmp_path, dbus_address, "--restart")
+    assert rc == 0, out  # the configuration is written; the restart is the operator's
+    assert "cannot restart containerd through systemd: no systemd on the system D-Bus" in out
+    assert "(under systemd: systemctl restart containerd.service)" in out
+    rc, out = await hcsctl(tmp_path / "other", dbus_address)  # --root: no restart by default
+    assert rc == 0 and "now restart containerd: systemctl restart containerd" in out
+
+
+async def test_following_calls_back_once_per_return_to_active(systemd: Systemd) -> None:
+    back: list[tuple[str, float]] = []
+    ready = asyncio.Event()
+    follow = asyncio.create_task(
+        follow_units(
+            [UNIT, "crio.service"],
+            lambda unit: back.append((unit, time.monotonic())),
+            address=systemd.address,
+            connected=ready.set,
+        )
+    )
+    await asyncio.wait_for(ready.wait(), 5)
+    for _ in range(2):
+        began = time.monotonic()
+        systemd.manager.restart_outside(UNIT)
+        while len(back) < 1 + _:
+            await asyncio.sleep(0.01)
+            assert time.monotonic() - began < 5, "no callback"
+    await asyncio.sleep(0.2)  # the job's last PropertiesChanged (active again) adds nothing
+    assert [unit for unit, _ in back] == [UNIT, UNIT]
+    follow.cancel()
+    await asyncio.gather(follow, return_exceptions=True)
+
+
+async def test_following_survives_the_bus_going_away_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hcsd.systemd.following")
+    daemon = DbusDaemon(tmp_path)
+    stand_in = await export_systemd(daemon.address)
+    back: list[str] = []
+    ready = asyncio.Event()
+    follow = asyncio.create_task(
+        follow_units([UNIT], back.append, address=daemon.address, connected=ready.set,
+                     retry=0.05)
+    )  # fmt: skip
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        ready.clear()
+        daemon.stop()  # dbus restarted under us
+        await stand_in.close()
+        await asyncio.sleep(0.5)  # ~10 failed retries meanwhile
+        lines = [r.getMessage() for r in caplog.records if "not following" in r.getMessage()]
+        assert len(lines) == 2, lines  # the connection closed; then no bus, said once
+        assert "(the system D-Bus connection closed)" in lines[0]
+        assert "(no system D-Bus: " in lines[1]
+        daemon = DbusDaemon(tmp_path)  # back, on the same socket
+        stand_in = await export_systemd(daemon.address)
+        await asyncio.wait_for(ready.wait(), 5)
+        stand_in.manager.restart_outside(UNIT)
+        for _ in range(500):
+            if back:
+                break
+            await asyncio.sleep(0.01)
+        assert back == [UNIT]
+    finally:
+        follow.cancel()
+        await asyncio.gather(follow, return_exceptions=True)
+        await stand_in.close()
+        daemon.stop()
+
+
+async def test_the_nri_plugin_registers_again_as_soon_as_the_runtime_is_active(
+    tmp_path: Path, systemd: Systemd, nri_node_injector: Injector
+) -> None:
+    """containerd restarts; the plugin is in a 5 s backoff; systemd says containerd is active;
+    the plugin registers within a fraction of a second, not at the end of the backoff."""
+    socket = tmp_path / "nri.sock"
+    registered: list[float] = []
+    peers: list[RuntimePeer] = []
+
+    async def runtime(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = RuntimePeer(reader, writer)
+        peers.append(peer)
+        await peer.registered.wait()
+        registered.append(time.monotonic())
+
+    server = await asyncio.start_unix_server(runtime, path=str(socket))
+    plugin = NriPlugin(
+        nri_node_injector,
+        RuntimeSection(nri_socket=str(socket)),
+        backoff=(5.0, 10.0),
+    )
+    ready = asyncio.Event()
+    tasks = [
+        asyncio.create_task(plugin.run()),
+        asyncio.create_task(
+            follow_units([UNIT], plugin.runtime_active, address=systemd.address,
+                         connected=ready.set)
+        ),
+    ]  # fmt: skip
+    await asyncio.wait_for(ready.wait(), 5)
+    while not registered:
+        await asyncio.sleep(0.01)
+    # containerd stops: its NRI socket goes, the session ends, the plugin waits 5 s.
+    server.close()
+    for peer in peers:
+        peer.close()
+    await server.wait_closed()
+    socket.unlink(missing_ok=True)
+    began = time.monotonic()
+    systemd.manager.restart_outside(UNIT)
+    server = await asyncio.start_unix_server(runtime, path=str(socket))  # the new containerd
+    while len(registered) < 2:
+        await asyncio.sleep(0.01)
+        assert time.monotonic() - began < 4, "the plugin waited out its backoff"
+    took = registered[1] - began
+    print(f"re-registered {took:.3f} s after the restart began (the unit is active 0.2 s after)")
+    assert took < 1.0
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    server.close()
+    for peer in peers:
+        peer.close()
