@@ -84,7 +84,7 @@ async def follow_units(
         if why != said:
             log.info(
                 "not following %s over D-Bus (%s); after a runtime restart the NRI plugin "
-                "reconnects on its backoff; retrying every %.0f s",
+                "reconnects on its backoff; retrying every %g s",
                 ", ".join(units),
                 why,
                 retry,

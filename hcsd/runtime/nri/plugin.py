@@ -50,6 +50,9 @@ OLD_RUNTIME_EVENTS = 0x7FF
 REGISTER_TIMEOUT = 5.0
 # Half the runtimes' default request timeout (2 s): slower than this is one stall from failing.
 SLOW_REQUEST = 1.0
+# The first retry after the runtime's unit became active: its NRI socket may come up a moment
+# after systemd calls it active.
+AFTER_WAKE = 0.05
 
 
 @dataclass
@@ -130,7 +133,7 @@ class NriPlugin:
                     )
                     waiting_logged = True
                 woken = await self._pause(delay)
-                delay = self.backoff[0] if woken else min(delay * 2, self.backoff[1])
+                delay = AFTER_WAKE if woken else min(delay * 2, self.backoff[1])
                 continue
             waiting_logged = False
             delay = self.backoff[0]
@@ -143,7 +146,8 @@ class NriPlugin:
                 self.connected.clear()
                 writer.close()
             log.info("nri: runtime connection closed; reconnecting")
-            await self._pause(self.backoff[0])
+            if await self._pause(self.backoff[0]):
+                delay = AFTER_WAKE
 
     async def serve_prelaunched(self) -> None:
         """Accept connections relayed by `hcs-nri-plugin` (the runtime's pre-launched form)."""
