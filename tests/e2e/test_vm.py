@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import HERE, REPO, in_root, need, sh
+from tests.harness.peers.runtimes import ensure_binaries
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +48,27 @@ Type=oneshot
 WantedBy=multi-user.target
 """
 
+# containerd's own unit (containerd.service as upstream ships it), installed only for the runtime
+# checks at the end of vm-inside.sh: hcsd's unit Wants= containerd.service.
+CONTAINERD_UNIT = """\
+[Unit]
+After=network.target local-fs.target
+Description=containerd container runtime
+
+[Service]
+Delegate=yes
+ExecStart=/usr/local/bin/containerd
+KillMode=process
+LimitNOFILE=infinity
+OOMScoreAdjust=-999
+Restart=always
+RestartSec=5
+TasksMax=infinity
+Type=notify
+
+[Install]
+WantedBy=multi-user.target
+"""
 
 ASCEND_CAMBRICON_NODES = (
     "davinci0",
@@ -88,6 +110,7 @@ class VmRun:
     results: dict[str, str]
     console: str
     module: Path | str  # the char-device test module it carried, or why none
+    containerd: Path | str  # the containerd it carried, or why none
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +141,11 @@ def vm(
     (extras / "simulated.toml").write_text(SIMULATED_CONFIG)
     if isinstance(chrdev_module, Path):
         shutil.copy(chrdev_module, extras / "hcs_e2e_chrdev.ko")
+    runtime = ensure_binaries()
+    containerd = runtime if isinstance(runtime, str) else runtime.containerd
+    if isinstance(containerd, Path):
+        shutil.copy(containerd, extras / "containerd")
+        (extras / "containerd.service").write_text(CONTAINERD_UNIT)
     # The package as installed, its conffile untouched: the VM starts hcsd with the defaults.
     in_root(
         root,
@@ -143,7 +171,7 @@ def vm(
     began = time.monotonic()
     try:
         qemu = subprocess.run(
-            command, timeout=300 if kvm else 900, check=False, capture_output=True, text=True
+            command, timeout=300 if kvm else 1200, check=False, capture_output=True, text=True
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"VM did not power off in time; console:\n{console.read_text()[-6000:]}")
@@ -162,7 +190,7 @@ def vm(
     out.mkdir(parents=True, exist_ok=True)
     (out / "e2e_vm.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     (out / "e2e_vm_console.log").write_text(text)  # the whole run: journal, status lines
-    return VmRun(results, text, chrdev_module)
+    return VmRun(results, text, chrdev_module, containerd)
 
 
 def test_hcsd_under_systemd(vm: VmRun) -> None:
@@ -241,3 +269,40 @@ def test_the_unit_opens_ascend_and_cambricon_device_nodes(vm: VmRun) -> None:
         assert results.get(f"outside_{node}") == "ok", node
     assert results.get("open_hcs_e2e_denied") == "Operation_not_permitted"
     assert results.get("outside_hcs_e2e_denied") == "ok"
+
+
+def _ms(pairs: str) -> list[tuple[int, int]]:
+    """`a,b|a,b|...` (ms from containerd active to hcsd registered, ms from the restart)."""
+    return [(int(a), int(b)) for a, b in (p.split(",") for p in pairs.split("|"))]
+
+
+def test_the_runtime_restarts_over_dbus_and_hcsd_follows_it(vm: VmRun) -> None:
+    """Real systemd: `hcsctl setup containerd --yes` restarts containerd through RestartUnit and
+    waits for it; after `systemctl restart containerd` hcsd re-registers with NRI about as soon
+    as the unit is active when it follows the unit over D-Bus, and at its backoff when not."""
+    if isinstance(vm.containerd, str):
+        pytest.skip(f"no containerd for the VM: {vm.containerd}")
+    assert "done" in vm.console.split("E2E ")[-1], "the in-VM checks did not finish"
+    results = vm.results
+    assert results.get("containerd_active") == "active", results.get("containerd_active")
+    assert results.get("nri_registered_first") == "yes"
+    assert "nri_registered_second" not in results
+    # hcsd's hardened unit reaches the system bus and systemd answers it.
+    assert results.get("follow_logged") == "1"
+    backoff = _ms(results["backoff_reregister_ms"])
+    follow = _ms(results["follow_reregister_ms"])
+    print(f"re-registration, ms after containerd active (after the restart): backoff {backoff}, "
+          f"following {follow}")  # fmt: skip
+    assert all(after_active < 2000 for after_active, _ in follow), follow
+    assert max(a for a, _ in follow) < max(a for a, _ in backoff), (follow, backoff)
+    # hcsctl setup: the drop-in written, containerd restarted (new pid) and active again.
+    assert results.get("setup_rc") == "0" and results.get("setup_active_again") == "1"
+    assert results.get("setup_new_pid") == "yes" and results.get("setup_containerd") == "active"
+    assert results.get("setup_dropin") == "yes" and results.get("setup_reregistered") == "yes"
+    # A unit whose start fails: real systemd's job result, state and result in the message.
+    assert results.get("fails_rc") == "1"
+    assert results.get("fails_message", "").startswith(
+        "hcsctl:_hcs-e2e-fails.service:_the_restart_job_ended_'failed';_it_is_failed_(failed),"
+        "_result_exit-code"
+    ), results.get("fails_message")
+    assert results.get("runtime_tracebacks") == "0"

@@ -185,5 +185,66 @@ systemctl reset-failed hcsd && systemctl start hcsd
 say after_reset=$(systemctl is-active hcsd) after_reset_status=$(show StatusText | cut -d, -f1 | tr ' ' _)
 rm -f /run/systemd/system/hcsd.service.d/onfailure.conf /run/systemd/system/hcs-e2e-onfailure.service
 systemctl daemon-reload
+# The container runtime under systemd: containerd 2.3 (NRI v0.12, from the test peers' build;
+# Debian 12's containerd 1.6 has no NRI). hcsctl setup restarts it through systemd's D-Bus
+# API; hcsd follows its unit over D-Bus and re-registers as soon as it is active again.
+if [ -x /usr/local/lib/hcs-e2e/containerd ]; then
+  install -m 0755 /usr/local/lib/hcs-e2e/containerd /usr/local/bin/containerd
+  install -m 0644 /usr/local/lib/hcs-e2e/containerd.service /etc/systemd/system/containerd.service
+  mkdir -p /etc/containerd && printf 'version = 3\n' > /etc/containerd/config.toml
+  systemctl daemon-reload && systemctl start containerd
+  say containerd_active=$(systemctl is-active containerd) containerd_version=$(/usr/local/bin/containerd --version | awk '{print $3}')
+  registered() { journalctl -u hcsd -b --no-pager -o cat | grep -c 'nri: registered as'; }
+  wait_registered() { # until hcsd logged more than $1 registrations (30 s at most)
+    for _ in $(seq 300); do [ "$(registered)" -gt "$1" ] && return 0; sleep 0.1; done
+    return 1
+  }
+  hcsd_with() { # the simulated node with NRI on, plus $1 in [runtime]; wait for registration
+    grep -v '^\[runtime\]$\|^nri = false$' /usr/local/lib/hcs-e2e/simulated.toml > /etc/hcsd/hcsd.toml
+    printf '[runtime]\n%s\n' "$1" >> /etc/hcsd/hcsd.toml
+    n=$(registered)
+    systemctl restart hcsd
+    wait_registered "$n"
+  }
+  reregister() { # systemctl restart containerd; "ms from its unit active to hcsd registered,ms from the restart"
+    n=$(registered)
+    began=$(cut -d' ' -f1 /proc/uptime)
+    systemctl restart containerd
+    if ! wait_registered "$n"; then echo none; return; fi
+    active_us=$(systemctl show -p ActiveEnterTimestampMonotonic --value containerd)
+    at=$(journalctl -u hcsd -b --no-pager -o short-monotonic | grep 'nri: registered as' | tail -1 | sed 's/^\[ *\([0-9.]*\)\].*/\1/')
+    python3 -c "print(f'{($at * 1e6 - $active_us) / 1000:.0f},{($at - $began) * 1000:.0f}')"
+  }
+  # Before: the backoff alone (runtime_units empty: nothing followed).
+  hcsd_with 'runtime_units = []' && say nri_registered_first=yes
+  say backoff_reregister_ms=$(for _ in 1 2 3; do reregister; done | tr '\n' ' ' | sed 's/ $//; s/ /|/g')
+  # After: hcsd follows containerd.service over D-Bus (the default).
+  hcsd_with '' || say nri_registered_second=no
+  say follow_logged=$(journalctl -u hcsd -b --no-pager -o cat _SYSTEMD_INVOCATION_ID="$(show InvocationID)" | grep -c 'following containerd.service, crio.service over D-Bus')
+  say follow_reregister_ms=$(for _ in 1 2 3; do reregister; done | tr '\n' ' ' | sed 's/ $//; s/ /|/g')
+  # hcsctl setup containerd --yes: writes the drop-in, restarts containerd over D-Bus, waits.
+  pid_before=$(systemctl show -p MainPID --value containerd)
+  n=$(registered)
+  hcsctl setup containerd --yes > /run/setup.txt 2>&1
+  say setup_rc=$?
+  sed 's/^/SETUP /' /run/setup.txt
+  say setup_active_again=$(grep -c '^containerd.service is active again (' /run/setup.txt) setup_seconds=$(sed -n 's/^containerd.service is active again (\([0-9.]*\) s)$/\1/p' /run/setup.txt)
+  say setup_new_pid=$([ "$(systemctl show -p MainPID --value containerd)" != "$pid_before" ] && echo yes || echo no) setup_containerd=$(systemctl is-active containerd) setup_dropin=$([ -f /etc/containerd/conf.d/10-hcsd-nri.toml ] && echo yes || echo no)
+  say setup_reregistered=$(wait_registered "$n" && echo yes || echo no)
+  # A unit that fails to start: the restart's failure as real systemd reports it.
+  printf '[Service]\nExecStart=/bin/false\nType=notify\n' > /run/systemd/system/hcs-e2e-fails.service
+  systemctl daemon-reload
+  mkdir -p /run/e2e-root/etc/containerd && printf 'version = 3\n' > /run/e2e-root/etc/containerd/config.toml
+  hcsctl setup containerd --yes --root /run/e2e-root --restart --unit hcs-e2e-fails.service > /run/setup-fails.txt 2>&1
+  say fails_rc=$?
+  sed 's/^/SETUP_FAILS /' /run/setup-fails.txt
+  say fails_message=$(grep '^hcsctl: ' /run/setup-fails.txt | tr ' ' _)
+  rm -f /run/systemd/system/hcs-e2e-fails.service && systemctl daemon-reload
+  journalctl -u hcsd -u containerd -b --no-pager -o short-monotonic | grep 'nri: \|containerd.service\|D-Bus' | sed 's/^/RUNTIME_JOURNAL /'
+  say runtime_tracebacks=$(journalctl -u hcsd -b --no-pager | grep -c Traceback)
+  cp /run/hcsd.toml.good /etc/hcsd/hcsd.toml
+else
+  say containerd=unavailable
+fi
 systemctl stop hcsd
 say done
