@@ -105,7 +105,7 @@ async def _follow(
     def route(message: Message) -> None:
         change = properties_changed(message)
         if change is not None and (unit := edges.saw(change[0], change[1].active)):
-            log.info("%s is active", unit)
+            log.debug("%s is active", unit)
             on_active(unit)
 
     bus.add_message_handler(route)
