@@ -257,7 +257,8 @@ def run(args: argparse.Namespace) -> int:
         if not sys.stdin.isatty():
             print("hcsctl: not applied: pass --yes (or run interactively)", file=sys.stderr)
             return 2
-        if input("apply these changes? [y/N] ").strip().lower() not in ("y", "yes"):
+        question = f" and restart {args.unit}" if restart else ""
+        if input(f"apply these changes{question}? [y/N] ").strip().lower() not in ("y", "yes"):
             print("not applied")
             return 1
     for change in changes:
