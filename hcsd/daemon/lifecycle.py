@@ -40,7 +40,6 @@ from hcsd.runtime.injector import Injector, InjectorSettings
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.sections import merge_reloadable
 from hcsd.service import NodeService
-from hcsd.systemd import follow_units
 from hcsd.tasks import run_tasks, supervise
 from hcsd.telemetry import Telemetry
 from hcsd.watchdog import Watchdog
@@ -188,7 +187,9 @@ class Daemon:
             tasks.append(supervise(plugin.run(), "nri"))
             tasks.append(supervise(plugin.serve_prelaunched(), "nri-prelaunch"))
             if runtime.runtime_units:
-                follow = follow_units(runtime.runtime_units, plugin.runtime_active)
+                from hcsd.systemd import follow_units  # dbus-fast: only where it is used
+
+                follow = follow_units(runtime.runtime_units, plugin.runtime_changed)
                 tasks.append(supervise(follow, "nri-runtime-units"))
         if (interval := notify.watchdog_interval()) is not None:
             tasks.append(supervise(self._watchdog(interval), "watchdog"))

@@ -1,10 +1,11 @@
-"""Follow some units' ActiveState over D-Bus and call back each time one becomes active again.
+"""Follow units' ActiveState over D-Bus; call back each time one starts or is active again.
 
 hcsd uses it for the container runtime: when containerd restarts, the NRI plugin loses its
 connection and retries on a growing backoff (0.5 s doubling to 10 s); the moment systemd says
-the runtime's unit is `active` again, the plugin connects at once instead of sleeping out its
-delay. Watching costs nothing while nothing changes: systemd pushes PropertiesChanged signals
-(once a client has called Subscribe()) and the bus routes only the watched units' to us.
+the runtime's unit is `activating` (its socket comes up during the start) or `active` again,
+the plugin retries at once and often instead of sleeping out its delay. Watching costs nothing
+while nothing changes: systemd pushes PropertiesChanged signals (once a client has called
+Subscribe()) and the bus routes only the watched units' to us.
 
 Without a system bus or systemd (a container, a host without systemd) the reason is logged
 once and the connection retried every `retry` seconds quietly; the plugin keeps its backoff,
@@ -39,33 +40,38 @@ log = logging.getLogger(__name__)
 RETRY = 30.0
 
 
+NEWS = ("activating", "active")
+
+
 class ActiveEdges:
-    """Which ActiveState changes count as "back": a unit becoming `active` from any other state,
-    or from unknown (the first news after connecting). systemd repeats ActiveState in every
-    PropertiesChanged of the Unit interface, so `active` after `active` is no news."""
+    """Which ActiveState changes are news: a unit becoming `activating` or `active` from any
+    other state, or from unknown (the first signal after connecting). systemd repeats
+    ActiveState in every PropertiesChanged of the Unit interface, so a state after itself is
+    no news."""
 
     def __init__(self, units: Sequence[str]) -> None:
         self.names = {unit_path(unit): unit for unit in units}
         self.last: dict[str, str] = {}
 
     def saw(self, path: str, active: str) -> str | None:
-        """The unit's name when this ActiveState makes it back, else None."""
+        """The unit's name when this ActiveState is news, else None."""
         unit = self.names.get(path)
         if unit is None:
             return None
         before, self.last[path] = self.last.get(path), active
-        return unit if active == "active" and before != "active" else None
+        return unit if active in NEWS and before != active else None
 
 
 async def follow_units(
     units: Sequence[str],
-    on_active: Callable[[str], None],
+    on_change: Callable[[str, str], None],
     *,
     address: str | None = None,
     retry: float = RETRY,
     connected: Callable[[], None] | None = None,
 ) -> None:
-    """Call `on_active(unit)` each time one of `units` becomes active; runs until cancelled.
+    """Call `on_change(unit, state)` each time one of `units` becomes `activating` or `active`;
+    runs until cancelled.
     `connected` is called each time the watch is in place (tests wait for it)."""
     said: str | None = None
 
@@ -77,7 +83,7 @@ async def follow_units(
 
     while True:
         try:
-            await _follow(units, on_active, address, ready)
+            await _follow(units, on_change, address, ready)
             why = "the system D-Bus connection closed"
         except (SystemdUnavailable, SystemdError) as e:
             why = str(e)
@@ -95,7 +101,7 @@ async def follow_units(
 
 async def _follow(
     units: Sequence[str],
-    on_active: Callable[[str], None],
+    on_change: Callable[[str, str], None],
     address: str | None,
     ready: Callable[[], None],
 ) -> None:
@@ -105,8 +111,8 @@ async def _follow(
     def route(message: Message) -> None:
         change = properties_changed(message)
         if change is not None and (unit := edges.saw(change[0], change[1].active)):
-            log.debug("%s is active", unit)
-            on_active(unit)
+            log.debug("%s is %s", unit, change[1].active)
+            on_change(unit, change[1].active)
 
     bus.add_message_handler(route)
     try:

@@ -293,8 +293,10 @@ def test_the_runtime_restarts_over_dbus_and_hcsd_follows_it(vm: VmRun) -> None:
     follow = _ms(results["follow_reregister_ms"])
     print(f"re-registration, ms after containerd active (after the restart): backoff {backoff}, "
           f"following {follow}")  # fmt: skip
-    assert all(after_active < 2000 for after_active, _ in follow), follow
-    assert max(a for a, _ in follow) < max(a for a, _ in backoff), (follow, backoff)
+    # Following: the plugin retries every 0.1 s from the unit's `activating` on, so it registers
+    # about when containerd's NRI socket listens (before READY=1), never seconds after active.
+    assert all(after_active < 1500 for after_active, _ in follow), follow
+    assert int(results.get("follow_starting_logged", "0")) >= 3
     # hcsctl setup: the drop-in written, containerd restarted (new pid) and active again.
     assert results.get("setup_rc") == "0" and results.get("setup_active_again") == "1"
     assert results.get("setup_new_pid") == "yes" and results.get("setup_containerd") == "active"

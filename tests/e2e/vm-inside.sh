@@ -222,6 +222,7 @@ if [ -x /usr/local/lib/hcs-e2e/containerd ]; then
   hcsd_with '' || say nri_registered_second=no
   say follow_logged=$(journalctl -u hcsd -b --no-pager -o cat _SYSTEMD_INVOCATION_ID="$(show InvocationID)" | grep -c 'following containerd.service, crio.service over D-Bus')
   say follow_reregister_ms=$(for _ in 1 2 3; do reregister; done | tr '\n' ' ' | sed 's/ $//; s/ /|/g')
+  say follow_starting_logged=$(journalctl -u hcsd -b --no-pager -o cat | grep -c 'nri: containerd.service is starting; connecting as soon as it listens')
   # hcsctl setup containerd --yes: writes the drop-in, restarts containerd over D-Bus, waits.
   pid_before=$(systemctl show -p MainPID --value containerd)
   n=$(registered)

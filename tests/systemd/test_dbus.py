@@ -17,7 +17,7 @@ from hcsd.runtime.injector import Injector
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.settings import RuntimeSection
 from hcsd.systemd import RestartFailed, SystemdUnavailable, follow_units, restart_unit
-from hcsd.systemd.bus import MANAGER, MANAGER_PATH, SystemdError, call, connect
+from hcsd.systemd.bus import MANAGER, MANAGER_PATH, SystemdError, call, connect, unit_path
 from tests.nri.peer import RuntimePeer
 from tests.systemd.conftest import DbusDaemon, Systemd, export_systemd
 from tests.systemd.standin import Outcome
@@ -108,13 +108,15 @@ async def test_signals_need_subscribe_as_in_systemd(systemd: Systemd) -> None:
     bus.disconnect()
 
 
-async def hcsctl(tmp_path: Path, address: str, *args: str) -> tuple[int, str]:
+async def hcsctl(
+    tmp_path: Path, address: str, *args: str, runtime: str = "containerd"
+) -> tuple[int, str]:
     config = tmp_path / "root/etc/containerd/config.toml"
     if not config.exists():
         config.parent.mkdir(parents=True)
         config.write_text("version = 3\n")
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hcsd.cli.hcsctl", "setup", "containerd", "--yes",
+        sys.executable, "-m", "hcsd.cli.hcsctl", "setup", runtime, "--yes",
         "--root", str(tmp_path / "root"), *args,
         env={**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": address},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=REPO,
@@ -133,6 +135,16 @@ async def test_hcsctl_setup_restarts_containerd_and_waits(tmp_path: Path, system
     # Set up already: nothing changes, nothing is restarted.
     rc, out = await hcsctl(tmp_path, systemd.address, "--restart")
     assert (rc, systemd.manager.restarts) == (0, [UNIT]) and "nothing to change" in out
+
+
+async def test_hcsctl_setup_crio_restarts_crio(tmp_path: Path, systemd: Systemd) -> None:
+    crio = systemd.manager.load("crio.service")
+    systemd.bus.export(unit_path(crio.id), crio)
+    systemd.bus.export(unit_path(crio.id), crio.service)
+    rc, out = await hcsctl(tmp_path, systemd.address, "--restart", runtime="crio")
+    assert rc == 0, out
+    assert "crio.service is active again (" in out
+    assert systemd.manager.restarts == ["crio.service"]
 
 
 async def test_hcsctl_setup_says_why_the_restart_failed(tmp_path: Path, systemd: Systemd) -> None:
@@ -158,13 +170,15 @@ async def test_hcsctl_setup_without_systemd_says_what_to_restart(
     assert rc == 0 and "now restart containerd: systemctl restart containerd" in out
 
 
-async def test_following_calls_back_once_per_return_to_active(systemd: Systemd) -> None:
-    back: list[tuple[str, float]] = []
+async def test_following_calls_back_when_the_unit_starts_and_when_it_is_active(
+    systemd: Systemd,
+) -> None:
+    back: list[tuple[str, str]] = []
     ready = asyncio.Event()
     follow = asyncio.create_task(
         follow_units(
             [UNIT, "crio.service"],
-            lambda unit: back.append((unit, time.monotonic())),
+            lambda unit, state: back.append((unit, state)),
             address=systemd.address,
             connected=ready.set,
         )
@@ -173,11 +187,11 @@ async def test_following_calls_back_once_per_return_to_active(systemd: Systemd) 
     for _ in range(2):
         began = time.monotonic()
         systemd.manager.restart_outside(UNIT)
-        while len(back) < 1 + _:
+        while len(back) < 2 * (1 + _):
             await asyncio.sleep(0.01)
             assert time.monotonic() - began < 5, "no callback"
     await asyncio.sleep(0.2)  # the job's last PropertiesChanged (active again) adds nothing
-    assert [unit for unit, _ in back] == [UNIT, UNIT]
+    assert back == [(UNIT, "activating"), (UNIT, "active")] * 2
     follow.cancel()
     await asyncio.gather(follow, return_exceptions=True)
 
@@ -191,7 +205,8 @@ async def test_following_survives_the_bus_going_away_and_says_so_once(
     back: list[str] = []
     ready = asyncio.Event()
     follow = asyncio.create_task(
-        follow_units([UNIT], back.append, address=daemon.address, connected=ready.set,
+        follow_units([UNIT], lambda unit, state: back.append(state), address=daemon.address,
+                     connected=ready.set,
                      retry=0.05)
     )  # fmt: skip
     try:
@@ -209,10 +224,10 @@ async def test_following_survives_the_bus_going_away_and_says_so_once(
         await asyncio.wait_for(ready.wait(), 5)
         stand_in.manager.restart_outside(UNIT)
         for _ in range(500):
-            if back:
+            if len(back) == 2:
                 break
             await asyncio.sleep(0.01)
-        assert back == [UNIT]
+        assert back == ["activating", "active"]
     finally:
         follow.cancel()
         await asyncio.gather(follow, return_exceptions=True)
@@ -223,7 +238,7 @@ async def test_following_survives_the_bus_going_away_and_says_so_once(
 async def test_the_nri_plugin_registers_again_as_soon_as_the_runtime_is_active(
     tmp_path: Path, systemd: Systemd, nri_node_injector: Injector
 ) -> None:
-    """containerd restarts; the plugin is in a 5 s backoff; systemd says containerd is active;
+    """containerd restarts; the plugin is in a 5 s backoff; systemd says containerd is starting;
     the plugin registers within a fraction of a second, not at the end of the backoff."""
     socket = tmp_path / "nri.sock"
     registered: list[float] = []
@@ -245,7 +260,7 @@ async def test_the_nri_plugin_registers_again_as_soon_as_the_runtime_is_active(
     tasks = [
         asyncio.create_task(plugin.run()),
         asyncio.create_task(
-            follow_units([UNIT], plugin.runtime_active, address=systemd.address,
+            follow_units([UNIT], plugin.runtime_changed, address=systemd.address,
                          connected=ready.set)
         ),
     ]  # fmt: skip

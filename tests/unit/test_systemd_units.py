@@ -39,13 +39,18 @@ def test_unit_paths_follow_systemds_escaping(name: str, path: str) -> None:
 @pytest.mark.parametrize(
     ("states", "back"),
     [
-        pytest.param(["deactivating", "inactive", "activating", "active"], [3], id="restart"),
+        pytest.param(["deactivating", "inactive", "activating", "active"], [2, 3], id="restart"),
         pytest.param(["active", "active", "reloading", "active"], [0, 3], id="first-and-reload"),
-        pytest.param(["activating", "failed", "activating", "active"], [3], id="failed-then-up"),
+        pytest.param(
+            ["activating", "activating", "failed", "activating", "active"], [0, 3, 4],
+            id="failed-then-up",
+        ),
         pytest.param(["inactive", "deactivating", "inactive"], [], id="never-up"),
     ],
-)
-def test_back_is_active_after_anything_else(states: list[str], back: list[int]) -> None:
+)  # fmt: skip
+def test_news_is_activating_or_active_after_anything_else(
+    states: list[str], back: list[int]
+) -> None:
     edges = ActiveEdges(["containerd.service"])
     path = unit_path("containerd.service")
     seen = [i for i, state in enumerate(states) if edges.saw(path, state)]
@@ -119,7 +124,7 @@ async def test_without_a_bus_the_reason_is_logged_once(
     caplog.set_level(logging.INFO, logger="hcsd.systemd.following")
     follow = asyncio.create_task(
         follow_units(
-            ["containerd.service"], lambda unit: None, address=f"unix:path={tmp_path}/none",
+            ["containerd.service"], lambda unit, state: None, address=f"unix:path={tmp_path}/none",
             retry=0.01,
         )
     )  # fmt: skip
@@ -135,11 +140,16 @@ async def test_without_a_bus_the_reason_is_logged_once(
 
 
 async def _registrations(
-    tmp_path: Path, inventory: Inventory, *, wake_after: float | None, listen_after: float
+    tmp_path: Path,
+    inventory: Inventory,
+    *,
+    wake_after: float | None,
+    listen_after: float,
+    state: str = "active",
 ) -> float:
     """A plugin with a 5 s backoff and no runtime socket yet; the socket listens after
-    `listen_after` s, runtime_active() is called after `wake_after` s (None: never). Returns
-    the seconds until the plugin registered (or 3.0 if it had not by then)."""
+    `listen_after` s, runtime_changed(state) is called after `wake_after` s (None: never).
+    Returns the seconds until the plugin registered (or 3.0 if it had not by then)."""
     socket = tmp_path / "nri.sock"
     node = local_node(tmp_path / "node", inventory)
     plugin = NriPlugin(node.injector(), RuntimeSection(nri_socket=str(socket)), backoff=(5, 10))
@@ -162,7 +172,7 @@ async def _registrations(
             if what == "listen":
                 server = await asyncio.start_unix_server(runtime, path=str(socket))
             else:
-                plugin.runtime_active("containerd.service")
+                plugin.runtime_changed("containerd.service", state)
         try:
             await asyncio.wait_for(registered.wait(), began + 3.0 - time.monotonic())
         except TimeoutError:
@@ -179,22 +189,24 @@ async def _registrations(
 
 
 @pytest.mark.parametrize(
-    ("wake_after", "listen_after", "low", "high"),
+    ("wake_after", "listen_after", "state", "low", "high"),
     [
-        pytest.param(None, 0.2, 3.0, 3.0, id="backoff-alone-waits"),
-        pytest.param(0.3, 0.2, 0.3, 0.6, id="woken-when-listening"),
-        pytest.param(0.2, 0.5, 0.5, 0.9, id="woken-before-the-socket-listens"),
+        pytest.param(None, 0.2, "active", 3.0, 3.0, id="backoff-alone-waits"),
+        pytest.param(0.3, 0.2, "active", 0.3, 0.6, id="active-when-listening"),
+        pytest.param(0.2, 0.5, "active", 0.5, 0.8, id="active-before-the-socket-listens"),
+        pytest.param(0.2, 1.2, "activating", 1.2, 1.5, id="starting-then-the-socket-listens"),
     ],
 )
-async def test_runtime_active_cuts_the_backoff_short(
+async def test_news_of_the_runtimes_unit_cuts_the_backoff_short(
     tmp_path: Path,
     mixed_inventory: Inventory,
     wake_after: float | None,
     listen_after: float,
+    state: str,
     low: float,
     high: float,
 ) -> None:
     took = await _registrations(
-        tmp_path, mixed_inventory, wake_after=wake_after, listen_after=listen_after
+        tmp_path, mixed_inventory, wake_after=wake_after, listen_after=listen_after, state=state
     )
     assert low <= took <= high, took

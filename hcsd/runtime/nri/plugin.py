@@ -5,8 +5,9 @@ service) and our client of the runtime (conn 2). RegisterPlugin is sent at once;
 arrive before its reply, which is why the server runs from the start. The subscribed events
 follow the handlers defined below; Synchronize reconciles the ledger with the containers that
 really exist (each session collects its own `more` chunks). When the runtime goes away (EOF),
-the plugin reconnects with backoff; `runtime_active()` (called when systemd says the runtime's
-unit is active again, hcsd/systemd/following.py) cuts the wait short.
+the plugin reconnects with backoff; `runtime_changed()` (called when systemd says the runtime's
+unit is starting or active again, hcsd/systemd/following.py) cuts the wait short and retries
+every FAST_RETRY seconds for a while, so the plugin registers as soon as the socket listens.
 
 The runtime waits `plugin_request_timeout` (2 s by default) for each answer, then drops the
 plugin and creates the container without it. CreateContainer does one fsync'd ledger append
@@ -50,9 +51,10 @@ OLD_RUNTIME_EVENTS = 0x7FF
 REGISTER_TIMEOUT = 5.0
 # Half the runtimes' default request timeout (2 s): slower than this is one stall from failing.
 SLOW_REQUEST = 1.0
-# The first retry after the runtime's unit became active: its NRI socket may come up a moment
-# after systemd calls it active.
-AFTER_WAKE = 0.05
+# While the runtime's unit is starting (or just became active), retry this often: its NRI socket
+# listens some time into the start (before containerd's READY=1, seen under systemd 252).
+FAST_RETRY = 0.1
+FAST_FOR = 30.0  # at most this long after the news: a start that hangs is not polled forever
 
 
 @dataclass
@@ -88,7 +90,8 @@ class NriPlugin:
         self.clock = clock
         self.runtime = ""
         self.connected = asyncio.Event()
-        self._runtime_back = asyncio.Event()  # set by runtime_active(): stop waiting, connect
+        self._runtime_back = asyncio.Event()  # set by runtime_changed(): stop waiting, connect
+        self._fast_until = 0.0  # time.monotonic() until which to retry every FAST_RETRY
         self.create_seconds: list[float] = []  # in-plugin CreateContainer handling times
         # Event → handler: the subscription mask is derived from this table.
         self.events: dict[int, str] = {
@@ -101,14 +104,18 @@ class NriPlugin:
 
     # -- connection life cycle --------------------------------------------------------------
 
-    def runtime_active(self, unit: str) -> None:
-        """The runtime's unit just became active: connect now, not at the end of the backoff."""
-        if not self.connected.is_set():
-            log.info("nri: %s is active again; connecting now", unit)
-            self._runtime_back.set()
+    def runtime_changed(self, unit: str, state: str) -> None:
+        """The runtime's unit is `activating` or `active` again: connect now and retry every
+        FAST_RETRY s for a while, not at the end of the backoff."""
+        if self.connected.is_set():
+            return
+        news = "starting" if state == "activating" else "active again"
+        log.info("nri: %s is %s; connecting as soon as it listens", unit, news)
+        self._fast_until = time.monotonic() + FAST_FOR
+        self._runtime_back.set()
 
     async def _pause(self, seconds: float) -> bool:
-        """Sleep up to `seconds`; True when runtime_active() cut it short."""
+        """Sleep up to `seconds`; True when runtime_changed() cut it short."""
         try:
             async with asyncio.timeout(seconds):
                 await self._runtime_back.wait()
@@ -132,12 +139,14 @@ class NriPlugin:
                         e.strerror or e,
                     )
                     waiting_logged = True
-                woken = await self._pause(delay)
-                delay = AFTER_WAKE if woken else min(delay * 2, self.backoff[1])
+                await self._pause(delay)
+                fast = time.monotonic() < self._fast_until
+                delay = FAST_RETRY if fast else min(delay * 2, self.backoff[1])
                 continue
             waiting_logged = False
             delay = self.backoff[0]
             self._runtime_back.clear()  # news of an earlier start: this connection is newer
+            self._fast_until = 0.0
             try:
                 await self.session(reader, writer)
             except (MuxError, TtrpcError, ConnectionError) as e:
@@ -146,8 +155,7 @@ class NriPlugin:
                 self.connected.clear()
                 writer.close()
             log.info("nri: runtime connection closed; reconnecting")
-            if await self._pause(self.backoff[0]):
-                delay = AFTER_WAKE
+            await self._pause(self.backoff[0])
 
     async def serve_prelaunched(self) -> None:
         """Accept connections relayed by `hcs-nri-plugin` (the runtime's pre-launched form)."""
