@@ -75,9 +75,10 @@ class RuntimeSection(Section):
     )
     runtime_units: tuple[str, ...] = setting(
         ("containerd.service", "crio.service"),
-        "systemd units of the container runtime, followed over D-Bus: when one becomes active "
-        "again the NRI plugin reconnects at once instead of at the end of its backoff (up to "
-        "10 s); empty, or no systemd on a system bus: the backoff alone.",
+        "systemd units of the container runtime, followed over D-Bus: when one is starting or "
+        "active again the NRI plugin reconnects as soon as the runtime listens instead of at "
+        "the end of its backoff (up to 10 s); empty, or no systemd on a system bus: the "
+        "backoff alone.",
         checks.string_list,
     )
     plugin_index: str = setting(
