@@ -187,9 +187,7 @@ class Daemon:
             tasks.append(supervise(plugin.run(), "nri"))
             tasks.append(supervise(plugin.serve_prelaunched(), "nri-prelaunch"))
             if runtime.runtime_units:
-                from hcsd.systemd import follow_units  # dbus-fast: only where it is used
-
-                follow = follow_units(runtime.runtime_units, plugin.runtime_changed)
+                follow = _follow_runtime(runtime.runtime_units, plugin)
                 tasks.append(supervise(follow, "nri-runtime-units"))
         if (interval := notify.watchdog_interval()) is not None:
             tasks.append(supervise(self._watchdog(interval), "watchdog"))
@@ -267,6 +265,14 @@ class Daemon:
             apply(self, self.config)
         log.info("configuration reloaded from %s", new.source)
         notify.ready(self._status())
+
+
+async def _follow_runtime(units: tuple[str, ...], plugin: NriPlugin) -> None:
+    """The runtime's units over D-Bus. dbus-fast is imported here, once the other tasks have
+    started: not before READY=1, not in the way of the pre-launch socket's bind."""
+    from hcsd.systemd import follow_units
+
+    await follow_units(units, plugin.runtime_changed)
 
 
 def _apply_policy(daemon: Daemon, config: Config) -> None:
