@@ -1,0 +1,136 @@
+"""The mutating admission webhook's decision: which pods go to HCS's scheduler.
+
+A pod that asks for any `ai.compute/*` resource (requests or limits, in a container or an
+init container) and names no scheduler of its own (`spec.schedulerName` absent, empty or
+`default-scheduler`) is sent to the scheduler whose profile calls the extender
+(`hcs-scheduler` in the chart): the answer is a JSON patch setting `spec.schedulerName`.
+Every other pod is allowed unchanged, and so is a pod carrying the opt-out label
+(`hcs.io/webhook: disabled`; the chart's objectSelector and namespaceSelector leave such
+pods and namespaces out before the API server calls at all: this is the same rule once more,
+for a configuration that lost its selectors).
+
+Nothing here refuses a pod: the webhook only ever fills in a scheduler name. A body that is
+not an AdmissionReview the API server would send raises `ReviewError`, which the server
+answers with 400 and the reason; the API server then applies the configuration's
+failurePolicy (docs/helm.md says what each means).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hcsd.contract.names import MANAGED_RESOURCES
+
+__all__ = [
+    "DEFAULT_SCHEDULER",
+    "OPT_OUT_LABEL",
+    "OPT_OUT_VALUE",
+    "ReviewError",
+    "Rule",
+    "answer",
+    "asks_for_compute",
+    "review",
+]
+
+DEFAULT_SCHEDULER = "default-scheduler"
+OPT_OUT_LABEL = "hcs.io/webhook"
+OPT_OUT_VALUE = "disabled"
+RESOURCE_PREFIX = MANAGED_RESOURCES[0].split("/")[0] + "/"  # "ai.compute/"
+REVIEW_VERSION = "admission.k8s.io/v1"
+
+
+class ReviewError(ValueError):
+    """A body that is not an AdmissionReview of the kind the API server sends (permanent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What the webhook does: the scheduler name it sets."""
+
+    scheduler: str = "hcs-scheduler"
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ReviewError(f"{where} is not an object")
+    return value
+
+
+def _optional_mapping(parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = parent.get(key)
+    return {} if value is None else _mapping(value, f"{where}.{key}")
+
+
+def asks_for_compute(spec: Mapping[str, Any]) -> bool:
+    """Whether any container or init container names an `ai.compute/*` resource in its
+    requests or limits. ReviewError when the spec is not shaped like a pod's."""
+    for kind in ("containers", "initContainers"):
+        containers = spec.get(kind) or []
+        if not isinstance(containers, list):
+            raise ReviewError(f"spec.{kind} is not a list")
+        for i, container in enumerate(containers):
+            where = f"spec.{kind}[{i}]"
+            resources = _optional_mapping(_mapping(container, where), "resources", where)
+            for field in ("requests", "limits"):
+                amounts = _optional_mapping(resources, field, f"{where}.resources")
+                if any(str(name).startswith(RESOURCE_PREFIX) for name in amounts):
+                    return True
+    return False
+
+
+def _patch_for(pod: Mapping[str, Any], rule: Rule) -> list[dict[str, Any]] | None:
+    """The JSON patch for `pod`, or None to leave it as it is."""
+    metadata = _optional_mapping(pod, "metadata", "request.object")
+    labels = _optional_mapping(metadata, "labels", "request.object.metadata")
+    if labels.get(OPT_OUT_LABEL) == OPT_OUT_VALUE:
+        return None
+    spec = _mapping(pod.get("spec"), "request.object.spec")
+    named = spec.get("schedulerName") or DEFAULT_SCHEDULER
+    if not isinstance(named, str):
+        raise ReviewError("request.object.spec.schedulerName is not a string")
+    if named != DEFAULT_SCHEDULER or not asks_for_compute(spec):
+        return None
+    # "add" replaces a member that exists (RFC 6902), so one op covers absent and explicit.
+    return [{"op": "add", "path": "/spec/schedulerName", "value": rule.scheduler}]
+
+
+def answer(request: Mapping[str, Any], rule: Rule) -> dict[str, Any]:
+    """The AdmissionResponse for one AdmissionRequest (ReviewError: malformed)."""
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("request.uid is missing")
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    kind = _optional_mapping(request, "kind", "request")
+    if kind.get("group", "") != "" or kind.get("kind") != "Pod":
+        return response  # registered for pods only; anything else passes untouched
+    if request.get("operation") != "CREATE" or request.get("subResource"):
+        return response
+    patch = _patch_for(_mapping(request.get("object"), "request.object"), rule)
+    if patch is not None:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return response
+
+
+def review(body: bytes, rule: Rule) -> dict[str, Any]:
+    """The AdmissionReview answering `body` (ReviewError says what is wrong with it)."""
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ReviewError(f"the body is not JSON: {e}") from e
+    document = _mapping(document, "the body")
+    if document.get("apiVersion") != REVIEW_VERSION or document.get("kind") != "AdmissionReview":
+        raise ReviewError(
+            f"not an AdmissionReview {REVIEW_VERSION}: apiVersion "
+            f"{str(document.get('apiVersion'))[:64]!r}, kind {str(document.get('kind'))[:64]!r}"
+        )
+    request = _mapping(document.get("request"), "request")
+    return {
+        "apiVersion": REVIEW_VERSION,
+        "kind": "AdmissionReview",
+        "response": answer(request, rule),
+    }

@@ -1,0 +1,226 @@
+"""The mutating webhook: which pods get `spec.schedulerName`, and what a malformed body gets.
+
+The decision (hcsd/cluster/webhook.py) over tables of pods; the server (webhook_server.py)
+over a real socket: a review answered, a malformed one refused with 400 and the reason, an
+oversized one with 413 unread, and the process still serving afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hcsd.cluster.httpserver import Limits
+from hcsd.cluster.webhook import ReviewError, Rule, review
+from hcsd.cluster.webhook_server import serve_webhook
+
+RULE = Rule("hcs-scheduler")
+
+
+def pod(
+    *,
+    containers: list[dict[str, Any]] | None = None,
+    init: list[dict[str, Any]] | None = None,
+    scheduler: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": containers or [{"name": "main", "image": "busybox"}]}
+    if init is not None:
+        spec["initContainers"] = init
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": labels or {}}, "spec": spec}
+
+
+def asking(field: str, resource: str = "ai.compute/vram") -> dict[str, Any]:
+    return {"name": "main", "image": "x", "resources": {field: {resource: "16Gi"}}}
+
+
+def request_for(obj: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0f6b1c7e-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "object": obj,
+            **extra,
+        },
+    }
+
+
+def patch_of(answer: dict[str, Any]) -> list[dict[str, Any]] | None:
+    response = answer["response"]
+    assert response["uid"] == "0f6b1c7e-1" and response["allowed"] is True
+    if "patch" not in response:
+        return None
+    assert response["patchType"] == "JSONPatch"
+    patch: list[dict[str, Any]] = json.loads(base64.b64decode(response["patch"]))
+    return patch
+
+
+SET = [{"op": "add", "path": "/spec/schedulerName", "value": "hcs-scheduler"}]
+
+CASES = {
+    "vram in limits": (pod(containers=[asking("limits")]), SET),
+    "vram in requests": (pod(containers=[asking("requests")]), SET),
+    "devices": (pod(containers=[asking("limits", "ai.compute/devices")]), SET),
+    "tflops": (pod(containers=[asking("limits", "ai.compute/tflops-fp16")]), SET),
+    "an init container": (pod(init=[asking("limits")]), SET),
+    "the second container": (
+        pod(containers=[{"name": "a", "image": "x"}, asking("limits")]),
+        SET,
+    ),
+    "default-scheduler named": (
+        pod(containers=[asking("limits")], scheduler="default-scheduler"),
+        SET,
+    ),
+    "empty scheduler name": (pod(containers=[asking("limits")], scheduler=""), SET),
+    "a plain pod": (pod(), None),
+    "cpu and memory only": (
+        pod(containers=[{"name": "m", "image": "x", "resources": {"limits": {"cpu": "1"}}}]),
+        None,
+    ),
+    "another vendor's resource": (pod(containers=[asking("limits", "nvidia.com/gpu")]), None),
+    "a look-alike prefix": (pod(containers=[asking("limits", "ai.computer/vram")]), None),
+    "its own scheduler": (pod(containers=[asking("limits")], scheduler="volcano"), None),
+    "already hcs-scheduler": (pod(containers=[asking("limits")], scheduler="hcs-scheduler"), None),
+    "opted out": (pod(containers=[asking("limits")], labels={"hcs.io/webhook": "disabled"}), None),
+    "another label value": (
+        pod(containers=[asking("limits")], labels={"hcs.io/webhook": "enabled"}),
+        SET,
+    ),
+}
+
+
+@pytest.mark.parametrize(("obj", "expected"), CASES.values(), ids=list(CASES))
+def test_which_pods_are_sent_to_hcs_scheduler(obj: dict[str, Any], expected: Any) -> None:
+    assert patch_of(review(json.dumps(request_for(obj)).encode(), RULE)) == expected
+
+
+def test_the_scheduler_name_is_configurable() -> None:
+    body = json.dumps(request_for(pod(containers=[asking("limits")]))).encode()
+    (op,) = patch_of(review(body, Rule("gpu-scheduler"))) or []
+    assert op["value"] == "gpu-scheduler"
+
+
+UNTOUCHED = {
+    "an update": {"operation": "UPDATE"},
+    "a subresource": {"subResource": "ephemeralcontainers"},
+    "not a pod": {"kind": {"group": "apps", "version": "v1", "kind": "Deployment"}},
+}
+
+
+@pytest.mark.parametrize("extra", UNTOUCHED.values(), ids=list(UNTOUCHED))
+def test_only_pod_creation_is_changed(extra: dict[str, Any]) -> None:
+    body = json.dumps(request_for(pod(containers=[asking("limits")]), **extra)).encode()
+    assert patch_of(review(body, RULE)) is None
+
+
+MALFORMED = {
+    "not json": (b"{not json", "not JSON"),
+    "not utf-8": (b"\xff\xfe", "not JSON"),
+    "a list": (b"[]", "the body is not an object"),
+    "another kind": (
+        json.dumps({"apiVersion": "v1", "kind": "Pod"}).encode(),
+        "not an AdmissionReview admission.k8s.io/v1",
+    ),
+    "v1beta1": (
+        json.dumps({**request_for(pod()), "apiVersion": "admission.k8s.io/v1beta1"}).encode(),
+        "not an AdmissionReview",
+    ),
+    "no request": (
+        json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
+        "request is not an object",
+    ),
+    "no uid": (
+        json.dumps({**request_for(pod()), "request": {"operation": "CREATE"}}).encode(),
+        "request.uid is missing",
+    ),
+    "no object": (json.dumps(request_for(None)).encode(), "request.object is not an object"),
+    "no spec": (
+        json.dumps(request_for({"metadata": {}})).encode(),
+        "request.object.spec is not an object",
+    ),
+    "containers not a list": (
+        json.dumps(request_for({"spec": {"containers": {"a": 1}}})).encode(),
+        "spec.containers is not a list",
+    ),
+    "a container not an object": (
+        json.dumps(request_for({"spec": {"containers": ["main"]}})).encode(),
+        "spec.containers[0] is not an object",
+    ),
+    "limits not an object": (
+        json.dumps(
+            request_for({"spec": {"containers": [{"resources": {"limits": [1]}}]}})
+        ).encode(),
+        "spec.containers[0].resources.limits is not an object",
+    ),
+    "labels not an object": (
+        json.dumps(request_for({"metadata": {"labels": "x"}, "spec": {}})).encode(),
+        "request.object.metadata.labels is not an object",
+    ),
+    "schedulerName not a string": (
+        json.dumps(request_for({"spec": {"schedulerName": 5, "containers": []}})).encode(),
+        "schedulerName is not a string",
+    ),
+}
+
+
+@pytest.mark.parametrize(("body", "reason"), MALFORMED.values(), ids=list(MALFORMED))
+def test_a_malformed_review_is_refused_with_its_reason(body: bytes, reason: str) -> None:
+    with pytest.raises(ReviewError, match=re.escape(reason)):
+        review(body, RULE)
+
+
+# --- the server, over a real socket ----------------------------------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, int]]:
+    served = serve_webhook("127.0.0.1", 0, None, RULE, Limits(max_body=64 * 1024))
+    thread = threading.Thread(target=served.serve_forever, daemon=True)
+    thread.start()
+    yield "127.0.0.1", served.server_address[1]
+    served.shutdown()
+    served.server_close()
+
+
+def post(address: tuple[str, int], body: bytes, path: str = "/mutate") -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection(*address, timeout=5)
+    try:
+        connection.request("POST", path, body, {"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
+def test_the_server_answers_a_review_and_refuses_malformed_ones(server: tuple[str, int]) -> None:
+    status, body = post(
+        server, json.dumps(request_for(pod(containers=[asking("limits")]))).encode()
+    )
+    assert status == 200
+    assert patch_of(json.loads(body)) == SET
+    status, body = post(server, b"{not json")
+    assert status == 400 and body.startswith(b"not an AdmissionReview: the body is not JSON")
+    status, body = post(server, b"x" * (64 * 1024 + 1))
+    assert status == 413
+    status, _ = post(server, b"{}", path="/other")
+    assert status == 404
+    # Still serving after each refusal.
+    status, body = post(server, json.dumps(request_for(pod())).encode())
+    assert status == 200 and patch_of(json.loads(body)) is None
+    connection = http.client.HTTPConnection(*server, timeout=5)
+    connection.request("GET", "/healthz")
+    assert connection.getresponse().status == 200
+    connection.close()
