@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CACHE ?= $(HOME)/.cache/hcs
 
 .PHONY: run test test-quick deps lint proto proto-check config-docs config-docs-check bench clean \
-	package
+	package manifests manifests-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,13 @@ config-docs: $(STAMP)
 
 config-docs-check: $(STAMP)
 	@$(PY) -m hcsd.daemon.reference check docs/configuration.md
+
+## make manifests: render packaging/kubernetes (the kustomize tree) from packaging/helm/hcs
+manifests: $(STAMP)
+	$(PY) scripts/render-manifests
+
+manifests-check: $(STAMP)
+	@$(PY) scripts/render-manifests --check && echo "packaging/kubernetes matches the chart"
 
 ## make bench: the benchmarks under bench/ (figures printed, JSON in bench/out/)
 bench: $(STAMP)

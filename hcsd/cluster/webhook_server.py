@@ -152,3 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              args.scheduler_name)  # fmt: skip
     server.serve_forever()
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -207,11 +207,13 @@ class ControlPlane:
                 "--tls-client-ca", str(certs / "ca.crt")]  # fmt: skip
 
     def start_scheduler(self, extender_url: str | None, *, qps: int = 500) -> None:
-        """kube-scheduler with our extender (from the shipped configuration) or without. An
-        https URL is called as the shipped configuration does: kube-scheduler presents its
-        client certificate (CN system:kube-scheduler) through the extender's tlsConfig."""
-        shipped = yaml.safe_load((MANIFESTS / "scheduler-config.yaml").read_text())
+        """kube-scheduler with our extender (from hcs-scheduler's shipped configuration, as
+        its default profile) or without. An https URL is called as the shipped configuration
+        does: kube-scheduler presents its client certificate (CN system:kube-scheduler here)
+        through the extender's tlsConfig."""
+        shipped = scheduler_configuration()
         config: dict[str, Any] = dict(shipped)
+        config.pop("profiles", None)  # the default profile: the tests' pods name no scheduler
         config["clientConnection"] = {
             "kubeconfig": str(self.config_for("scheduler")),
             "qps": qps,
@@ -313,6 +315,13 @@ def _collection_path(doc: dict[str, Any]) -> str:
     base = f"/api/{version}" if "/" not in version else f"/apis/{version}"
     namespace = doc["metadata"].get("namespace")
     return base + (f"/namespaces/{namespace}" if namespace else "") + "/" + _PLURALS[doc["kind"]]
+
+
+def scheduler_configuration() -> dict[str, Any]:
+    """hcs-scheduler's KubeSchedulerConfiguration, from its ConfigMap in scheduler.yaml."""
+    (config_map,) = [d for d in manifests("scheduler.yaml") if d["kind"] == "ConfigMap"]
+    config: dict[str, Any] = yaml.safe_load(config_map["data"]["config.yaml"])
+    return config
 
 
 def manifests(*names: str) -> list[dict[str, Any]]:

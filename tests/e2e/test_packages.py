@@ -115,7 +115,7 @@ def test_rpm_into_root_tree(packages: dict[str, Path], debian_root: Path) -> Non
         "/usr/bin/hcsd", "/usr/lib/hcs/install-venv", "/usr/lib/hcs/bpf/ras.bpf.o",
         "/usr/lib/systemd/system/hcsd.service", "/usr/lib/tmpfiles.d/hcsd.conf",
         "/usr/lib/systemd/system/hcs-syncer.service", "/usr/bin/hcs-syncer",
-        "/usr/bin/kubectl-hcs", "/usr/share/hcsd/kubernetes/scheduler-config.yaml",
+        "/usr/bin/kubectl-hcs", "/usr/share/hcsd/kubernetes/scheduler.yaml",
         "/etc/hcsd/hcsd.toml", "/usr/share/containers/oci/hooks.d/hcs.json", "/var/lib/hcsd",
     ):  # fmt: skip
         assert path in files.splitlines(), path

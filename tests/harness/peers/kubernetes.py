@@ -110,6 +110,15 @@ def ensure_kubernetes(log: Log = say) -> Path | str:
     )
 
 
+def ensure_apiserver_stamped(log: Log = say) -> Path | str:
+    """The directory holding a kube-apiserver that reports the release as its version, or why
+    it cannot be had. Helm reads the version (a chart's `kubeVersion`, `.Capabilities`), and
+    the control plane's own build says v0.0.0-master; with the Go cache warm from it, only
+    the link is new (the stamp is a linker flag)."""
+    build = _build(log, ("kube-apiserver",), stamped=True)
+    return cached("kube-apiserver-stamped", KUBERNETES_VERSION, ("kube-apiserver",), build, log)
+
+
 def ensure_kubernetes_node(log: Log = say) -> Path | str:
     """The directory holding kubelet, kube-controller-manager and kubectl (reporting the
     release as their version), or why they cannot be had."""

@@ -1,0 +1,64 @@
+{{/* HCS's image: every console script of the hcsd package is in it. */}}
+{{- define "hcs.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The upstream kube-scheduler at the cluster's release (managed clusters report versions
+such as v1.33.5-eks-3025e55: only major.minor.patch names an upstream image). */}}
+{{- define "hcs.schedulerImage" -}}
+{{- $v := semver .Capabilities.KubeVersion.Version -}}
+{{ .Values.scheduler.image.repository }}:{{ .Values.scheduler.image.tag | default (printf "v%d.%d.%d" $v.Major $v.Minor $v.Patch) }}
+{{- end }}
+
+{{/* The extender's Service name in this namespace: its serving certificate names it. */}}
+{{- define "hcs.extenderHost" -}}
+hcs-scheduler-extender.{{ .Release.Namespace }}.svc
+{{- end }}
+
+{{/* Fails the render for values that cannot work, before anything is installed. */}}
+{{- define "hcs.validate" -}}
+{{- if eq .Values.mode "dra" -}}
+{{- fail "mode: dra is reserved for Dynamic Resource Allocation, which HCS does not implement yet: use mode: extender" -}}
+{{- else if ne .Values.mode "extender" -}}
+{{- fail (printf "mode: %q is not a mode (extender; dra is reserved)" .Values.mode) -}}
+{{- end -}}
+{{- if and .Values.webhook.enabled (not .Values.scheduler.enabled) -}}
+{{- fail "webhook.enabled sends pods to scheduler.name, which scheduler.enabled=false does not run" -}}
+{{- end -}}
+{{- if and .Values.webhook.enabled (not .Values.webhook.tls.generate) (not .Values.webhook.tls.caBundle) -}}
+{{- fail "webhook.tls.generate=false needs webhook.tls.caBundle (the base64 PEM of the CA that signed its certificate)" -}}
+{{- end -}}
+{{- if not (has .Values.webhook.failurePolicy (list "Fail" "Ignore")) -}}
+{{- fail (printf "webhook.failurePolicy must be Fail or Ignore, not %q" .Values.webhook.failurePolicy) -}}
+{{- end -}}
+{{- end }}
+
+{{/* hcs-scheduler's KubeSchedulerConfiguration (scheduler.yaml). */}}
+{{- define "hcs.schedulerConfig" -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceName: {{ .Values.scheduler.name }}
+  resourceNamespace: {{ .Release.Namespace }}
+profiles:
+  - schedulerName: {{ .Values.scheduler.name }}
+extenders:
+  - urlPrefix: https://{{ include "hcs.extenderHost" . }}:8888/
+    filterVerb: filter
+    prioritizeVerb: prioritize
+    bindVerb: bind
+    weight: {{ .Values.scheduler.extenderWeight }}
+    enableHTTPS: true
+    tlsConfig:
+      certFile: /etc/hcs-scheduler-tls/tls.crt
+      keyFile: /etc/hcs-scheduler-tls/tls.key
+      caFile: /etc/hcs-scheduler-tls/ca.crt
+    nodeCacheCapable: true
+    httpTimeout: {{ .Values.scheduler.extenderTimeout }}
+    ignorable: false
+    managedResources:
+      - {name: ai.compute/vram, ignoredByScheduler: true}
+      - {name: ai.compute/tflops-fp16, ignoredByScheduler: true}
+      - {name: ai.compute/devices, ignoredByScheduler: true}
+{{- end }}
