@@ -30,11 +30,11 @@ from hcsd.contract import names, paths
 from hcsd.quantity import QuantityError, parse_quantity
 
 REPO = Path(__file__).resolve().parents[2]
-ROOT = REPO / "packaging" / "kubernetes"
-SCHEDULER_CONFIG = "scheduler-config.yaml"  # kube-scheduler's --config file, not an object
+ROOT = REPO / "packaging" / "kubernetes"  # rendered from packaging/helm/hcs (make manifests)
+SCHEDULER = "hcs-scheduler"  # the upstream kube-scheduler with HCS's profile (scheduler.yaml)
 # The Secret's shape only: the operator creates the real one, and `apply -k` must not replace it.
 OPERATORS_SECRET = "secret.yaml"
-IMAGE = f"hcs/hcsd:{__version__}"
+IMAGE = f"docker.io/hcs/hcs-cluster:{__version__}"
 
 Rules = dict[tuple[str, str], frozenset[str]]  # (apiGroup, resource) -> verbs
 
@@ -96,6 +96,13 @@ def kustomized() -> list[str]:
     return list(yaml.safe_load((ROOT / "kustomization.yaml").read_text())["resources"])
 
 
+def scheduler_config() -> dict[str, Any]:
+    """hcs-scheduler's KubeSchedulerConfiguration (its ConfigMap's config.yaml)."""
+    (config_map,) = [d for d in documents("scheduler.yaml") if d["kind"] == "ConfigMap"]
+    config: dict[str, Any] = yaml.safe_load(config_map["data"]["config.yaml"])
+    return config
+
+
 def every_object() -> list[dict[str, Any]]:
     return [d for name in kustomized() for d in documents(name)]
 
@@ -130,7 +137,7 @@ def test_every_file_says_what_it_is_and_every_document_is_an_object(name: str) -
     assert docs, f"{name} is empty"
     for doc in docs:
         assert isinstance(doc, dict) and doc.get("apiVersion") and doc.get("kind"), name
-        if name not in ("kustomization.yaml", SCHEDULER_CONFIG):
+        if name != "kustomization.yaml":
             assert doc.get("metadata", {}).get("name"), f"{name}: a {doc['kind']} with no name"
 
 
@@ -138,11 +145,7 @@ def test_kustomization_lists_every_object_file_and_only_existing_ones() -> None:
     """A file left out is never applied; a file listed but missing breaks `apply -k`."""
     listed = kustomized()
     assert len(listed) == len(set(listed)), "a file listed twice"
-    assert set(listed) == set(yaml_files()) - {
-        "kustomization.yaml",
-        SCHEDULER_CONFIG,
-        OPERATORS_SECRET,
-    }
+    assert set(listed) == set(yaml_files()) - {"kustomization.yaml", OPERATORS_SECRET}
 
 
 def test_apply_k_creates_no_secret() -> None:
@@ -163,9 +166,14 @@ def test_every_namespaced_object_lives_in_our_namespace() -> None:
         "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "MutatingWebhookConfiguration",
     }
+    # kube-scheduler reads the API server's client CA where it is, in kube-system.
+    elsewhere = {("RoleBinding", f"{SCHEDULER}-authentication-reader"): "kube-system"}
     for doc in every_object():
-        if doc["kind"] not in cluster_scoped:
+        if (doc["kind"], doc["metadata"]["name"]) in elsewhere:
+            assert doc["metadata"]["namespace"] == elsewhere[doc["kind"], doc["metadata"]["name"]]
+        elif doc["kind"] not in cluster_scoped:
             assert doc["metadata"].get("namespace") == names.NAMESPACE, doc["metadata"]
         else:
             assert "namespace" not in doc["metadata"], doc["metadata"]
@@ -525,23 +533,30 @@ def rules_of(role: Mapping[str, Any]) -> Rules:
     return {key: frozenset(verbs) for key, verbs in found.items()}
 
 
+def hcs_roles() -> list[dict[str, Any]]:
+    """The roles of HCS's own programs (hcs-scheduler is upstream's kube-scheduler: below)."""
+    return [
+        d
+        for d in every_object()
+        if d["kind"] in ("ClusterRole", "Role") and d["metadata"]["name"] != SCHEDULER
+    ]
+
+
 def test_rbac_grants_what_the_code_calls_and_no_more() -> None:
-    roles = {
-        (doc["kind"], doc["metadata"]["name"]): rules_of(doc)
-        for doc in every_object()
-        if doc["kind"] in ("ClusterRole", "Role")
-    }
+    roles = {(doc["kind"], doc["metadata"]["name"]): rules_of(doc) for doc in hcs_roles()}
     assert roles == RBAC
 
 
 def test_bindings_tie_each_account_to_its_own_roles() -> None:
     """Each account gets its ClusterRole and its Role in hcs-system (where the Leases are)."""
     accounts = by_kind("ServiceAccount")
-    assert set(accounts) == {names.SYNCER_ACCOUNT, names.EXTENDER_ACCOUNT}
-    roles = {(d["kind"], d["metadata"]["name"]) for d in every_object() if "rules" in d}
+    assert set(accounts) == {names.SYNCER_ACCOUNT, names.EXTENDER_ACCOUNT, SCHEDULER}
+    roles = {(d["kind"], d["metadata"]["name"]) for d in hcs_roles()}
     bound = set()
     for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
         for name, binding in by_kind(kind).items():
+            if binding["subjects"][0]["name"] == SCHEDULER:
+                continue
             assert binding["subjects"] == [
                 {"kind": "ServiceAccount", "name": name, "namespace": names.NAMESPACE}
             ]
@@ -555,6 +570,40 @@ def test_bindings_tie_each_account_to_its_own_roles() -> None:
         ("ClusterRole", VIEWER_PODS_ROLE),
     }
     assert bound == set(RBAC) - viewers  # bound by the operator
+
+
+def test_hcs_scheduler_gets_kube_schedulers_roles_and_its_own_lease_only() -> None:
+    """The bootstrap roles kube-scheduler itself runs with, the API server's client CA in
+    kube-system, and its own leader Lease: `system:kube-scheduler` may update only the Lease
+    named kube-scheduler, and the cluster's own scheduler's Lease stays out of reach."""
+    refs = {
+        (d["kind"], d["metadata"].get("namespace", ""), d["roleRef"]["kind"], d["roleRef"]["name"])
+        for d in every_object()
+        if d["kind"].endswith("Binding") and "subjects" in d
+        for subject in d["subjects"]
+        if subject == {"kind": "ServiceAccount", "name": SCHEDULER, "namespace": names.NAMESPACE}
+    }
+    assert refs == {
+        ("ClusterRoleBinding", "", "ClusterRole", "system:kube-scheduler"),
+        ("ClusterRoleBinding", "", "ClusterRole", "system:volume-scheduler"),
+        ("RoleBinding", "kube-system", "Role", "extension-apiserver-authentication-reader"),
+        ("RoleBinding", names.NAMESPACE, "Role", SCHEDULER),
+    }
+    (role,) = [
+        d for d in every_object() if d["kind"] == "Role" and d["metadata"]["name"] == SCHEDULER
+    ]
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [SCHEDULER],
+            "verbs": ["get", "update"],
+        },
+    ]
+    config = scheduler_config()
+    assert config["leaderElection"]["resourceName"] == SCHEDULER
+    assert config["leaderElection"]["resourceNamespace"] == names.NAMESPACE
 
 
 def test_the_secret_holds_keys_by_id_and_names_the_signing_one() -> None:
@@ -707,11 +756,34 @@ def test_one_extender_port_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     labels = by_kind("Deployment")[names.EXTENDER_ACCOUNT]["spec"]["template"]["metadata"]
     assert service["spec"]["selector"].items() <= labels["labels"].items()
-    (extender,) = documents(SCHEDULER_CONFIG)[0]["extenders"]
+    (extender,) = scheduler_config()["extenders"]
     host = f"{names.EXTENDER_ACCOUNT}.{names.NAMESPACE}.svc"
     assert extender["urlPrefix"] == f"https://{host}:{names.EXTENDER_PORT}/"
     assert extender["enableHTTPS"] is True
     assert set(extender["tlsConfig"]) == {"certFile", "keyFile", "caFile"}
+    # It binds only hcs-scheduler's pods, called with hcs-scheduler's certificate only.
+    (profile,) = scheduler_config()["profiles"]
+    assert args.scheduler_name == [profile["schedulerName"]] == [SCHEDULER]
+    assert args.allowed_client == [SCHEDULER]
+
+
+def test_hcs_scheduler_runs_the_shipped_configuration_with_its_client_certificate() -> None:
+    """The --config file is the ConfigMap's config.yaml; tlsConfig's files are in the Secret
+    mounted where it names them; it runs as upstream's image, not ours."""
+    pod = pod_spec("Deployment", SCHEDULER)
+    (container,) = pod["containers"]
+    assert container["image"].startswith("registry.k8s.io/kube-scheduler:v")
+    assert pod["serviceAccountName"] == SCHEDULER
+    (config_flag,) = [a for a in container["command"] if a.startswith("--config=")]
+    config_path = Path(config_flag.removeprefix("--config="))
+    config_volume = mounts(pod)[str(config_path.parent)]
+    assert config_volume["configMap"]["name"] == f"{SCHEDULER}-config"
+    assert config_path.name == "config.yaml"
+    (extender,) = scheduler_config()["extenders"]
+    tls_dirs = {str(Path(path).parent) for path in extender["tlsConfig"].values()}
+    (tls_dir,) = tls_dirs
+    assert mounts(pod)[tls_dir]["secret"]["secretName"] == "hcs-scheduler-client-tls"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
 
 def test_the_network_policy_lets_each_port_be_reached_only_by_its_clients() -> None:
@@ -720,8 +792,8 @@ def test_the_network_policy_lets_each_port_be_reached_only_by_its_clients() -> N
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels["labels"].items()
     rules = {rule["ports"][0]["port"]: rule.get("from") for rule in policy["spec"]["ingress"]}
     assert PROBE_PORT in rules and names.EXTENDER_PORT in rules
-    (source,) = rules[names.EXTENDER_PORT]
-    assert set(source) == {"ipBlock"}  # host-network kube-scheduler: node addresses
+    (source,) = rules[names.EXTENDER_PORT]  # hcs-scheduler's pods, and no one else
+    assert source == {"podSelector": {"matchLabels": {"app.kubernetes.io/name": SCHEDULER}}}
     # The probe port: the nodes (the kubelet) and one namespace (Prometheus), not everyone.
     nodes, monitoring = rules[PROBE_PORT]
     assert set(nodes) == {"ipBlock"} and set(monitoring) == {"namespaceSelector"}
@@ -747,7 +819,7 @@ def test_the_assignment_policy_covers_the_subresources_that_write_metadata() -> 
 
 
 def test_scheduler_configuration_names_our_verbs_and_resources() -> None:
-    (config,) = documents(SCHEDULER_CONFIG)
+    config = scheduler_config()
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["kind"] == "KubeSchedulerConfiguration"
     (extender,) = config["extenders"]

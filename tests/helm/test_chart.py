@@ -1,0 +1,168 @@
+"""The chart with the real `helm`, no cluster: lint, what it renders for which values, and
+packaging/kubernetes being what the chart renders (one source).
+
+Skips loudly when helm cannot be had (tests/harness/peers/helm.py builds it from its Go
+module into ~/.cache/hcs the first time: minutes).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness.peers.helm import ensure_helm
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "packaging" / "helm" / "hcs"
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    found = ensure_helm()
+    if isinstance(found, str):
+        pytest.skip(f"SKIP chart tests: {found}")
+    return str(found)
+
+
+def run(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm, *args], capture_output=True, text=True, check=False, timeout=120)
+
+
+def template(helm: str, *values: str, chart: Path = CHART) -> list[dict[str, Any]]:
+    done = run(helm, "template", "hcs", str(chart), "--namespace", "hcs-system", *values)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def kinds(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(d["kind"], d["metadata"]["name"]) for d in docs}
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint --strict"])
+def test_lint_is_clean(helm: str, strict: bool) -> None:
+    done = run(helm, "lint", *(["--strict"] if strict else []), str(CHART))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout, done.stdout
+
+
+def test_the_kustomize_tree_is_rendered_from_the_chart(helm: str) -> None:
+    """`make manifests` has been run since the chart last changed."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "render-manifests"), "--helm", helm, "--check"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_crds_are_the_kustomize_trees_byte_for_byte() -> None:
+    for crd in (CHART / "crds").iterdir():
+        tree = REPO / "packaging" / "kubernetes" / "crds" / crd.name
+        assert tree.read_bytes() == crd.read_bytes(), crd.name
+
+
+@pytest.mark.parametrize(
+    ("values", "reason"),
+    [
+        (["--set", "mode=dra"], "mode: dra is reserved for Dynamic Resource Allocation"),
+        (["--set", "mode=other"], 'mode: "other" is not a mode'),
+        (["--set", "webhook.failurePolicy=Maybe"], "webhook.failurePolicy must be Fail or Ignore"),
+        (["--set", "scheduler.enabled=false"], "which scheduler.enabled=false does not run"),
+        (["--set", "webhook.tls.generate=false"], "needs webhook.tls.caBundle"),
+    ],
+    ids=["dra", "unknown mode", "failure policy", "webhook without scheduler", "no caBundle"],
+)
+def test_values_that_cannot_work_are_refused(helm: str, values: list[str], reason: str) -> None:
+    done = run(helm, "template", "hcs", str(CHART), *values)
+    assert done.returncode != 0 and reason in done.stderr, done.stderr
+
+
+def test_the_scheduler_image_follows_the_clusters_release(helm: str) -> None:
+    """A managed cluster's version carries a suffix upstream's images do not."""
+    docs = template(helm, "--kube-version", "v1.33.5-eks-3025e55")
+    (scheduler,) = [
+        d for d in docs if (d["kind"], d["metadata"]["name"]) == ("Deployment", "hcs-scheduler")
+    ]
+    (container,) = scheduler["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.k8s.io/kube-scheduler:v1.33.5"
+    docs = template(helm, "--kube-version", "v1.33.5", "--set", "scheduler.image.tag=v1.33.1")
+    (scheduler,) = [
+        d for d in docs if (d["kind"], d["metadata"]["name"]) == ("Deployment", "hcs-scheduler")
+    ]
+    assert scheduler["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v1.33.1")
+
+
+def test_bring_your_own_secrets_renders_none(helm: str) -> None:
+    docs = template(
+        helm,
+        "--set", "assignmentKeys.generate=false", "--set", "extender.tls.generate=false",
+        "--set", "webhook.tls.generate=false", "--set", "webhook.tls.caBundle=Q0E=",
+    )  # fmt: skip
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    assert ("ConfigMap", "hcs-node-keys-ca") not in kinds(docs)
+    (config,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    assert config["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E="
+
+
+def test_keep_secrets_annotates_the_keys_only(helm: str) -> None:
+    docs = template(helm, "--set", "keepSecrets=true")
+    kept = [
+        d["metadata"]["name"]
+        for d in docs
+        if (d["metadata"].get("annotations") or {}).get("helm.sh/resource-policy") == "keep"
+    ]
+    assert kept == ["hcs-assignment-key"]
+
+
+def test_monitoring_objects_render_only_when_asked_and_when_the_files_exist(
+    helm: str, tmp_path: Path
+) -> None:
+    everything = ["--set", "monitoring.serviceMonitor.enabled=true",
+                  "--set", "monitoring.podMonitor.enabled=true",
+                  "--set", "monitoring.rules.enabled=true",
+                  "--set", "monitoring.dashboard.enabled=true"]  # fmt: skip
+    assert not {"ServiceMonitor", "PodMonitor", "PrometheusRule"} & {
+        d["kind"] for d in template(helm)
+    }
+    chart = tmp_path / "hcs"
+    shutil.copytree(CHART, chart)
+    for name in ("prometheus-rules.yaml", "dashboard.json"):
+        (chart / "files" / name).unlink(missing_ok=True)
+    without_files = {d["kind"] for d in template(helm, *everything, chart=chart)}
+    assert {"ServiceMonitor", "PodMonitor"} <= without_files
+    assert "PrometheusRule" not in without_files
+    assert ("ConfigMap", "hcs-dashboard") not in kinds(template(helm, *everything, chart=chart))
+    rules = {"groups": [{"name": "hcs", "rules": [{"alert": "X", "expr": "up == 0"}]}]}
+    (chart / "files" / "prometheus-rules.yaml").write_text(yaml.safe_dump(rules))
+    (chart / "files" / "dashboard.json").write_text('{"title": "HCS"}\n')
+    docs = template(helm, *everything, chart=chart)
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    assert rule["spec"] == rules
+    (dashboard,) = [d for d in docs if d["metadata"]["name"] == "hcs-dashboard"]
+    assert dashboard["data"] == {"hcs-overview.json": '{"title": "HCS"}\n'}
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+def test_the_webhook_is_called_only_for_pods_outside_kube_system_and_ours(helm: str) -> None:
+    docs = template(helm, "--set", "webhook.excludedNamespaces={batch}")
+    (config,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    (hook,) = config["webhooks"]
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["rules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+         "resources": ["pods"], "scope": "Namespaced"}
+    ]  # fmt: skip
+    names, opt_out = hook["namespaceSelector"]["matchExpressions"]
+    assert names["operator"] == "NotIn" and names["values"] == [
+        "kube-system",
+        "hcs-system",
+        "batch",
+    ]
+    assert opt_out == {"key": "hcs.io/webhook", "operator": "NotIn", "values": ["disabled"]}
+    assert hook["objectSelector"]["matchExpressions"] == [opt_out]
+    assert "ai.compute/" in hook["matchConditions"][0]["expression"]
