@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hcsd.contract.names import MANAGED_RESOURCES
+from hcsd.contract.names import MANAGED_RESOURCES, SCHEDULER_NAME, WEBHOOK_OPT_OUT_LABEL
 
 __all__ = [
     "DEFAULT_SCHEDULER",
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 DEFAULT_SCHEDULER = "default-scheduler"
-OPT_OUT_LABEL = "hcs.io/webhook"
+OPT_OUT_LABEL = WEBHOOK_OPT_OUT_LABEL
 OPT_OUT_VALUE = "disabled"
 RESOURCE_PREFIX = MANAGED_RESOURCES[0].split("/")[0] + "/"  # "ai.compute/"
 REVIEW_VERSION = "admission.k8s.io/v1"
@@ -51,7 +51,7 @@ class ReviewError(ValueError):
 class Rule:
     """What the webhook does: the scheduler name it sets."""
 
-    scheduler: str = "hcs-scheduler"
+    scheduler: str = SCHEDULER_NAME
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:

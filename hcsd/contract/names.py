@@ -36,6 +36,12 @@ NODE_KEYS_PORT = 8890  # the extender's node-keys endpoint (HTTPS), for hcs-sync
 NODE_KEYS_AUDIENCE = "hcs-node-keys"  # the audience of the syncers' token for it
 NODE_KEYS_CA = "hcs-node-keys-ca"  # the ConfigMap with the CA the syncers check it against
 
+# hcs-scheduler: the scheduler profile whose extender is HCS's (the chart runs upstream's
+# kube-scheduler with it), and the label that keeps a pod or namespace from being sent there
+# by the admission webhook (value "disabled").
+SCHEDULER_NAME = "hcs-scheduler"
+WEBHOOK_OPT_OUT_LABEL = f"{GROUP}/webhook"
+
 # The extender's HTTP paths (urlPrefix + verb) as the scheduler configuration names them.
 FILTER_VERB = "filter"
 PRIORITIZE_VERB = "prioritize"

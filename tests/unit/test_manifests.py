@@ -31,7 +31,7 @@ from hcsd.quantity import QuantityError, parse_quantity
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / "packaging" / "kubernetes"  # rendered from packaging/helm/hcs (make manifests)
-SCHEDULER = "hcs-scheduler"  # the upstream kube-scheduler with HCS's profile (scheduler.yaml)
+SCHEDULER = names.SCHEDULER_NAME  # upstream's kube-scheduler with HCS's profile (scheduler.yaml)
 # The Secret's shape only: the operator creates the real one, and `apply -k` must not replace it.
 OPERATORS_SECRET = "secret.yaml"
 IMAGE = f"docker.io/hcs/hcs-cluster:{__version__}"
