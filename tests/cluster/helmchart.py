@@ -10,7 +10,9 @@ at the Service's endpoints.
 
 from __future__ import annotations
 
+import base64
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +22,7 @@ import pytest
 import yaml
 
 from hcsd.cluster.kube import Kube, KubeError
-from tests.cluster.controlplane import REPO, ControlPlane
+from tests.cluster.controlplane import REPO, ControlPlane, free_port
 from tests.harness.peers.helm import ensure_helm
 from tests.harness.peers.kubernetes import ensure_apiserver_stamped, find_etcd
 
@@ -61,6 +63,7 @@ class Helm:
         home = self.plane.work / "helm-home"  # its cache and config, not the user's
         env = {
             "PATH": "/usr/bin:/bin",
+            "HOME": str(home),  # client-go's discovery cache (~/.kube/cache)
             "HELM_CACHE_HOME": str(home / "cache"),
             "HELM_CONFIG_HOME": str(home / "config"),
             "HELM_DATA_HOME": str(home / "data"),
@@ -122,3 +125,60 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Helm]:
         yield Helm(binary, plane)
     finally:
         plane.stop()
+
+
+WEBHOOK = "hcs-admission-webhook"
+
+
+def host_address() -> str:
+    """An IPv4 address of this host other than loopback: Endpoints may not name loopback."""
+    words = subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=False)
+    for word in words.stdout.split():
+        if "." in word and not word.startswith("127."):
+            return word
+    pytest.skip("SKIP: this host has no IPv4 address other than loopback, for the webhook")
+
+
+def webhook_endpoints(kube: Kube, address: str, port: int) -> None:
+    """What the endpoints controllers would write for the webhook's Service (none runs)."""
+    kube.create(f"/api/v1/namespaces/{NAMESPACE}/endpoints", {
+        "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": WEBHOOK},
+        "subsets": [{"addresses": [{"ip": address}],
+                     "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
+    })  # fmt: skip
+    kube.create(f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices", {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": f"{WEBHOOK}-test", "labels": {"kubernetes.io/service-name": WEBHOOK}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+    })  # fmt: skip
+
+
+def secret_files(kube: Kube, name: str, directory: Path) -> Path:
+    """The installed Secret `name` as its volume would show it (0440)."""
+    secret = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}")
+    directory.mkdir(parents=True, exist_ok=True)
+    for key, value in secret["data"].items():
+        (directory / key).write_bytes(base64.b64decode(value))
+        (directory / key).chmod(0o440)
+    return directory
+
+
+def start_webhook(helm: Helm, directory: Path) -> subprocess.Popen[bytes]:
+    """hcs-admission-webhook with the release's certificate, behind the release's Service
+    (its endpoints name this host); registered as plane process "webhook"."""
+    kube = helm.plane.kube()
+    tls = secret_files(kube, "hcs-admission-webhook-tls", directory)
+    port = free_port()
+    webhook_endpoints(kube, host_address(), port)
+    kube.close()
+    log = open(directory / "webhook.log", "ab")  # noqa: SIM115 - as long as the process
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hcsd.cluster.webhook_server", "--listen", f"0.0.0.0:{port}",
+         "--tls-cert", str(tls / "tls.crt"), "--tls-key", str(tls / "tls.key")],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    helm.plane.processes["webhook"] = process
+    helm.plane.wait_ready("webhook", f"https://127.0.0.1:{port}/healthz", timeout=30)
+    return process

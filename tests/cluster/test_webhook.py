@@ -12,9 +12,7 @@ ask for ai.compute/* (matchConditions keep the call off every other pod).
 
 from __future__ import annotations
 
-import base64
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,40 +20,11 @@ from typing import Any
 import pytest
 
 from hcsd.cluster.kube import Kube, KubeError
-from tests.cluster.controlplane import free_port
-from tests.cluster.helmchart import NAMESPACE, Helm, helm
+from tests.cluster.helmchart import NAMESPACE, Helm, helm, start_webhook
 
 __all__ = ["helm"]  # the fixture
 
 pytestmark = pytest.mark.slow
-
-SERVICE = "hcs-admission-webhook"
-
-
-def host_address() -> str:
-    """An IPv4 address of this host other than loopback: Endpoints may not name loopback."""
-    words = subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=False)
-    for word in words.stdout.split():
-        if "." in word and not word.startswith("127."):
-            return word
-    pytest.skip("SKIP webhook test: this host has no IPv4 address other than loopback")
-
-
-def endpoints(kube: Kube, address: str, port: int) -> None:
-    """What the endpoints controllers would write for the webhook's Service (none runs)."""
-    kube.create(f"/api/v1/namespaces/{NAMESPACE}/endpoints", {
-        "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": SERVICE},
-        "subsets": [{"addresses": [{"ip": address}],
-                     "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
-    })  # fmt: skip
-    kube.create(f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices", {
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": f"{SERVICE}-test",
-                     "labels": {"kubernetes.io/service-name": SERVICE}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
-        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-    })  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -63,27 +32,12 @@ def webhook(
     helm: Helm, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[subprocess.Popen[bytes]]:
     helm.install()
-    kube = helm.plane.kube()
-    secret = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/hcs-admission-webhook-tls")
     directory = tmp_path_factory.mktemp("webhook")
-    for name in ("tls.crt", "tls.key"):
-        (directory / name).write_bytes(base64.b64decode(secret["data"][name]))
-        (directory / name).chmod(0o600)
-    port = free_port()
-    endpoints(kube, host_address(), port)
-    log = open(directory / "webhook.log", "ab")  # noqa: SIM115 - as long as the process
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hcsd.cluster.webhook_server", "--listen", f"0.0.0.0:{port}",
-         "--tls-cert", str(directory / "tls.crt"), "--tls-key", str(directory / "tls.key")],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    helm.plane.processes["webhook"] = process
-    helm.plane.wait_ready("webhook", f"https://127.0.0.1:{port}/healthz", timeout=30)
+    process = start_webhook(helm, directory)
     try:
         yield process
     finally:
         helm.plane.stop_process("webhook")
-        kube.close()
 
 
 def create_pod(
@@ -131,7 +85,7 @@ def test_pods_asking_for_ai_compute_go_to_hcs_scheduler(
     }
     got = {name: pod["spec"]["schedulerName"] for name, (pod, _) in cases.items()}
     assert got == {name: wanted for name, (_, wanted) in cases.items()}
-    log = (Path(webhook.args[-1]).parent / "webhook.log").read_text()
+    log = (Path(str(webhook.args[-1])).parent / "webhook.log").read_text()
     assert log.count("spec.schedulerName set to hcs-scheduler") == 2  # called for those two
 
     # The webhook down: failurePolicy Fail refuses only pods asking for ai.compute/*.
