@@ -139,6 +139,15 @@ def test_install_upgrade_uninstall(helm: Helm, tmp_path: Path) -> None:
     helm.upgrade("--reuse-values", "--set", "webhook.enabled=true")
     assert generated(kube) == made
 
+    # A key rotation's first step done with kubectl (docs/cluster.md) outlives an upgrade.
+    key_path = f"/api/v1/namespaces/{NAMESPACE}/secrets/hcs-assignment-key"
+    new_key = base64.b64encode(base64.b64encode(b"k" * 32)).decode()
+    kube.patch(key_path, {"data": {"k2.key": new_key}})
+    rotated = generated(kube)
+    assert rotated["Secret", "hcs-assignment-key"] == {**keys, "k2.key": new_key}
+    helm.upgrade("--reuse-values")
+    assert generated(kube) == rotated
+
     # Uninstall: only the CRDs are left (keepSecrets is off by default).
     helm.uninstall()
     assert present(kube, installed) == []
