@@ -7,6 +7,7 @@ module into ~/.cache/hcs the first time: minutes).
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from hcsd.cluster.webhook_server import MUTATE_PATH
+from hcsd.cluster.webhook_server import main as webhook_main
 from tests.harness.peers.helm import ensure_helm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,3 +169,49 @@ def test_the_webhook_is_called_only_for_pods_outside_kube_system_and_ours(helm: 
     assert opt_out == {"key": "hcs.io/webhook", "operator": "NotIn", "values": ["disabled"]}
     assert hook["objectSelector"]["matchExpressions"] == [opt_out]
     assert "ai.compute/" in hook["matchConditions"][0]["expression"]
+
+
+def test_the_webhook_runs_with_flags_its_program_knows(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Deployment's command through hcs-admission-webhook's own parser: a misspelt flag
+    fails here rather than in a crash-looping pod; the port, files and name agree."""
+    docs = template(helm)
+    (deployment,) = [
+        d
+        for d in docs
+        if (d["kind"], d["metadata"]["name"]) == ("Deployment", "hcs-admission-webhook")
+    ]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"][0] == "hcs-admission-webhook"
+    parsed: list[argparse.Namespace] = []
+    original = argparse.ArgumentParser.parse_args
+
+    def stop(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> argparse.Namespace:
+        parsed.append(original(self, *args, **kwargs))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
+    with pytest.raises(SystemExit):
+        webhook_main(container["command"][1:])
+    (args,) = parsed
+    assert args.scheduler_name == "hcs-scheduler"
+    port = int(args.listen.rpartition(":")[2])
+    assert container["ports"] == [{"name": "https", "containerPort": port}]
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/healthz",
+        "port": port,
+        "scheme": "HTTPS",
+    }
+    (mount,) = container["volumeMounts"]
+    assert Path(args.tls_cert).parent == Path(args.tls_key).parent == Path(mount["mountPath"])
+    (service,) = [
+        d
+        for d in docs
+        if (d["kind"], d["metadata"]["name"]) == ("Service", "hcs-admission-webhook")
+    ]
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": port}]
+    (config,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    assert config["webhooks"][0]["clientConfig"]["service"]["path"] == MUTATE_PATH
+    assert pod["automountServiceAccountToken"] is False  # it calls no API
