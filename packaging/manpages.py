@@ -17,6 +17,7 @@ PAGES = {
     ("kubectl-hcs", "1"): [["hcsd.cli.kubectl_hcs"], ["hcsd.cli.kubectl_hcs", "cluster"]],
     ("hcs-syncer", "8"): [["hcsd.cluster.syncer_cli"]],
     ("hcs-scheduler-extender", "8"): [["hcsd.cluster.extender_cli"]],
+    ("hcs-admission-webhook", "8"): [["hcsd.cluster.webhook_server"]],
 }
 # Sections rendered as roff by a module of their own, after the usage.
 EXTRA = {("hcsd", "8"): [["hcsd.daemon.reference", "man"]]}
