@@ -40,13 +40,23 @@ static void fork_child(void)
 static bool initialised;
 static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
 
+/* The first glibc version of each architecture, which older glibcs' dlsym carries. */
+#if defined(__x86_64__)
+#define HCS_GLIBC_BASE "GLIBC_2.2.5"
+#elif defined(__aarch64__)
+#define HCS_GLIBC_BASE "GLIBC_2.17"
+#else
+#error "libhcs is built for x86-64 and AArch64 only (the dlsym trampoline is per architecture)"
+#endif
+
 static void resolve_dlsym(void)
 {
-	/* glibc 2.34 moved dlsym into libc with a new version; older ones have only 2.2.5. */
+	/* glibc 2.34 moved dlsym into libc with a new version; older ones (the glibc 2.28 of
+	 * openEuler 20.03 and Kylin V10 on Kunpeng servers, say) have only the base one. */
 	hcs_real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
 	if (!hcs_real_dlsym)
 		hcs_real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym",
-									 "GLIBC_2.2.5");
+									 HCS_GLIBC_BASE);
 }
 
 static void initialise(void)
