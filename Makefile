@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	@scripts/run-simulated
 
-## make test: lint, types, layer contracts, generated-code check, all test suites
+## make test: lint, types, layer contracts, generated-code check, all test suites (libhcs also
+##   built for aarch64 and run under qemu-user: make -C libhcs test-arm64)
 test: deps $(STAMP) lint proto-check config-docs-check
 	$(MAKE) -C libhcs                 # the packages and the runtime tests ship the real library
 	-$(MAKE) -s -C bpf                # optional: the eBPF tests say why they skip without it
