@@ -6,7 +6,7 @@ where the kernel gives a user namespace its own binfmt_misc (Linux >= 6.7), the 
 there with dpkg, builds its venv in the postinst, runs hcsd and is removed and purged.
 
 Slow: the first run cross-builds libhcs, downloads aarch64 wheels and builds the arm64 root
-(its second stage runs emulated: ~15 minutes on two busy cores; cached in ~/.cache/hcs).
+(its second stage runs emulated: 10-16 minutes on two busy cores; cached in ~/.cache/hcs).
 """
 
 from __future__ import annotations
