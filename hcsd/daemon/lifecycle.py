@@ -269,9 +269,21 @@ class Daemon:
 
 async def _follow_runtime(units: tuple[str, ...], plugin: NriPlugin) -> None:
     """The runtime's units over D-Bus. dbus-fast is imported here, once the other tasks have
-    started: not before READY=1, not in the way of the pre-launch socket's bind."""
-    from hcsd.systemd import follow_units
+    started: not before READY=1, not in the way of the pre-launch socket's bind.
 
+    Every task of run_tasks is a root, whose end stops hcsd: without dbus-fast (a bare
+    install) this says so once and then idles rather than ending."""
+    try:
+        from hcsd.systemd import follow_units
+    except ImportError as e:
+        log.warning(
+            "not following %s over D-Bus (%s); after a runtime restart the NRI plugin "
+            "reconnects on its backoff",
+            ", ".join(units),
+            e,
+        )
+        await asyncio.Event().wait()
+        return
     await follow_units(units, plugin.runtime_changed)
 
 

@@ -93,9 +93,12 @@ def unit_path(name: str) -> str:
 
 
 async def connect(address: str | None = None) -> MessageBus:
-    """The system bus ($DBUS_SYSTEM_BUS_ADDRESS, else /run/dbus/system_bus_socket)."""
-    bus = MessageBus(bus_address=address) if address else MessageBus(bus_type=BusType.SYSTEM)
+    """The system bus ($DBUS_SYSTEM_BUS_ADDRESS, else /run/dbus/system_bus_socket).
+
+    The constructor parses the address (a bad $DBUS_SYSTEM_BUS_ADDRESS raises there), so it is
+    inside the try: every way of not getting a bus is SystemdUnavailable."""
     try:
+        bus = MessageBus(bus_address=address) if address else MessageBus(bus_type=BusType.SYSTEM)
         async with asyncio.timeout(CONNECT_TIMEOUT):
             await bus.connect()
     except (OSError, TimeoutError, EOFError) as e:

@@ -7,9 +7,10 @@ the plugin retries at once and often instead of sleeping out its delay. Watching
 while nothing changes: systemd pushes PropertiesChanged signals (once a client has called
 Subscribe()) and the bus routes only the watched units' to us.
 
-Without a system bus or systemd (a container, a host without systemd) the reason is logged
-once and the connection retried every `retry` seconds quietly; the plugin keeps its backoff,
-which is all it had before. A bus that goes away (dbus restarted) is reconnected the same way.
+Without a system bus or systemd (a container, a host without systemd), or on any other error,
+the reason is logged once and the connection retried every `retry` seconds quietly; the plugin
+keeps its backoff, which is all it had before. A bus that goes away (dbus restarted) is
+reconnected the same way.
 """
 
 from __future__ import annotations
@@ -82,20 +83,25 @@ async def follow_units(
             connected()
 
     while True:
+        error: Exception | None = None
         try:
             await _follow(units, on_change, address, ready)
-            why = "the system D-Bus connection closed"
+            why = kind = "the system D-Bus connection closed"
         except (SystemdUnavailable, SystemdError) as e:
-            why = str(e)
-        if why != said:
-            log.info(
+            why = kind = str(e)
+        except Exception as e:  # never hcsd's end: following only speeds up the plugin's retry
+            why, kind, error = f"{type(e).__name__}: {e}", type(e).__name__, e
+        if kind != said:
+            log.log(
+                logging.WARNING if error is not None else logging.INFO,
                 "not following %s over D-Bus (%s); after a runtime restart the NRI plugin "
                 "reconnects on its backoff; retrying every %g s",
                 ", ".join(units),
                 why,
                 retry,
+                exc_info=error,
             )
-            said = why
+            said = kind
         await asyncio.sleep(retry)
 
 

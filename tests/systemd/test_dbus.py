@@ -170,6 +170,12 @@ async def test_hcsctl_setup_without_systemd_says_what_to_restart(
     assert rc == 0 and "now restart containerd: systemctl restart containerd" in out
 
 
+async def test_hcsctl_setup_with_a_bogus_bus_address_says_so_in_one_line(tmp_path: Path) -> None:
+    rc, out = await hcsctl(tmp_path, "bogus", "--restart")
+    assert rc == 0 and "Traceback" not in out, out  # written; the restart is the operator's
+    assert "hcsctl: cannot restart containerd through systemd: cannot use the system D-Bus: " in out
+
+
 async def test_following_calls_back_when_the_unit_starts_and_when_it_is_active(
     systemd: Systemd,
 ) -> None:
