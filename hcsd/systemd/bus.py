@@ -28,6 +28,7 @@ __all__ = [
     "SYSTEMD",
     "UNIT",
     "SystemdError",
+    "SystemdSender",
     "SystemdUnavailable",
     "UnitState",
     "add_match",
@@ -46,6 +47,12 @@ UNIT = "org.freedesktop.systemd1.Unit"
 SERVICE = "org.freedesktop.systemd1.Service"
 PROPERTIES = "org.freedesktop.DBus.Properties"
 UNIT_PATH_PREFIX = "/org/freedesktop/systemd1/unit/"
+BUS = "org.freedesktop.DBus"
+BUS_PATH = "/org/freedesktop/DBus"
+NAME_OWNER_RULE = (
+    f"type='signal',sender='{BUS}',path='{BUS_PATH}',interface='{BUS}',"
+    f"member='NameOwnerChanged',arg0='{SYSTEMD}'"
+)
 CONNECT_TIMEOUT = 5.0
 CALL_TIMEOUT = 25.0  # the D-Bus reference implementation's default method call timeout
 # The bus itself answers these when nobody owns the name we call: no systemd on this bus.
@@ -170,9 +177,9 @@ def properties_changed(message: Message) -> tuple[str, UnitState] | None:
         message.message_type != MessageType.SIGNAL
         or message.interface != PROPERTIES
         or message.member != "PropertiesChanged"
+        or message.signature != "sa{sv}as"
         or not message.path
         or not message.path.startswith(UNIT_PATH_PREFIX)
-        or len(message.body) < 2
         or message.body[0] != UNIT
     ):
         return None
@@ -182,6 +189,42 @@ def properties_changed(message: Message) -> tuple[str, UnitState] | None:
         return None
     sub = changed.get("SubState")
     return message.path, UnitState(active.value, sub.value if sub is not None else "")
+
+
+class SystemdSender:
+    """Which connection is systemd: only its signals count.
+
+    Match rules only choose what the bus broadcasts to us; any local client may send a signal
+    straight to our unique name (the usual system bus policy allows it), with systemd's path,
+    interface and member. So each signal's sender is compared with the unique name that owns
+    org.freedesktop.systemd1, asked for once connected and kept current through the bus's
+    NameOwnerChanged (systemd's daemon-reexec gives it a new one)."""
+
+    def __init__(self) -> None:
+        self.owner: str | None = None
+
+    async def start(self, bus: MessageBus) -> None:
+        """Follow the owner; call with `self.saw` already a message handler of `bus`."""
+        await add_match(bus, NAME_OWNER_RULE)
+        # Nobody owning the name is NameHasNoOwner: SystemdUnavailable, as for any call.
+        (owner,) = await call(bus, BUS_PATH, BUS, "GetNameOwner", "s", SYSTEMD, destination=BUS)
+        if self.owner is None:  # a NameOwnerChanged meanwhile is newer than this answer
+            self.owner = str(owner)
+
+    def saw(self, message: Message) -> None:
+        """A message handler: NameOwnerChanged of org.freedesktop.systemd1 from the bus."""
+        if (
+            message.message_type == MessageType.SIGNAL
+            and message.sender == BUS
+            and message.member == "NameOwnerChanged"
+            and message.signature == "sss"
+            and message.body[0] == SYSTEMD
+        ):
+            self.owner = str(message.body[2]) or None
+
+    def sent(self, message: Message) -> bool:
+        """Whether systemd itself sent this message."""
+        return self.owner is not None and message.sender == self.owner
 
 
 async def unit_state(bus: MessageBus, path: str) -> UnitState:

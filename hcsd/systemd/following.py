@@ -26,6 +26,7 @@ from hcsd.systemd.bus import (
     MANAGER,
     MANAGER_PATH,
     SystemdError,
+    SystemdSender,
     SystemdUnavailable,
     add_match,
     call,
@@ -113,8 +114,12 @@ async def _follow(
 ) -> None:
     bus = await connect(address)
     edges = ActiveEdges(units)
+    systemd = SystemdSender()
 
     def route(message: Message) -> None:
+        systemd.saw(message)
+        if not systemd.sent(message):  # a signal forged by another client, straight to us
+            return
         change = properties_changed(message)
         if change is not None and (unit := edges.saw(change[0], change[1].active)):
             log.debug("%s is %s", unit, change[1].active)
@@ -122,6 +127,7 @@ async def _follow(
 
     bus.add_message_handler(route)
     try:
+        await systemd.start(bus)
         for path in edges.names:  # matches need no loaded unit: containerd may come later
             await add_match(bus, properties_changed_rule(path))
         await call(bus, MANAGER_PATH, MANAGER, "Subscribe")

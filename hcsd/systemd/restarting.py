@@ -7,7 +7,8 @@ service whose start is not finished, an automatic restart) is waited for through
 PropertiesChanged signals. Anything else, or no end within the timeout, is `RestartFailed`,
 whose message names the unit's state and result as `systemctl status` would show them.
 
-The signals are subscribed to before the restart is asked for, so none of them is missed.
+The signals are subscribed to before the restart is asked for, so none of them is missed; only
+those whose sender is systemd's connection count.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from hcsd.systemd.bus import (
     MANAGER_PATH,
     SYSTEMD,
     SystemdError,
+    SystemdSender,
     UnitState,
     add_match,
     call,
@@ -91,14 +93,18 @@ async def restart_unit(unit: str, timeout: float, *, address: str | None = None)
     where there is no systemd to ask; RestartFailed when it does not come back in time."""
     bus = await connect(address)
     events: asyncio.Queue[Message] = asyncio.Queue()
+    systemd = SystemdSender()
 
     def route(message: Message) -> None:
-        if message.message_type == MessageType.SIGNAL:
+        systemd.saw(message)
+        # Only systemd's own: another client may send a JobRemoved straight to us.
+        if message.message_type == MessageType.SIGNAL and systemd.sent(message):
             events.put_nowait(message)
 
     bus.add_message_handler(route)
     started = time.monotonic()
     try:
+        await systemd.start(bus)
         await call(bus, MANAGER_PATH, MANAGER, "Subscribe")
         await add_match(bus, JOB_REMOVED_RULE)
         try:
@@ -130,7 +136,11 @@ async def _until_over(
 ) -> None:
     while not wait.back():
         message = await events.get()
-        if message.member == "JobRemoved" and message.interface == MANAGER:
+        if (
+            message.member == "JobRemoved"
+            and message.interface == MANAGER
+            and message.signature == "uoss"
+        ):
             _, job, _, result = message.body
             wait.job_removed(job, result)
             if wait.job_result is not None:

@@ -12,12 +12,25 @@ import time
 from pathlib import Path
 
 import pytest
+from dbus_fast import Message, MessageType, Variant
+from dbus_fast.aio import MessageBus
 
 from hcsd.runtime.injector import Injector
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.settings import RuntimeSection
 from hcsd.systemd import RestartFailed, SystemdUnavailable, follow_units, restart_unit
-from hcsd.systemd.bus import MANAGER, MANAGER_PATH, SystemdError, call, connect, unit_path
+from hcsd.systemd.bus import (
+    MANAGER,
+    MANAGER_PATH,
+    PROPERTIES,
+    SystemdError,
+    call,
+    connect,
+    unit_path,
+)
+from hcsd.systemd.bus import (
+    UNIT as UNIT_INTERFACE,
+)
 from tests.nri.peer import RuntimePeer
 from tests.systemd.conftest import DbusDaemon, Systemd, export_systemd
 from tests.systemd.standin import Outcome
@@ -106,6 +119,113 @@ async def test_signals_need_subscribe_as_in_systemd(systemd: Systemd) -> None:
     with pytest.raises(SystemdError, match="NoSuchUnit"):
         await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", "crio.service")
     bus.disconnect()
+
+
+async def others(forger: MessageBus, known: set[str | None]) -> list[str]:
+    """The unique names on the bus but `known`'s: the client under test."""
+    (names,) = await call(
+        forger, "/org/freedesktop/DBus", "org.freedesktop.DBus", "ListNames",
+        destination="org.freedesktop.DBus",
+    )  # fmt: skip
+    return [n for n in names if n.startswith(":") and n not in known]
+
+
+def forged(
+    target: str, path: str, interface: str, member: str, signature: str, *body: object
+) -> Message:
+    """A signal with systemd's path, interface and member, sent by another client straight to
+    `target` (the bus lets any client do that)."""
+    return Message(
+        message_type=MessageType.SIGNAL, destination=target, path=path, interface=interface,
+        member=member, signature=signature, body=list(body),
+    )  # fmt: skip
+
+
+def forged_state(target: str, active: str, sub: str) -> Message:
+    changed = {"ActiveState": Variant("s", active), "SubState": Variant("s", sub)}
+    return forged(
+        target, unit_path(UNIT), PROPERTIES, "PropertiesChanged", "sa{sv}as",
+        UNIT_INTERFACE, changed, [],
+    )  # fmt: skip
+
+
+async def test_a_restart_ignores_signals_forged_by_another_client(systemd: Systemd) -> None:
+    forger = await connect(systemd.address)
+    known = {systemd.bus.unique_name, forger.unique_name}
+    restart = asyncio.create_task(restart_unit(UNIT, 5, address=systemd.address))
+    while not (targets := await others(forger, known)):
+        await asyncio.sleep(0.002)
+    job = "/org/freedesktop/systemd1/job/1"  # the stand-in's first job, as the restart's is
+    for target in targets:
+        await forger.send(forged(target, MANAGER_PATH, MANAGER, "JobRemoved", "us", 1, UNIT))
+        await forger.send(
+            forged(target, MANAGER_PATH, MANAGER, "JobRemoved", "uoss", 1, job, UNIT, "failed")
+        )
+        await forger.send(forged_state(target, "failed", "failed"))
+    await restart  # neither a traceback nor a RestartFailed: the forged signals were dropped
+    assert systemd.manager.units[UNIT].active == "active"
+    forger.disconnect()
+
+
+async def test_following_ignores_signals_forged_by_another_client(systemd: Systemd) -> None:
+    back: list[str] = []
+    ready = asyncio.Event()
+    follow = asyncio.create_task(
+        follow_units([UNIT], lambda unit, state: back.append(state), address=systemd.address,
+                     connected=ready.set)
+    )  # fmt: skip
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        forger = await connect(systemd.address)
+        (target,) = await others(forger, {systemd.bus.unique_name, forger.unique_name})
+        await forger.send(
+            forged(target, unit_path(UNIT), PROPERTIES, "PropertiesChanged", "s", UNIT_INTERFACE)
+        )
+        await forger.send(forged_state(target, "active", "running"))
+        await asyncio.sleep(0.3)
+        assert back == []
+        systemd.manager.restart_outside(UNIT)  # systemd's own still count
+        for _ in range(300):
+            if len(back) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert back == ["activating", "active"]
+        forger.disconnect()
+    finally:
+        follow.cancel()
+        await asyncio.gather(follow, return_exceptions=True)
+
+
+async def test_following_hears_systemd_after_it_re_executes(dbus_address: str) -> None:
+    """daemon-reexec: systemd's name gets a new unique owner (NameOwnerChanged); its signals
+    count, on the same connection, without reconnecting."""
+    old = await export_systemd(dbus_address)
+    back: list[str] = []
+    ready = asyncio.Event()
+    follow = asyncio.create_task(
+        follow_units([UNIT], lambda unit, state: back.append(state), address=dbus_address,
+                     connected=ready.set)
+    )  # fmt: skip
+    new: Systemd | None = None
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        ready.clear()
+        await old.close()
+        new = await export_systemd(dbus_address)
+        new.manager.subscribers = 1  # systemd keeps its subscribers across a re-exec
+        await asyncio.sleep(0.1)
+        new.manager.restart_outside(UNIT)
+        for _ in range(300):
+            if len(back) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert back == ["activating", "active"]
+        assert not ready.is_set()  # the same connection: no reconnect
+    finally:
+        follow.cancel()
+        await asyncio.gather(follow, return_exceptions=True)
+        if new is not None:
+            await new.close()
 
 
 async def hcsctl(
