@@ -22,7 +22,6 @@ before; `--no-restart` always does.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import difflib
 import json
 import os
@@ -33,6 +32,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from hcsd.cli.runtime_restart import restart_runtime, started_before
 from hcsd.contract import paths
 
 __all__ = ["add_parser", "run"]
@@ -163,7 +163,7 @@ def containerd_changes(args: argparse.Namespace) -> tuple[list[Change], list[str
         body = f"#!/bin/sh\n# Installed by hcsctl setup containerd.\nexec {PLUGIN_BINARY}\n"
         path = _under(args.root, wrapper)
         changes.append(Change(path, _read(path), body, 0o755))
-    return [c for c in changes if c.old != c.new], notes
+    return changes, notes
 
 
 def _toml_strings(values: list[str]) -> str:
@@ -202,8 +202,7 @@ def crio_changes(args: argparse.Namespace) -> tuple[list[Change], list[str]]:
         "# Written by hcsctl setup crio: switch on NRI for hcsd.\n"
         f'[crio.nri]\nenable_nri = true\nnri_listen = "{paths.NRI_SOCKET}"\n'
     )
-    changes = [Change(path, _read(path), body)]
-    return [c for c in changes if c.old != c.new], notes
+    return [Change(path, _read(path), body)], notes
 
 
 def diff(change: Change) -> str:
@@ -233,9 +232,26 @@ def apply(change: Change) -> None:
     print(f"wrote {path}")
 
 
+def unchanged(args: argparse.Namespace, files: list[Path], *, restart: bool) -> int:
+    """Nothing to write. An explicit --restart restarts; by default the runtime is restarted
+    (with --yes) or the operator told, when it started before the files were written: a
+    restart after an earlier run failed or was skipped, which re-running setup finishes."""
+    if args.dry_run or not restart:
+        return 0
+    if args.restart is not True:
+        stale = started_before(args.unit, files)
+        if stale is None:
+            return 0
+        print(f"{args.unit} started before {stale} was written: it runs without it")
+        if not args.yes:
+            print(f"restart it: systemctl restart {args.unit} (or hcsctl setup ... --yes)")
+            return 0
+    return restart_runtime(args.runtime, args.unit, args.restart_timeout, restart=True)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        changes, notes = (
+        files, notes = (
             containerd_changes(args) if args.runtime == "containerd" else crio_changes(args)
         )
     except SetupError as e:
@@ -243,12 +259,13 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for note in notes:
         print(note)
+    restart = args.restart if args.restart is not None else args.root == "/"
+    changes = [c for c in files if c.old != c.new]
     if not changes:
         print("nothing to change")
-        return 0
+        return unchanged(args, [c.path for c in files], restart=restart)
     for change in changes:
         sys.stdout.write(diff(change))
-    restart = args.restart if args.restart is not None else args.root == "/"
     if args.dry_run:
         if restart:
             print(f"would restart {args.unit} through systemd")
@@ -264,28 +281,3 @@ def run(args: argparse.Namespace) -> int:
     for change in changes:
         apply(change)
     return restart_runtime(args.runtime, args.unit, args.restart_timeout, restart=restart)
-
-
-def restart_runtime(runtime: str, unit: str, timeout: float, *, restart: bool) -> int:
-    """Restart the runtime through systemd and wait for it; say what to do where that cannot be."""
-    from hcsd.systemd import RestartFailed, SystemdUnavailable, restart_unit
-
-    if not restart:
-        print(f"now restart {runtime}: systemctl restart {runtime}")
-        return 0
-    print(f"restarting {unit} through systemd")
-    try:
-        seconds = asyncio.run(restart_unit(unit, timeout))
-    except SystemdUnavailable as e:
-        print(
-            f"hcsctl: cannot restart {runtime} through systemd: {e}.\n"
-            f"Restart {runtime} yourself, however it runs here, so that it reads the new "
-            f"configuration (under systemd: systemctl restart {unit}).",
-            file=sys.stderr,
-        )
-        return 0
-    except RestartFailed as e:
-        print(f"hcsctl: {e}; see journalctl -u {unit}", file=sys.stderr)
-        return 1
-    print(f"{unit} is active again ({seconds:.1f} s)")
-    return 0

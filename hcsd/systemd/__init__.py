@@ -8,16 +8,26 @@ raises `SystemdUnavailable`, and the callers say what to do instead.
 
 from hcsd.systemd.bus import SystemdError, SystemdUnavailable, UnitState, unit_path
 from hcsd.systemd.following import ActiveEdges, follow_units
-from hcsd.systemd.restarting import RestartFailed, RestartWait, restart_unit
+from hcsd.systemd.restarting import (
+    DENIED,
+    RestartFailed,
+    RestartUnknown,
+    RestartWait,
+    main_started,
+    restart_unit,
+)
 
 __all__ = [
+    "DENIED",
     "ActiveEdges",
     "RestartFailed",
+    "RestartUnknown",
     "RestartWait",
     "SystemdError",
     "SystemdUnavailable",
     "UnitState",
     "follow_units",
+    "main_started",
     "restart_unit",
     "unit_path",
 ]

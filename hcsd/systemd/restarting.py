@@ -24,9 +24,12 @@ from dbus_fast.aio import MessageBus
 from hcsd.systemd.bus import (
     MANAGER,
     MANAGER_PATH,
+    PROPERTIES,
+    SERVICE,
     SYSTEMD,
     SystemdError,
     SystemdSender,
+    SystemdUnavailable,
     UnitState,
     add_match,
     call,
@@ -36,7 +39,20 @@ from hcsd.systemd.bus import (
     unit_state,
 )
 
-__all__ = ["RestartFailed", "RestartWait", "restart_unit"]
+__all__ = [
+    "DENIED",
+    "RestartFailed",
+    "RestartUnknown",
+    "RestartWait",
+    "main_started",
+    "restart_unit",
+]
+
+# The errors of a call polkit (or the bus policy) did not allow: not root, nobody to ask.
+DENIED = (
+    "org.freedesktop.DBus.Error.AccessDenied",
+    "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired",
+)
 
 JOB_REMOVED_RULE = (
     f"type='signal',sender='{SYSTEMD}',path='{MANAGER_PATH}',"
@@ -46,6 +62,11 @@ JOB_REMOVED_RULE = (
 
 class RestartFailed(Exception):
     """The unit did not come back; the message says how it ended and what it is now."""
+
+
+class RestartUnknown(Exception):
+    """systemd queued the restart, but how it ends is not known here: the bus went away, or
+    systemd stopped answering, while it ran."""
 
 
 @dataclass
@@ -90,9 +111,11 @@ class RestartWait:
 
 async def restart_unit(unit: str, timeout: float, *, address: str | None = None) -> float:
     """Restart `unit` and wait until it is active: the seconds that took. SystemdUnavailable
-    where there is no systemd to ask; RestartFailed when it does not come back in time."""
+    where there is no systemd to ask, SystemdError where it fails a call before the restart;
+    RestartFailed when the restart is refused or the unit does not come back in time;
+    RestartUnknown when the restart was queued and then the bus or systemd failed."""
     bus = await connect(address)
-    events: asyncio.Queue[Message] = asyncio.Queue()
+    events: asyncio.Queue[Message | None] = asyncio.Queue()  # None: the bus went away
     systemd = SystemdSender()
 
     def route(message: Message) -> None:
@@ -102,6 +125,7 @@ async def restart_unit(unit: str, timeout: float, *, address: str | None = None)
             events.put_nowait(message)
 
     bus.add_message_handler(route)
+    closed = asyncio.create_task(_on_close(bus, events))
     started = time.monotonic()
     try:
         await systemd.start(bus)
@@ -109,33 +133,76 @@ async def restart_unit(unit: str, timeout: float, *, address: str | None = None)
         await add_match(bus, JOB_REMOVED_RULE)
         try:
             (job,) = await call(bus, MANAGER_PATH, MANAGER, "RestartUnit", "ss", unit, "replace")
-            (path,) = await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", unit)
         except SystemdError as e:
+            if e.name in DENIED:
+                raise RestartFailed(
+                    f"{unit}: not allowed to restart it ({e.text}); run as root (sudo)"
+                ) from e
             raise RestartFailed(f"{unit}: systemd refused the restart: {e}") from e
-        await add_match(bus, properties_changed_rule(path))
-        wait = RestartWait(unit, job)
-        wait.saw(await unit_state(bus, path))
         try:
-            async with asyncio.timeout(timeout):
-                await _until_over(bus, path, wait, events)
-        except TimeoutError:
-            with contextlib.suppress(SystemdError):
-                wait.saw(await unit_state(bus, path))
-            state = wait.state.describe() if wait.state else "unknown"
-            raise RestartFailed(
-                f"{unit}: not active {timeout:g} s after the restart; it is {state}"
-            ) from None
+            await _wait(bus, unit, job, timeout, events)
+        except (SystemdUnavailable, SystemdError) as e:
+            raise RestartUnknown(
+                f"{unit}: the restart was requested, but its outcome is unknown ({e})"
+            ) from e
         return time.monotonic() - started
     finally:
+        closed.cancel()
         bus.remove_message_handler(route)
         bus.disconnect()
 
 
+async def main_started(unit: str, *, address: str | None = None) -> float | None:
+    """When the unit's main process last started (the Service interface's
+    ExecMainStartTimestamp, microseconds since the epoch), in seconds since the epoch: what it
+    read its configuration after. None for a unit not loaded or never started."""
+    bus = await connect(address)
+    try:
+        try:
+            (path,) = await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", unit)
+        except SystemdError as e:
+            if e.name == "org.freedesktop.systemd1.NoSuchUnit":
+                return None
+            raise
+        (value,) = await call(bus, path, PROPERTIES, "Get", "ss", SERVICE, "ExecMainStartTimestamp")
+        return int(value.value) / 1e6 if value.value else None
+    finally:
+        bus.disconnect()
+
+
+async def _on_close(bus: MessageBus, events: asyncio.Queue[Message | None]) -> None:
+    """Wake the wait when the bus goes away, rather than let it sleep out its timeout."""
+    with contextlib.suppress(Exception):
+        await bus.wait_for_disconnect()  # type: ignore[no-untyped-call]
+    events.put_nowait(None)
+
+
+async def _wait(
+    bus: MessageBus, unit: str, job: str, timeout: float, events: asyncio.Queue[Message | None]
+) -> None:
+    (path,) = await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", unit)
+    await add_match(bus, properties_changed_rule(path))
+    wait = RestartWait(unit, job)
+    wait.saw(await unit_state(bus, path))
+    try:
+        async with asyncio.timeout(timeout):
+            await _until_over(bus, path, wait, events)
+    except TimeoutError:
+        with contextlib.suppress(SystemdError):
+            wait.saw(await unit_state(bus, path))
+        state = wait.state.describe() if wait.state else "unknown"
+        raise RestartFailed(
+            f"{unit}: not active {timeout:g} s after the restart; it is {state}"
+        ) from None
+
+
 async def _until_over(
-    bus: MessageBus, path: str, wait: RestartWait, events: asyncio.Queue[Message]
+    bus: MessageBus, path: str, wait: RestartWait, events: asyncio.Queue[Message | None]
 ) -> None:
     while not wait.back():
         message = await events.get()
+        if message is None:
+            raise SystemdUnavailable("the system D-Bus connection closed")
         if (
             message.member == "JobRemoved"
             and message.interface == MANAGER

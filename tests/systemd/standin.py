@@ -3,7 +3,8 @@ org.freedesktop.systemd1(5), with systemd's names, signatures and behaviour.
 
 systemd cannot run as PID 1 here, so the tests export this at org.freedesktop.systemd1: the
 Manager (GetUnit, RestartUnit, Subscribe, Unsubscribe, the JobRemoved signal) and per unit the
-Unit interface (Id, LoadState, ActiveState, SubState, Job) and the Service interface (Result),
+Unit interface (Id, LoadState, ActiveState, SubState, Job) and the Service interface (Result,
+ExecMainStartTimestamp),
 at the object path systemd's bus label escaping gives. As in systemd: GetUnit fails with
 org.freedesktop.systemd1.NoSuchUnit for a unit not loaded; RestartUnit only queues a job and
 answers its path, and the job runs afterwards (stop, then start) with PropertiesChanged at each
@@ -12,11 +13,18 @@ called Subscribe() (tracked by count here, where systemd also drops clients that
 """
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Annotated
 
 from dbus_fast import DBusError
-from dbus_fast.annotations import DBusObjectPath, DBusSignature, DBusStr, DBusUInt32
+from dbus_fast.annotations import (
+    DBusObjectPath,
+    DBusSignature,
+    DBusStr,
+    DBusUInt32,
+    DBusUInt64,
+)
 from dbus_fast.service import (
     PropertyAccess,
     ServiceInterface,
@@ -45,16 +53,27 @@ class Outcome:
     hang: bool = False
 
 
+def now_us() -> int:
+    """systemd's timestamps: microseconds since the epoch (CLOCK_REALTIME)."""
+    return time.time_ns() // 1000
+
+
 class Service(ServiceInterface):
-    """org.freedesktop.systemd1.Service: only Result."""
+    """org.freedesktop.systemd1.Service: Result and ExecMainStartTimestamp (t, microseconds
+    since the epoch; 0 before the first start)."""
 
     def __init__(self) -> None:
         super().__init__("org.freedesktop.systemd1.Service")
         self.result = "success"
+        self.main_started = now_us()
 
     @dbus_property(access=PropertyAccess.READ, name="Result")
     def Result(self) -> DBusStr:
         return self.result
+
+    @dbus_property(access=PropertyAccess.READ, name="ExecMainStartTimestamp")
+    def ExecMainStartTimestamp(self) -> DBusUInt64:
+        return self.main_started
 
 
 class Unit(ServiceInterface):
@@ -110,6 +129,7 @@ class Unit(ServiceInterface):
         for active, sub in (("deactivating", "stop-sigterm"), ("inactive", "dead")):
             self.set(active, sub)
             await asyncio.sleep(step)
+        self.service.main_started = now_us()  # the start's ExecStart=
         for active, sub in outcome.start:
             self.set(active, sub)
             await asyncio.sleep(step)
@@ -132,6 +152,8 @@ class Manager(ServiceInterface):
         self.step = step
         self.last_job = 0
         self.restarts: list[str] = []
+        # method -> the D-Bus error it answers, as polkit's refusal of a non-root caller does
+        self.refuse: dict[str, str] = {}
         self.jobs: set[asyncio.Task[None]] = set()
 
     def load(self, name: str) -> Unit:
@@ -147,6 +169,7 @@ class Manager(ServiceInterface):
 
     @dbus_method(name="RestartUnit")
     def RestartUnit(self, name: DBusStr, mode: DBusStr) -> DBusObjectPath:
+        self.refused("RestartUnit")
         unit = self.units.get(name)
         if unit is None:
             raise DBusError("org.freedesktop.systemd1.NoSuchUnit", f"Unit {name} not found.")
@@ -175,8 +198,13 @@ class Manager(ServiceInterface):
         self.jobs.add(task)
         task.add_done_callback(self.jobs.discard)
 
+    def refused(self, method: str) -> None:
+        if method in self.refuse:
+            raise DBusError(self.refuse[method], f"{method} refused (test)")
+
     @dbus_method(name="Subscribe")
     def Subscribe(self) -> None:
+        self.refused("Subscribe")
         self.subscribers += 1
 
     @dbus_method(name="Unsubscribe")

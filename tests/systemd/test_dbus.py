@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,13 @@ from dbus_fast.aio import MessageBus
 from hcsd.runtime.injector import Injector
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.settings import RuntimeSection
-from hcsd.systemd import RestartFailed, SystemdUnavailable, follow_units, restart_unit
+from hcsd.systemd import (
+    RestartFailed,
+    RestartUnknown,
+    SystemdUnavailable,
+    follow_units,
+    restart_unit,
+)
 from hcsd.systemd.bus import (
     MANAGER,
     MANAGER_PATH,
@@ -229,14 +236,14 @@ async def test_following_hears_systemd_after_it_re_executes(dbus_address: str) -
 
 
 async def hcsctl(
-    tmp_path: Path, address: str, *args: str, runtime: str = "containerd"
+    tmp_path: Path, address: str, *args: str, runtime: str = "containerd", yes: bool = True
 ) -> tuple[int, str]:
     config = tmp_path / "root/etc/containerd/config.toml"
     if not config.exists():
         config.parent.mkdir(parents=True)
         config.write_text("version = 3\n")
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hcsd.cli.hcsctl", "setup", runtime, "--yes",
+        sys.executable, "-m", "hcsd.cli.hcsctl", "setup", runtime, *(["--yes"] if yes else []),
         "--root", str(tmp_path / "root"), *args,
         env={**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": address},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=REPO,
@@ -252,9 +259,106 @@ async def test_hcsctl_setup_restarts_containerd_and_waits(tmp_path: Path, system
     assert "restarting containerd.service through systemd" in out
     assert "containerd.service is active again (" in out
     assert systemd.manager.restarts == [UNIT]
-    # Set up already: nothing changes, nothing is restarted.
+    # Set up already: nothing changes, but an explicit --restart is done (a restart that
+    # failed or was skipped is finished by running setup again).
     rc, out = await hcsctl(tmp_path, systemd.address, "--restart")
-    assert (rc, systemd.manager.restarts) == (0, [UNIT]) and "nothing to change" in out
+    assert (rc, systemd.manager.restarts) == (0, [UNIT, UNIT]), out
+    assert "nothing to change" in out and "containerd.service is active again (" in out
+    rc, out = await hcsctl(tmp_path, systemd.address)  # --root: no restart unless asked
+    assert (rc, systemd.manager.restarts) == (0, [UNIT, UNIT]), out
+
+
+async def test_hcsctl_setup_restarts_a_runtime_that_started_before_its_files(
+    tmp_path: Path, systemd: Systemd
+) -> None:
+    """On the host itself (--root /): nothing to write, but containerd's main process started
+    before the drop-in was written (ExecMainStartTimestamp): restarted with --yes, else the
+    operator is told; once it started after, nothing is done."""
+    etc = tmp_path / "root/etc/containerd"
+    live = ("--root", "/", "--config", f"{etc}/config.toml", "--drop-in-dir", f"{etc}/conf.d")
+    rc, out = await hcsctl(tmp_path, systemd.address, *live, "--no-restart")
+    assert (rc, systemd.manager.restarts) == (0, []), out
+    rc, out = await hcsctl(tmp_path, systemd.address, *live, yes=False)
+    assert (rc, systemd.manager.restarts) == (0, []), out
+    drop_in = f"{etc}/conf.d/10-hcsd-nri.toml"
+    assert f"containerd.service started before {drop_in} was written: it runs without it" in out
+    assert "restart it: systemctl restart containerd.service" in out
+    rc, out = await hcsctl(tmp_path, systemd.address, *live)
+    assert (rc, systemd.manager.restarts) == (0, [UNIT]), out
+    assert "nothing to change" in out and "containerd.service is active again (" in out
+    rc, out = await hcsctl(tmp_path, systemd.address, *live)
+    assert (rc, systemd.manager.restarts) == (0, [UNIT]), out
+    assert "started before" not in out
+
+
+async def test_hcsctl_setup_says_to_run_as_root_when_polkit_refuses(
+    tmp_path: Path, systemd: Systemd
+) -> None:
+    denied = "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"
+    systemd.manager.refuse["RestartUnit"] = denied
+    rc, out = await hcsctl(tmp_path, systemd.address, "--restart")
+    assert rc == 1 and "Traceback" not in out, out
+    assert "containerd.service: not allowed to restart it (RestartUnit refused (test)); " in out
+    assert "run as root (sudo)" in out
+
+
+async def test_hcsctl_setup_names_a_systemd_error_before_the_restart(
+    tmp_path: Path, systemd: Systemd
+) -> None:
+    systemd.manager.refuse["Subscribe"] = "org.freedesktop.DBus.Error.AccessDenied"
+    rc, out = await hcsctl(tmp_path, systemd.address, "--restart")
+    assert rc == 1 and "Traceback" not in out, out
+    assert (
+        "hcsctl: cannot restart containerd.service through systemd: Subscribe refused (test) "
+        "(org.freedesktop.DBus.Error.AccessDenied); run as root (sudo)"
+    ) in out
+    assert systemd.manager.restarts == []
+
+
+async def test_hcsctl_setup_interrupted_says_so_without_a_traceback(
+    tmp_path: Path, systemd: Systemd
+) -> None:
+    systemd.manager.units[UNIT].next = Outcome([("activating", "start")], hang=True)
+    config = tmp_path / "root/etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("version = 3\n")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hcsd.cli.hcsctl", "setup", "containerd", "--yes", "--restart",
+        "--root", str(tmp_path / "root"),
+        env={**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": systemd.address},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=REPO,
+    )  # fmt: skip
+    while not systemd.manager.restarts:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    os.kill(process.pid, signal.SIGINT)  # our own child, by its pid: Ctrl-C
+    out = (await asyncio.wait_for(process.communicate(), 30))[0].decode()
+    assert process.returncode == 130 and "Traceback" not in out, out
+    assert (
+        "hcsctl: interrupted; the restart of containerd.service may already be under way: "
+        "systemctl status containerd.service"
+    ) in out
+
+
+async def test_the_bus_going_away_during_the_wait_ends_it_as_unknown(tmp_path: Path) -> None:
+    """The restart is queued, then dbus goes: the wait ends at once (not at its timeout) with
+    its outcome unknown, which hcsctl exits 3 for."""
+    daemon = DbusDaemon(tmp_path)
+    stand_in = await export_systemd(daemon.address)
+    stand_in.manager.units[UNIT].next = Outcome([("activating", "start")], hang=True)
+    restart = asyncio.create_task(restart_unit(UNIT, 30, address=daemon.address))
+    try:
+        while not stand_in.manager.restarts:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        began = time.monotonic()
+        daemon.stop()
+        with pytest.raises(RestartUnknown, match="the restart was requested, but its outcome"):
+            await asyncio.wait_for(restart, 5)
+        assert time.monotonic() - began < 2
+    finally:
+        await stand_in.close()
+        daemon.stop()
 
 
 async def test_hcsctl_setup_crio_restarts_crio(tmp_path: Path, systemd: Systemd) -> None:

@@ -1,0 +1,85 @@
+"""`hcsctl setup`'s restart of the container runtime through systemd, and what it prints.
+
+Exit statuses: 0 restarted and active again (or no systemd here: the operator restarts it,
+the configuration is written); 1 the restart was refused or failed, or systemd failed a call
+before it; 3 the restart was requested but its outcome is unknown (the bus went away while it
+ran); 130 interrupted (Ctrl-C). hcsd.systemd (and with it dbus-fast) is imported only when a
+restart is to be done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+__all__ = ["UNKNOWN", "restart_runtime", "started_before"]
+
+UNKNOWN = 3  # the restart was requested; how it ended is not known here
+
+
+def restart_runtime(runtime: str, unit: str, timeout: float, *, restart: bool) -> int:
+    """Restart the runtime through systemd and wait for it; say what to do where that cannot be."""
+    if not restart:
+        print(f"now restart {runtime}: systemctl restart {runtime}")
+        return 0
+    return _restart(runtime, unit, timeout)
+
+
+def _restart(runtime: str, unit: str, timeout: float) -> int:
+    from hcsd.systemd import (
+        DENIED,
+        RestartFailed,
+        RestartUnknown,
+        SystemdError,
+        SystemdUnavailable,
+        restart_unit,
+    )
+
+    print(f"restarting {unit} through systemd")
+    try:
+        seconds = asyncio.run(restart_unit(unit, timeout))
+    except SystemdUnavailable as e:
+        print(
+            f"hcsctl: cannot restart {runtime} through systemd: {e}.\n"
+            f"Restart {runtime} yourself, however it runs here, so that it reads the new "
+            f"configuration (under systemd: systemctl restart {unit}).",
+            file=sys.stderr,
+        )
+        return 0
+    except SystemdError as e:
+        hint = "; run as root (sudo)" if e.name in DENIED else ""
+        print(f"hcsctl: cannot restart {unit} through systemd: {e}{hint}", file=sys.stderr)
+        return 1
+    except RestartFailed as e:
+        print(f"hcsctl: {e}; see journalctl -u {unit}", file=sys.stderr)
+        return 1
+    except RestartUnknown as e:
+        print(f"hcsctl: {e}; see systemctl status {unit}", file=sys.stderr)
+        return UNKNOWN
+    except KeyboardInterrupt:
+        print(
+            f"\nhcsctl: interrupted; the restart of {unit} may already be under way: "
+            f"systemctl status {unit}",
+            file=sys.stderr,
+        )
+        return 130
+    print(f"{unit} is active again ({seconds:.1f} s)")
+    return 0
+
+
+def started_before(unit: str, files: list[Path]) -> Path | None:
+    """The newest of `files` when the runtime's main process started before it was written
+    (it runs without hcsd's configuration: an earlier restart failed or was skipped); None
+    when it started after, or where systemd cannot say."""
+    written = [(f.stat().st_mtime, f) for f in files if f.exists()]
+    if not written:
+        return None
+    from hcsd.systemd import SystemdError, SystemdUnavailable, main_started
+
+    try:
+        started = asyncio.run(main_started(unit))
+    except (SystemdUnavailable, SystemdError):
+        return None
+    mtime, newest = max(written)
+    return newest if started is not None and started < mtime else None
