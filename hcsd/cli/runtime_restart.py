@@ -3,8 +3,8 @@
 Exit statuses: 0 restarted and active again (or no systemd here: the operator restarts it,
 the configuration is written); 1 the restart was refused or failed, or systemd failed a call
 before it; 3 the restart was requested but its outcome is unknown (the bus went away while it
-ran); 130 interrupted (Ctrl-C). hcsd.systemd (and with it dbus-fast) is imported only when a
-restart is to be done.
+ran); 4 the wait ended with systemd still working on the restart; 130 interrupted (Ctrl-C).
+hcsd.systemd (and with it dbus-fast) is imported only when a restart is to be done.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ import asyncio
 import sys
 from pathlib import Path
 
-__all__ = ["UNKNOWN", "restart_runtime", "started_before"]
+__all__ = ["PENDING", "UNKNOWN", "restart_runtime", "started_before"]
 
 UNKNOWN = 3  # the restart was requested; how it ended is not known here
+PENDING = 4  # the wait is over; systemd is still running the restart job
 
 
-def restart_runtime(runtime: str, unit: str, timeout: float, *, restart: bool) -> int:
+def restart_runtime(runtime: str, unit: str, timeout: float | None, *, restart: bool) -> int:
     """Restart the runtime through systemd and wait for it; say what to do where that cannot be."""
     if not restart:
         print(f"now restart {runtime}: systemctl restart {runtime}")
@@ -26,10 +27,11 @@ def restart_runtime(runtime: str, unit: str, timeout: float, *, restart: bool) -
     return _restart(runtime, unit, timeout)
 
 
-def _restart(runtime: str, unit: str, timeout: float) -> int:
+def _restart(runtime: str, unit: str, timeout: float | None) -> int:
     from hcsd.systemd import (
         DENIED,
         RestartFailed,
+        RestartPending,
         RestartUnknown,
         SystemdError,
         SystemdUnavailable,
@@ -54,9 +56,9 @@ def _restart(runtime: str, unit: str, timeout: float) -> int:
     except RestartFailed as e:
         print(f"hcsctl: {e}; see journalctl -u {unit}", file=sys.stderr)
         return 1
-    except RestartUnknown as e:
+    except (RestartUnknown, RestartPending) as e:
         print(f"hcsctl: {e}; see systemctl status {unit}", file=sys.stderr)
-        return UNKNOWN
+        return UNKNOWN if isinstance(e, RestartUnknown) else PENDING
     except KeyboardInterrupt:
         print(
             f"\nhcsctl: interrupted; the restart of {unit} may already be under way: "

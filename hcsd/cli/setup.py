@@ -42,7 +42,6 @@ NRI_SECTION = f'[plugins."{NRI_PLUGIN}"]'
 VALIDATOR_SECTION = f'[plugins."{NRI_PLUGIN}".default_validator]'
 PLUGIN_NAME = "hcsd"  # what the plugin registers as (the validator also accepts "10-hcsd")
 PLUGIN_BINARY = "/usr/bin/hcs-nri-plugin"
-RESTART_TIMEOUT = 90.0  # systemd's default TimeoutStartSec plus a margin
 
 
 @dataclass(frozen=True)
@@ -76,9 +75,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.add_argument(
             "--restart-timeout",
             type=float,
-            default=RESTART_TIMEOUT,
+            default=None,
             metavar="SECONDS",
-            help="how long to wait for the unit to be active again",
+            help="how long to wait for the unit to be active again (default: the unit's "
+            "TimeoutStopSec= plus TimeoutStartSec= plus 15 s; until the restart job ends "
+            "where either is infinite)",
         )
     containerd = runtimes.choices["containerd"]
     containerd.add_argument("--config", default="/etc/containerd/config.toml")

@@ -11,6 +11,7 @@ from hcsd.systemd.following import ActiveEdges, follow_units
 from hcsd.systemd.restarting import (
     DENIED,
     RestartFailed,
+    RestartPending,
     RestartUnknown,
     RestartWait,
     main_started,
@@ -21,6 +22,7 @@ __all__ = [
     "DENIED",
     "ActiveEdges",
     "RestartFailed",
+    "RestartPending",
     "RestartUnknown",
     "RestartWait",
     "SystemdError",

@@ -4,8 +4,9 @@ RestartUnit only queues a job and answers with its path. The restart is over whe
 removes that job (the JobRemoved signal, with its result); the unit is back when, after that,
 its ActiveState is `active`. A job that ends `done` with the unit still `activating` (a
 service whose start is not finished, an automatic restart) is waited for through the unit's
-PropertiesChanged signals. Anything else, or no end within the timeout, is `RestartFailed`,
-whose message names the unit's state and result as `systemctl status` would show them.
+PropertiesChanged signals. Anything else is `RestartFailed` (a wait that ends with the job
+still running, `RestartPending`), whose message names the unit's state and result as
+`systemctl status` would show them.
 
 The signals are subscribed to before the restart is asked for, so none of them is missed; only
 those whose sender is systemd's connection count.
@@ -38,10 +39,12 @@ from hcsd.systemd.bus import (
     properties_changed_rule,
     unit_state,
 )
+from hcsd.systemd.timeouts import restart_wait
 
 __all__ = [
     "DENIED",
     "RestartFailed",
+    "RestartPending",
     "RestartUnknown",
     "RestartWait",
     "main_started",
@@ -62,6 +65,10 @@ JOB_REMOVED_RULE = (
 
 class RestartFailed(Exception):
     """The unit did not come back; the message says how it ended and what it is now."""
+
+
+class RestartPending(Exception):
+    """The wait is over and systemd is still running the restart job (a slow start)."""
 
 
 class RestartUnknown(Exception):
@@ -109,11 +116,15 @@ class RestartWait:
         return None
 
 
-async def restart_unit(unit: str, timeout: float, *, address: str | None = None) -> float:
+async def restart_unit(
+    unit: str, timeout: float | None = None, *, address: str | None = None
+) -> float:
     """Restart `unit` and wait until it is active: the seconds that took. SystemdUnavailable
     where there is no systemd to ask, SystemdError where it fails a call before the restart;
-    RestartFailed when the restart is refused or the unit does not come back in time;
-    RestartUnknown when the restart was queued and then the bus or systemd failed."""
+    RestartFailed when the restart is refused or the unit does not come back; RestartUnknown
+    when the restart was queued and then the bus or systemd failed; RestartPending when the
+    wait ends with systemd still running the job. The wait is `timeout` seconds where given,
+    else as long as the unit's own stop and start timeouts allow (hcsd.systemd.timeouts)."""
     bus = await connect(address)
     events: asyncio.Queue[Message | None] = asyncio.Queue()  # None: the bus went away
     systemd = SystemdSender()
@@ -178,22 +189,28 @@ async def _on_close(bus: MessageBus, events: asyncio.Queue[Message | None]) -> N
 
 
 async def _wait(
-    bus: MessageBus, unit: str, job: str, timeout: float, events: asyncio.Queue[Message | None]
+    bus: MessageBus,
+    unit: str,
+    job: str,
+    timeout: float | None,
+    events: asyncio.Queue[Message | None],
 ) -> None:
     (path,) = await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", unit)
     await add_match(bus, properties_changed_rule(path))
     wait = RestartWait(unit, job)
     wait.saw(await unit_state(bus, path))
+    deadline = await restart_wait(bus, path, timeout)
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(deadline):
             await _until_over(bus, path, wait, events)
     except TimeoutError:
         with contextlib.suppress(SystemdError):
             wait.saw(await unit_state(bus, path))
         state = wait.state.describe() if wait.state else "unknown"
-        raise RestartFailed(
-            f"{unit}: not active {timeout:g} s after the restart; it is {state}"
-        ) from None
+        late = f"{unit}: not active {deadline:g} s after the restart; it is {state}"
+        if wait.job_result is None:
+            raise RestartPending(f"{late}; systemd is still working on it") from None
+        raise RestartFailed(late) from None
 
 
 async def _until_over(

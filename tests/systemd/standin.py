@@ -4,7 +4,7 @@ org.freedesktop.systemd1(5), with systemd's names, signatures and behaviour.
 systemd cannot run as PID 1 here, so the tests export this at org.freedesktop.systemd1: the
 Manager (GetUnit, RestartUnit, Subscribe, Unsubscribe, the JobRemoved signal) and per unit the
 Unit interface (Id, LoadState, ActiveState, SubState, Job) and the Service interface (Result,
-ExecMainStartTimestamp),
+ExecMainStartTimestamp, TimeoutStartUSec, TimeoutStopUSec),
 at the object path systemd's bus label escaping gives. As in systemd: GetUnit fails with
 org.freedesktop.systemd1.NoSuchUnit for a unit not loaded; RestartUnit only queues a job and
 answers its path, and the job runs afterwards (stop, then start) with PropertiesChanged at each
@@ -58,14 +58,27 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+USEC_INFINITY = 2**64 - 1
+
+
 class Service(ServiceInterface):
-    """org.freedesktop.systemd1.Service: Result and ExecMainStartTimestamp (t, microseconds
-    since the epoch; 0 before the first start)."""
+    """org.freedesktop.systemd1.Service: Result, ExecMainStartTimestamp (t, microseconds
+    since the epoch; 0 before the first start), TimeoutStartUSec and TimeoutStopUSec (t,
+    microseconds, systemd's default 90 s; USEC_INFINITY for none)."""
 
     def __init__(self) -> None:
         super().__init__("org.freedesktop.systemd1.Service")
         self.result = "success"
         self.main_started = now_us()
+        self.timeout_start = self.timeout_stop = 90_000_000
+
+    @dbus_property(access=PropertyAccess.READ, name="TimeoutStartUSec")
+    def TimeoutStartUSec(self) -> DBusUInt64:
+        return self.timeout_start
+
+    @dbus_property(access=PropertyAccess.READ, name="TimeoutStopUSec")
+    def TimeoutStopUSec(self) -> DBusUInt64:
+        return self.timeout_stop
 
     @dbus_property(access=PropertyAccess.READ, name="Result")
     def Result(self) -> DBusStr:

@@ -21,10 +21,12 @@ from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.settings import RuntimeSection
 from hcsd.systemd import (
     RestartFailed,
+    RestartPending,
     RestartUnknown,
     SystemdUnavailable,
     follow_units,
     restart_unit,
+    timeouts,
 )
 from hcsd.systemd.bus import (
     MANAGER,
@@ -40,7 +42,7 @@ from hcsd.systemd.bus import (
 )
 from tests.nri.peer import RuntimePeer
 from tests.systemd.conftest import DbusDaemon, Systemd, export_systemd
-from tests.systemd.standin import Outcome
+from tests.systemd.standin import USEC_INFINITY, Outcome
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = "containerd.service"
@@ -89,13 +91,55 @@ async def test_a_restart_that_does_not_come_back_names_the_state_and_result(
 async def test_a_start_that_never_finishes_times_out_with_the_state(systemd: Systemd) -> None:
     systemd.manager.units[UNIT].next = Outcome([("activating", "start")], hang=True)
     began = time.monotonic()
-    with pytest.raises(RestartFailed) as failed:
+    with pytest.raises(RestartPending) as failed:
         await restart_unit(UNIT, 0.6, address=systemd.address)
     assert 0.6 <= time.monotonic() - began < 3
     assert str(failed.value) == (
         "containerd.service: not active 0.6 s after the restart; it is activating (start), "
-        "result success"
+        "result success; systemd is still working on it"
     )
+
+
+async def test_the_wait_is_the_units_stop_and_start_timeouts_and_a_margin(
+    systemd: Systemd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(timeouts, "MARGIN", 0.1)
+    unit = systemd.manager.units[UNIT]
+    unit.next = Outcome([("activating", "start")], hang=True)
+    unit.service.timeout_stop, unit.service.timeout_start = 200_000, 300_000  # 0.2 s, 0.3 s
+    began = time.monotonic()
+    with pytest.raises(RestartPending, match=r"not active 0.6 s after the restart; it is activ"):
+        await restart_unit(UNIT, address=systemd.address)
+    assert 0.6 <= time.monotonic() - began < 3
+
+
+async def test_an_infinite_start_timeout_waits_until_the_job_ends_or_the_users_limit(
+    systemd: Systemd,
+) -> None:
+    """CRI-O's upstream unit: TimeoutStartSec=0, infinity."""
+    unit = systemd.manager.units[UNIT]
+    unit.next = Outcome([("activating", "start")], hang=True)
+    unit.service.timeout_start = USEC_INFINITY
+    restart = asyncio.create_task(restart_unit(UNIT, address=systemd.address))
+    await asyncio.sleep(2)  # no deadline of its own: still waiting for the job
+    assert not restart.done()
+    restart.cancel()
+    await asyncio.gather(restart, return_exceptions=True)
+    with pytest.raises(RestartPending, match=r"not active 0.4 s after the restart"):
+        await restart_unit(UNIT, 0.4, address=systemd.address)
+
+
+async def test_hcsctl_setup_exits_4_while_systemd_is_still_restarting(
+    tmp_path: Path, systemd: Systemd
+) -> None:
+    systemd.manager.units[UNIT].next = Outcome([("activating", "start")], hang=True)
+    rc, out = await hcsctl(tmp_path, systemd.address, "--restart", "--restart-timeout", "0.5")
+    assert rc == 4, out
+    assert (
+        "hcsctl: containerd.service: not active 0.5 s after the restart; it is activating "
+        "(start), result success; systemd is still working on it; see systemctl status "
+        "containerd.service"
+    ) in out
 
 
 async def test_an_unknown_unit_is_refused_with_systemds_words(systemd: Systemd) -> None:
