@@ -30,6 +30,7 @@ def restart_runtime(runtime: str, unit: str, timeout: float | None, *, restart: 
 def _restart(runtime: str, unit: str, timeout: float | None) -> int:
     from hcsd.systemd import (
         DENIED,
+        NotRunning,
         RestartFailed,
         RestartPending,
         RestartUnknown,
@@ -53,12 +54,11 @@ def _restart(runtime: str, unit: str, timeout: float | None) -> int:
         hint = "; run as root (sudo)" if e.name in DENIED else ""
         print(f"hcsctl: cannot restart {unit} through systemd: {e}{hint}", file=sys.stderr)
         return 1
-    except RestartFailed as e:
-        print(f"hcsctl: {e}; see journalctl -u {unit}", file=sys.stderr)
-        return 1
-    except (RestartUnknown, RestartPending) as e:
-        print(f"hcsctl: {e}; see systemctl status {unit}", file=sys.stderr)
-        return UNKNOWN if isinstance(e, RestartUnknown) else PENDING
+    except (RestartFailed, RestartUnknown, RestartPending) as e:
+        failed = isinstance(e, RestartFailed)
+        see = f"journalctl -u {unit}" if failed else f"systemctl status {unit}"
+        print(f"hcsctl: {e}; see {see}", file=sys.stderr)
+        return 1 if failed else UNKNOWN if isinstance(e, RestartUnknown) else PENDING
     except KeyboardInterrupt:
         print(
             f"\nhcsctl: interrupted; the restart of {unit} may already be under way: "
@@ -66,7 +66,10 @@ def _restart(runtime: str, unit: str, timeout: float | None) -> int:
             file=sys.stderr,
         )
         return 130
-    print(f"{unit} is active again ({seconds:.1f} s)")
+    except NotRunning as e:  # stopped by the operator: left so
+        print(e)
+    else:
+        print(f"{unit} is active again ({seconds:.1f} s)")
     return 0
 
 

@@ -219,9 +219,11 @@ def diff(change: Change) -> str:
     )
 
 
-def apply(change: Change) -> None:
+def apply(change: Change) -> Path | None:
+    """Write the change (atomically); the backup of the file it replaced, if any."""
     path = change.path
     path.parent.mkdir(parents=True, exist_ok=True)
+    backup = None
     if change.old is not None:
         backup = path.with_name(f"{path.name}.hcs-backup-{time.strftime('%Y%m%d%H%M%S')}")
         shutil.copy2(path, backup)
@@ -231,6 +233,13 @@ def apply(change: Change) -> None:
     os.chmod(tmp, change.mode)
     os.replace(tmp, path)
     print(f"wrote {path}")
+    return backup
+
+
+def undo(written: list[tuple[Path, Path | None]], unit: str) -> str:
+    """The commands that put back the files as they were before this run."""
+    steps = [f"cp -p {backup} {path}" if backup else f"rm {path}" for path, backup in written]
+    return f"to go back to the configuration before: {'; '.join(steps)}; systemctl restart {unit}"
 
 
 def unchanged(args: argparse.Namespace, files: list[Path], *, restart: bool) -> int:
@@ -279,6 +288,8 @@ def run(args: argparse.Namespace) -> int:
         if input(f"apply these changes{question}? [y/N] ").strip().lower() not in ("y", "yes"):
             print("not applied")
             return 1
-    for change in changes:
-        apply(change)
-    return restart_runtime(args.runtime, args.unit, args.restart_timeout, restart=restart)
+    written = [(change.path, apply(change)) for change in changes]
+    status = restart_runtime(args.runtime, args.unit, args.restart_timeout, restart=restart)
+    if status == 1:  # the runtime did not come back with the new files
+        print(f"hcsctl: {undo(written, args.unit)}", file=sys.stderr)
+    return status

@@ -10,6 +10,7 @@ from hcsd.systemd.bus import SystemdError, SystemdUnavailable, UnitState, unit_p
 from hcsd.systemd.following import ActiveEdges, follow_units
 from hcsd.systemd.restarting import (
     DENIED,
+    NotRunning,
     RestartFailed,
     RestartPending,
     RestartUnknown,
@@ -21,6 +22,7 @@ from hcsd.systemd.restarting import (
 __all__ = [
     "DENIED",
     "ActiveEdges",
+    "NotRunning",
     "RestartFailed",
     "RestartPending",
     "RestartUnknown",

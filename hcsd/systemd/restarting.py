@@ -43,6 +43,7 @@ from hcsd.systemd.timeouts import restart_wait
 
 __all__ = [
     "DENIED",
+    "NotRunning",
     "RestartFailed",
     "RestartPending",
     "RestartUnknown",
@@ -57,6 +58,8 @@ DENIED = (
     "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired",
 )
 
+NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
+STOPPED = ("inactive", "failed")
 JOB_REMOVED_RULE = (
     f"type='signal',sender='{SYSTEMD}',path='{MANAGER_PATH}',"
     f"interface='{MANAGER}',member='JobRemoved'"
@@ -65,6 +68,11 @@ JOB_REMOVED_RULE = (
 
 class RestartFailed(Exception):
     """The unit did not come back; the message says how it ended and what it is now."""
+
+
+class NotRunning(Exception):
+    """The unit was stopped (inactive or failed): TryRestartUnit left it so, as the operator
+    had it; its new configuration applies when it next starts."""
 
 
 class RestartPending(Exception):
@@ -142,8 +150,11 @@ async def restart_unit(
         await systemd.start(bus)
         await call(bus, MANAGER_PATH, MANAGER, "Subscribe")
         await add_match(bus, JOB_REMOVED_RULE)
+        # A unit the operator stopped stays stopped: try-restart, as `systemctl try-restart`.
+        running = await _running(bus, unit)
+        method = "RestartUnit" if running else "TryRestartUnit"
         try:
-            (job,) = await call(bus, MANAGER_PATH, MANAGER, "RestartUnit", "ss", unit, "replace")
+            (job,) = await call(bus, MANAGER_PATH, MANAGER, method, "ss", unit, "replace")
         except SystemdError as e:
             if e.name in DENIED:
                 raise RestartFailed(
@@ -151,7 +162,7 @@ async def restart_unit(
                 ) from e
             raise RestartFailed(f"{unit}: systemd refused the restart: {e}") from e
         try:
-            await _wait(bus, unit, job, timeout, events)
+            await _wait(bus, unit, job, timeout, events, try_only=not running)
         except (SystemdUnavailable, SystemdError) as e:
             raise RestartUnknown(
                 f"{unit}: the restart was requested, but its outcome is unknown ({e})"
@@ -172,13 +183,25 @@ async def main_started(unit: str, *, address: str | None = None) -> float | None
         try:
             (path,) = await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", unit)
         except SystemdError as e:
-            if e.name == "org.freedesktop.systemd1.NoSuchUnit":
+            if e.name == NO_SUCH_UNIT:
                 return None
             raise
         (value,) = await call(bus, path, PROPERTIES, "Get", "ss", SERVICE, "ExecMainStartTimestamp")
         return int(value.value) / 1e6 if value.value else None
     finally:
         bus.disconnect()
+
+
+async def _running(bus: MessageBus, unit: str) -> bool:
+    """Whether the unit is neither inactive nor failed (systemd unloads stopped units, so one
+    not loaded is stopped)."""
+    try:
+        (path,) = await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", unit)
+    except SystemdError as e:
+        if e.name == NO_SUCH_UNIT:
+            return False
+        raise
+    return (await unit_state(bus, path)).active not in STOPPED
 
 
 async def _on_close(bus: MessageBus, events: asyncio.Queue[Message | None]) -> None:
@@ -194,6 +217,8 @@ async def _wait(
     job: str,
     timeout: float | None,
     events: asyncio.Queue[Message | None],
+    *,
+    try_only: bool,
 ) -> None:
     (path,) = await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", unit)
     await add_match(bus, properties_changed_rule(path))
@@ -211,6 +236,13 @@ async def _wait(
         if wait.job_result is None:
             raise RestartPending(f"{late}; systemd is still working on it") from None
         raise RestartFailed(late) from None
+    except RestartFailed:
+        if try_only and wait.job_result == "done" and wait.state is not None:
+            raise NotRunning(
+                f"{unit} is not running ({wait.state.describe()}), so nothing was restarted; "
+                "the configuration applies when it next starts"
+            ) from None
+        raise
 
 
 async def _until_over(

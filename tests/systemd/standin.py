@@ -183,6 +183,9 @@ class Manager(ServiceInterface):
     @dbus_method(name="RestartUnit")
     def RestartUnit(self, name: DBusStr, mode: DBusStr) -> DBusObjectPath:
         self.refused("RestartUnit")
+        return self.queue_restart(name, mode)
+
+    def queue_restart(self, name: str, mode: str) -> str:
         unit = self.units.get(name)
         if unit is None:
             raise DBusError("org.freedesktop.systemd1.NoSuchUnit", f"Unit {name} not found.")
@@ -195,6 +198,26 @@ class Manager(ServiceInterface):
         task = asyncio.get_running_loop().create_task(
             unit.run_restart(self.last_job, job, self.step)
         )
+        self.jobs.add(task)
+        task.add_done_callback(self.jobs.discard)
+        return job
+
+    @dbus_method(name="TryRestartUnit")
+    def TryRestartUnit(self, name: DBusStr, mode: DBusStr) -> DBusObjectPath:
+        """As systemd: a stopped (inactive or failed) unit gets a no-op job, removed 'done'
+        with the unit left as it was; a running one is restarted."""
+        self.refused("TryRestartUnit")
+        unit = self.units.get(name)
+        if unit is None or unit.active not in ("inactive", "failed"):
+            return self.queue_restart(name, mode)
+        self.last_job += 1
+        job_id, job = self.last_job, f"/org/freedesktop/systemd1/job/{self.last_job}"
+
+        async def nop() -> None:
+            await asyncio.sleep(self.step)
+            self.job_removed(job_id, job, name, "done")
+
+        task = asyncio.get_running_loop().create_task(nop())
         self.jobs.add(task)
         task.add_done_callback(self.jobs.discard)
         return job

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -20,6 +21,7 @@ from hcsd.runtime.injector import Injector
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.settings import RuntimeSection
 from hcsd.systemd import (
+    NotRunning,
     RestartFailed,
     RestartPending,
     RestartUnknown,
@@ -425,6 +427,33 @@ async def test_hcsctl_setup_says_why_the_restart_failed(tmp_path: Path, systemd:
         "hcsctl: containerd.service: the restart job ended 'failed'; it is failed (failed), "
         "result exit-code; see journalctl -u containerd.service"
     ) in out
+    etc = tmp_path / "root/etc/containerd"
+    assert re.search(
+        rf"hcsctl: to go back to the configuration before: rm {etc}/conf.d/10-hcsd-nri.toml; "
+        rf"cp -p {etc}/config.toml.hcs-backup-\d+ {etc}/config.toml; "
+        rf"systemctl restart containerd.service",
+        out,
+    ), out
+
+
+async def test_a_stopped_runtime_is_left_stopped(tmp_path: Path, systemd: Systemd) -> None:
+    """TryRestartUnit, not RestartUnit: the operator's stopped containerd is not started."""
+    unit = systemd.manager.units[UNIT]
+    unit.active, unit.sub = "inactive", "dead"
+    with pytest.raises(NotRunning) as stopped:
+        await restart_unit(UNIT, 5, address=systemd.address)
+    assert str(stopped.value) == (
+        "containerd.service is not running (inactive (dead), result success), so nothing was "
+        "restarted; the configuration applies when it next starts"
+    )
+    assert (unit.active, systemd.manager.restarts) == ("inactive", [])
+    rc, out = await hcsctl(tmp_path, systemd.address, "--restart")
+    assert rc == 0 and "containerd.service is not running (inactive (dead)" in out, out
+    assert (unit.active, systemd.manager.restarts) == ("inactive", [])
+    unit.active, unit.sub = "failed", "failed"  # failed is stopped too
+    rc, out = await hcsctl(tmp_path, systemd.address, "--restart")
+    assert rc == 0 and "containerd.service is not running (failed (failed)" in out, out
+    assert systemd.manager.restarts == []
 
 
 async def test_hcsctl_setup_without_systemd_says_what_to_restart(
