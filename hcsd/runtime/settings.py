@@ -79,7 +79,7 @@ class RuntimeSection(Section):
         "active again the NRI plugin reconnects as soon as the runtime listens instead of at "
         "the end of its backoff (up to 10 s); empty, or no systemd on a system bus: the "
         "backoff alone.",
-        checks.string_list,
+        checks.unit_names,
     )
     plugin_index: str = setting(
         "10", "Two-digit NRI plugin index (lower runs first).", checks.two_digits

@@ -8,6 +8,7 @@ A check raises ValueError: with a message of its own when it knows more than "wr
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -29,6 +30,7 @@ __all__ = [
     "string",
     "string_list",
     "two_digits",
+    "unit_names",
 ]
 
 T = TypeVar("T")
@@ -114,6 +116,17 @@ def _list_of(item: Callable[[Any], str]) -> Callable[[Any], tuple[str, ...]]:
     return convert
 
 
+# systemd.unit(5): NAME[@INSTANCE].TYPE of letters, digits and ":-_.\\", at most 255 characters.
+_UNIT_TYPES = "service|socket|device|mount|automount|swap|target|path|timer|slice|scope"
+_UNIT_NAME = re.compile(rf"[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]+)?\.({_UNIT_TYPES})")
+
+
+def _unit_name(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > 255 or not _UNIT_NAME.fullmatch(value):
+        raise ValueError(f'expected systemd unit names such as "containerd.service", got {value!r}')
+    return value
+
+
 def _non_empty(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError
@@ -159,6 +172,9 @@ path = Check("an absolute path", lambda v: _path(v, empty=False))
 path_or_empty = Check("an absolute path or an empty string", lambda v: _path(v, empty=True))
 path_list = Check("a list of absolute paths", _list_of(lambda v: _path(v, empty=False)))
 string_list = Check("a list of non-empty strings", _list_of(_non_empty))
+unit_names = Check(
+    'a list of systemd unit names such as "containerd.service"', _list_of(_unit_name)
+)
 positive_int = Check("a positive integer", _positive_int)
 seconds = Check("a positive number of seconds", lambda v: _number(v, 0.0, float("inf")))
 score = Check("a score in (0, 100]", lambda v: _number(v, 0.0, 100.0))

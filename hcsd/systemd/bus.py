@@ -34,6 +34,7 @@ __all__ = [
     "add_match",
     "call",
     "connect",
+    "load_unit",
     "properties_changed",
     "properties_changed_rule",
     "unit_path",
@@ -147,6 +148,13 @@ async def call(
             raise SystemdUnavailable(f"no systemd on the system D-Bus: {text}")
         raise SystemdError(name, text)
     return list(reply.body)
+
+
+async def load_unit(bus: MessageBus, name: str) -> str:
+    """The object path of the unit `name` as systemd resolves it (LoadUnit): an alias's is its
+    unit's, which unit_path(alias) is not; a unit not installed yet gets its own name's."""
+    (path,) = await call(bus, MANAGER_PATH, MANAGER, "LoadUnit", "s", name)
+    return str(path)
 
 
 async def add_match(bus: MessageBus, rule: str) -> None:

@@ -31,6 +31,7 @@ from hcsd.systemd.bus import (
     add_match,
     call,
     connect,
+    load_unit,
     properties_changed,
     properties_changed_rule,
     unit_path,
@@ -51,8 +52,10 @@ class ActiveEdges:
     ActiveState in every PropertiesChanged of the Unit interface, so a state after itself is
     no news."""
 
-    def __init__(self, units: Sequence[str]) -> None:
-        self.names = {unit_path(unit): unit for unit in units}
+    def __init__(self, units: Sequence[str], paths: Sequence[str] | None = None) -> None:
+        """`paths`: the units' object paths as systemd resolved them (LoadUnit), else the
+        paths their names escape to."""
+        self.names = dict(zip(paths or [unit_path(u) for u in units], units, strict=True))
         self.last: dict[str, str] = {}
 
     def saw(self, path: str, active: str) -> str | None:
@@ -113,7 +116,6 @@ async def _follow(
     ready: Callable[[], None],
 ) -> None:
     bus = await connect(address)
-    edges = ActiveEdges(units)
     systemd = SystemdSender()
 
     def route(message: Message) -> None:
@@ -126,8 +128,11 @@ async def _follow(
             on_change(unit, change[1].active)
 
     bus.add_message_handler(route)
+    edges = ActiveEdges(units)
     try:
         await systemd.start(bus)
+        # An alias (docker-containerd.service) signals under its unit's path: resolve each.
+        edges = ActiveEdges(units, [await load_unit(bus, unit) for unit in units])
         for path in edges.names:  # matches need no loaded unit: containerd may come later
             await add_match(bus, properties_changed_rule(path))
         await call(bus, MANAGER_PATH, MANAGER, "Subscribe")

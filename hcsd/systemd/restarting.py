@@ -35,6 +35,7 @@ from hcsd.systemd.bus import (
     add_match,
     call,
     connect,
+    load_unit,
     properties_changed,
     properties_changed_rule,
     unit_state,
@@ -220,7 +221,7 @@ async def _wait(
     *,
     try_only: bool,
 ) -> None:
-    (path,) = await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", unit)
+    path = await load_unit(bus, unit)
     await add_match(bus, properties_changed_rule(path))
     wait = RestartWait(unit, job)
     wait.saw(await unit_state(bus, path))

@@ -165,6 +165,7 @@ class Manager(ServiceInterface):
         self.step = step
         self.last_job = 0
         self.restarts: list[str] = []
+        self.aliases: dict[str, str] = {}  # Alias= of the units' [Install] sections
         # method -> the D-Bus error it answers, as polkit's refusal of a non-root caller does
         self.refuse: dict[str, str] = {}
         self.jobs: set[asyncio.Task[None]] = set()
@@ -173,6 +174,12 @@ class Manager(ServiceInterface):
         unit = Unit(name, self)
         self.units[name] = unit
         return unit
+
+    @dbus_method(name="LoadUnit")
+    def LoadUnit(self, name: DBusStr) -> DBusObjectPath:
+        """As systemd: an alias resolves to its unit; a name of no unit file still gets a path
+        (systemd loads a stub with LoadState not-found)."""
+        return unit_path(self.aliases.get(name, name))
 
     @dbus_method(name="GetUnit")
     def GetUnit(self, name: DBusStr) -> DBusObjectPath:

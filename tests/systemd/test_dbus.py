@@ -499,6 +499,30 @@ async def test_following_calls_back_when_the_unit_starts_and_when_it_is_active(
     await asyncio.gather(follow, return_exceptions=True)
 
 
+async def test_following_an_alias_hears_its_unit(systemd: Systemd) -> None:
+    """An alias signals under its unit's object path, not under the one its name escapes to:
+    LoadUnit resolves it, as systemd does."""
+    systemd.manager.aliases["docker-containerd.service"] = UNIT
+    back: list[tuple[str, str]] = []
+    ready = asyncio.Event()
+    follow = asyncio.create_task(
+        follow_units(["docker-containerd.service"], lambda unit, state: back.append((unit, state)),
+                     address=systemd.address, connected=ready.set)
+    )  # fmt: skip
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        systemd.manager.restart_outside(UNIT)
+        for _ in range(300):
+            if len(back) == 2:
+                break
+            await asyncio.sleep(0.01)
+        alias = "docker-containerd.service"
+        assert back == [(alias, "activating"), (alias, "active")]
+    finally:
+        follow.cancel()
+        await asyncio.gather(follow, return_exceptions=True)
+
+
 async def test_following_survives_the_bus_going_away_and_says_so_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

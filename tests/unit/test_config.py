@@ -273,6 +273,17 @@ def test_watchdog_section(tmp_path: Path) -> None:
             r"health rule #0: the pattern needs a \(\?P<bus>...\) group",
             id="rules-no-bus",
         ),
+        pytest.param(
+            "[runtime]\nruntime_units = ['containerd']\n",
+            r"runtime\.runtime_units: expected systemd unit names such as "
+            r"\"containerd\.service\", got 'containerd'",
+            id="unit-without-type",
+        ),
+        pytest.param(
+            "[runtime]\nruntime_units = ['crio service']\n",
+            r"runtime\.runtime_units: .* got 'crio service'",
+            id="unit-with-space",
+        ),
     ],
 )
 def test_bad_config_is_refused_with_file_and_key(tmp_path: Path, text: str, message: str) -> None:
