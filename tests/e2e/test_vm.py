@@ -48,7 +48,7 @@ Type=oneshot
 WantedBy=multi-user.target
 """
 
-# containerd's own unit (containerd.service as upstream ships it), installed only for the runtime
+# containerd's own unit (adapted from upstream's containerd.service), installed only for the runtime
 # checks at the end of vm-inside.sh: hcsd's unit Wants= containerd.service.
 CONTAINERD_UNIT = """\
 [Unit]
@@ -293,9 +293,9 @@ def test_the_runtime_restarts_over_dbus_and_hcsd_follows_it(vm: VmRun) -> None:
     follow = _ms(results["follow_reregister_ms"])
     print(f"re-registration, ms after containerd active (after the restart): backoff {backoff}, "
           f"following {follow}")  # fmt: skip
-    # Following: the plugin retries every 0.1 s from the unit's `activating` on, so it registers
-    # about when containerd's NRI socket listens (before READY=1), never seconds after active.
-    assert all(after_active < 1500 for after_active, _ in follow), follow
+    # Following: on each of the 3 restarts the plugin heard the unit's `activating` (its log
+    # line) and took the fast-retry path (every 0.1 s). The timings above are figures, not a
+    # test: a backoff that happens to wake at the right moment is as fast on one sample.
     assert int(results.get("follow_starting_logged", "0")) >= 3
     # hcsctl setup: the drop-in written, containerd restarted (new pid) and active again.
     assert results.get("setup_rc") == "0" and results.get("setup_active_again") == "1"
