@@ -35,13 +35,14 @@ from hcsd.systemd.bus import (
     MANAGER_PATH,
     PROPERTIES,
     SystemdError,
+    add_match,
     call,
     connect,
+    properties_changed_rule,
     unit_path,
 )
-from hcsd.systemd.bus import (
-    UNIT as UNIT_INTERFACE,
-)
+from hcsd.systemd.bus import UNIT as UNIT_INTERFACE
+from hcsd.systemd.restarting import JOB_REMOVED_RULE
 from tests.nri.peer import RuntimePeer
 from tests.systemd.conftest import DbusDaemon, Systemd, export_systemd
 from tests.systemd.standin import USEC_INFINITY, Outcome
@@ -166,9 +167,26 @@ async def test_no_bus_is_unavailable(tmp_path: Path) -> None:
 async def test_signals_need_subscribe_as_in_systemd(systemd: Systemd) -> None:
     """The stand-in keeps systemd's rule: a client that never subscribed hears nothing."""
     bus = await connect(systemd.address)
+    heard: list[str] = []
+    bus.add_message_handler(
+        lambda m: heard.append(str(m.member)) if m.message_type == MessageType.SIGNAL else None
+    )
+    await add_match(bus, properties_changed_rule(unit_path(UNIT)))
+    await add_match(bus, JOB_REMOVED_RULE)
+    heard.clear()  # NameAcquired, sent by the bus itself to every new connection
     assert systemd.manager.subscribers == 0
+    systemd.manager.restart_outside(UNIT)
+    while systemd.manager.jobs:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    assert heard == []  # matched, but never subscribed
     await call(bus, MANAGER_PATH, MANAGER, "Subscribe")
     assert systemd.manager.subscribers == 1
+    systemd.manager.restart_outside(UNIT)
+    while systemd.manager.jobs:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    assert "PropertiesChanged" in heard and "JobRemoved" in heard
     with pytest.raises(SystemdError, match="NoSuchUnit"):
         await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", "crio.service")
     bus.disconnect()
