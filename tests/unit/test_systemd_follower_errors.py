@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 import sys
 
 import pytest
@@ -61,3 +62,15 @@ async def test_hcsd_without_dbus_fast_says_so_and_keeps_running(
         "not following containerd.service over D-Bus (import of hcsd.systemd halted; None in "
         "sys.modules); after a runtime restart the NRI plugin reconnects on its backoff"
     ]
+
+
+def test_the_daemon_does_not_load_dbus_fast_until_it_follows() -> None:
+    """hcsd's modules, the NRI plugin's included, import no dbus-fast: only the follower task,
+    started after READY=1, does (imports block the loop before the pre-launch socket's bind)."""
+    code = (
+        "import sys; import hcsd.daemon.lifecycle, hcsd.runtime.nri.plugin, hcsd.cli.hcsctl; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dbus_fast' "
+        "or m.startswith('hcsd.systemd')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
