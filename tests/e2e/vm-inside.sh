@@ -232,15 +232,18 @@ if [ -x /usr/local/lib/hcs-e2e/containerd ]; then
   say setup_active_again=$(grep -c '^containerd.service is active again (' /run/setup.txt) setup_seconds=$(sed -n 's/^containerd.service is active again (\([0-9.]*\) s)$/\1/p' /run/setup.txt)
   say setup_new_pid=$([ "$(systemctl show -p MainPID --value containerd)" != "$pid_before" ] && echo yes || echo no) setup_containerd=$(systemctl is-active containerd) setup_dropin=$([ -f /etc/containerd/conf.d/10-hcsd-nri.toml ] && echo yes || echo no)
   say setup_reregistered=$(wait_registered "$n" && echo yes || echo no)
-  # A unit that fails to start: the restart's failure as real systemd reports it.
-  printf '[Service]\nExecStart=/bin/false\nType=notify\n' > /run/systemd/system/hcs-e2e-fails.service
-  systemctl daemon-reload
+  # A running unit whose next start fails: the restart's failure as real systemd reports it
+  # (a stopped unit would get TryRestartUnit and be left stopped).
+  printf '%s\n' '[Service]' 'Type=oneshot' 'RemainAfterExit=yes' \
+    'ExecStart=/bin/sh -c "test ! -e /run/hcs-e2e-fail"' > /run/systemd/system/hcs-e2e-fails.service
+  rm -f /run/hcs-e2e-fail
+  systemctl daemon-reload && systemctl start hcs-e2e-fails.service && touch /run/hcs-e2e-fail
   mkdir -p /run/e2e-root/etc/containerd && printf 'version = 3\n' > /run/e2e-root/etc/containerd/config.toml
   hcsctl setup containerd --yes --root /run/e2e-root --restart --unit hcs-e2e-fails.service > /run/setup-fails.txt 2>&1
   say fails_rc=$?
   sed 's/^/SETUP_FAILS /' /run/setup-fails.txt
-  say fails_message=$(grep '^hcsctl: ' /run/setup-fails.txt | tr ' ' _)
-  rm -f /run/systemd/system/hcs-e2e-fails.service && systemctl daemon-reload
+  say fails_message=$(grep -m1 '^hcsctl: ' /run/setup-fails.txt | tr ' ' _)
+  rm -f /run/systemd/system/hcs-e2e-fails.service /run/hcs-e2e-fail && systemctl daemon-reload
   journalctl -u hcsd -u containerd -b --no-pager -o short-monotonic | grep 'nri: \|containerd.service\|D-Bus' | sed 's/^/RUNTIME_JOURNAL /'
   say runtime_tracebacks=$(journalctl -u hcsd -b --no-pager | grep -c Traceback)
   cp /run/hcsd.toml.good /etc/hcsd/hcsd.toml
