@@ -22,7 +22,7 @@ TOP = "hcsd|tests|libhcs|bpf|packaging|docs|bench|scripts|systemd|examples|proto
 PATH = re.compile(rf"^(?:{TOP})/[\w./-]*$")
 MODULE = re.compile(r"^hcsd(?:\.\w+)+$")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-NOT_IN_TREE = {"build", "out"}
+NOT_IN_TREE = {"build", "build-arm64", "out"}  # made by the build
 PROTO_PACKAGES = {"hcsd.v1"}  # dotted, but a .proto package, not a Python module
 
 
