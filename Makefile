@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CACHE ?= $(HOME)/.cache/hcs
 
 .PHONY: run test test-quick deps lint proto proto-check config-docs config-docs-check bench clean \
-	package manifests manifests-check
+	package manifests manifests-check image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +89,10 @@ ifneq ($(PACKAGE_ARCH),)
 	-$(MAKE) -s -C bpf ARCH=$(PACKAGE_ARCH)
 endif
 	PYTHON=$(PY) HCS_ARCH=$(PACKAGE_ARCH) packaging/build-packages
+
+## make image: dist/hcs-cluster-VERSION.oci.tar, docker.io/hcs/hcs-cluster:VERSION (docs/images.md)
+image: $(STAMP)
+	PYTHON=$(PY) packaging/build-image
 
 clean:
 	rm -rf $(VENV) .run bench/out
