@@ -106,6 +106,10 @@ class ControlPlane:
     # real-kubelet cluster adds its nodes, kube-controller-manager and the kubelet client.
     clients: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(CLIENTS))
     apiserver_args: list[str] = field(default_factory=list)
+    # Off by default: nothing removes the not-ready taint without a controller-manager, and
+    # without one no namespace gets its `default` ServiceAccount for pods to name. (One flag:
+    # a second --disable-admission-plugins would add to the list, not replace it.)
+    disabled_admission: tuple[str, ...] = ("TaintNodesByCondition", "ServiceAccount")
 
     @property
     def server(self) -> str:
@@ -175,7 +179,7 @@ class ControlPlane:
             "--service-cluster-ip-range=10.96.0.0/16",
             "--authorization-mode=Node,RBAC",
             "--endpoint-reconciler-type=none",
-            "--disable-admission-plugins=TaintNodesByCondition,ServiceAccount",
+            f"--disable-admission-plugins={','.join(self.disabled_admission)}",
             "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
             *self.apiserver_args,
         ])  # fmt: skip

@@ -356,17 +356,20 @@ class Containerd:
             (BUSYBOX_IMAGE, ensure_busybox_image()),
             (PAUSE_IMAGE, ensure_pause_image()),
         ):
-            if name in present:
-                continue
-            command = [
-                str(self.bin.ctr), "--address", str(self.grpc_socket), "-n", NAMESPACE,
-                "images", "import", str(tarball),
-            ]  # fmt: skip
-            result = subprocess.run(
-                command, capture_output=True, text=True, timeout=120, check=False
-            )
-            if result.returncode != 0:
-                raise self._failure(f"import {tarball} with ctr: {result.stderr.strip()}")
+            if name not in present:
+                self.import_image(tarball)
+
+    def import_image(self, tarball: Path) -> str:
+        """`ctr -n k8s.io images import` of an OCI layout tarball (nothing is pulled); ctr's
+        output, which names the image."""
+        command = [
+            str(self.bin.ctr), "--address", str(self.grpc_socket), "-n", NAMESPACE,
+            "images", "import", str(tarball),
+        ]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+        if result.returncode != 0:
+            raise self._failure(f"import {tarball} with ctr: {result.stderr.strip()}")
+        return result.stdout + result.stderr
 
     def log_tail(self, lines: int = 25) -> str:
         """The last lines of containerd's log, for failure messages."""
