@@ -4,7 +4,13 @@ The control plane of tests/cluster (etcd, kube-apiserver, kube-scheduler calling
 extender) plus kube-controller-manager, and two nodes (node.py) of different vendors
 (vendors.py), each with containerd, hcsd, hcs-syncer and kubelet. HCS's cluster side comes
 from the project's manifests (hcs.cluster_objects: the kustomization's objects and the key
-Secret); the syncers and the extender run as host processes (hcs.NO_IMAGE says why, loudly).
+Secret); the syncers and the extender run as host processes (hcs.HOST_PROCESSES says so).
+
+`bare=True` starts the control plane, kube-controller-manager and the nodes with their hcsd
+(what the packages install on a node) but none of HCS's cluster side: no objects, no
+extender, no syncers, kube-scheduler without the extender. A test deploys HCS itself, from
+its image (`import_image`, docs/images.md) as pods: they reach the API server with
+`api_env()` on the host network, as there is no kube-proxy and no DNS here.
 
 kubelet rewrites three kernel settings on the host (vm.overcommit_memory, kernel.panic,
 kernel.panic_on_oops): they are saved before and restored after.
@@ -109,11 +115,11 @@ def find_peers(log: Log = say) -> Peers | str:
     return Peers(control, node, etcd, runtime, address)
 
 
-def _clients() -> dict[str, tuple[str, str]]:
+def _clients(nodes: dict[str, VendorNode]) -> dict[str, tuple[str, str]]:
     clients = dict(CLIENTS)
     clients["controller-manager"] = ("system:kube-controller-manager", "")
     clients["kubelet-client"] = ("kube-apiserver-kubelet-client", "system:masters")
-    for name in NODES:
+    for name in nodes:
         clients[f"node-{name}"] = (f"system:node:{name}", "system:nodes")
     return clients
 
@@ -125,6 +131,8 @@ class KubeletCluster:
     peers: Peers
     work: Path
     log: Log = say
+    bare: bool = False  # no HCS cluster side: a test deploys it (module docstring)
+    vendors: dict[str, VendorNode] = field(default_factory=lambda: dict(NODES))
     keys: hcs.Keys = field(default_factory=hcs.new_keys)
     nodes: dict[str, KubeletNode] = field(default_factory=dict)
     sysctls: dict[str, str] = field(default_factory=dict)
@@ -151,8 +159,14 @@ class KubeletCluster:
             self.peers.control,
             self.peers.etcd,
             self.work,
-            clients=_clients(),
+            clients=_clients(self.vendors),
+            # Pods get their service account's projected token (the ServiceAccount admission
+            # plugin, which the plane alone turns off: here kube-controller-manager makes the
+            # accounts); webhooks behind a Service are called at their endpoints' addresses
+            # (no kube-proxy here).
+            disabled_admission=("TaintNodesByCondition",),
             apiserver_args=[
+                "--enable-aggregator-routing=true",
                 "--kubelet-preferred-address-types=InternalIP",
                 f"--kubelet-client-certificate={certs / 'kubelet-client.crt'}",
                 f"--kubelet-client-key={certs / 'kubelet-client.key'}",
@@ -160,13 +174,17 @@ class KubeletCluster:
         )
         self.plane.start()  # after the assignment: close() stops what a failed start began
         self.admin = self.plane.kube()
-        self._deploy_hcs()
+        if not self.bare:
+            self._deploy_hcs()
         self._start_controller_manager()
-        self._start_extender()
-        self.log(f"kubelet cluster: {hcs.NO_IMAGE}")
-        self.plane.start_scheduler(hcs.extender_url(self.extender))
+        if self.bare:
+            self.plane.start_scheduler(None)
+        else:
+            self.start_extender()
+            self.log(f"kubelet cluster: {hcs.HOST_PROCESSES}")
+            self.plane.start_scheduler(hcs.extender_url(self.extender))
         self.timings["control plane"] = time.monotonic() - started
-        for name, vendor in NODES.items():
+        for name, vendor in self.vendors.items():
             node = KubeletNode(
                 name,
                 vendor,
@@ -178,6 +196,9 @@ class KubeletCluster:
             self.nodes[name] = node
             node.start(self.plane.config_for(f"node-{name}"), certs / "ca.crt")
         wait_for(self._nodes_ready, "both kubelets' Nodes are Ready", timeout=90)
+        if self.bare:
+            self.timings["total"] = time.monotonic() - started
+            return self
         for name, node in self.nodes.items():  # a syncer's identity may name its Node
             node.spawn(
                 "syncer", hcs.syncer_command(name, self.plane, self.keys, self.work, self.extender)
@@ -202,13 +223,17 @@ class KubeletCluster:
             f"--authentication-kubeconfig={config}", f"--authorization-kubeconfig={config}",
             "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
             f"--service-account-private-key-file={certs / 'sa.key'}",
-            f"--root-ca-file={certs / 'ca.crt'}", "--use-service-account-credentials=false",
+            # Each controller with its own account and the RBAC role made for it (the
+            # DaemonSet controller writes ControllerRevisions, which the manager's own
+            # identity may not).
+            f"--root-ca-file={certs / 'ca.crt'}", "--use-service-account-credentials=true",
             f"--flex-volume-plugin-dir={self.work / 'flex-volumes'}",
             "--service-cluster-ip-range=10.96.0.0/16", "-v=1",
         ])  # fmt: skip
         self.control.wait_ready("kube-controller-manager", f"https://127.0.0.1:{port}/healthz", 60)
 
-    def _start_extender(self) -> None:
+    def start_extender(self) -> None:
+        """hcs-scheduler-extender as a host process on loopback (hcs.extender_command)."""
         self.extender = hcs.ExtenderPorts(free_port(), free_port())
         command = hcs.extender_command(self.extender, self.control, self.keys, self.work)
         self.control._spawn("extender", command)
@@ -242,6 +267,20 @@ class KubeletCluster:
             and self.keys.signing in status.get(name, {}).get("assignmentKeys", [])
             for name in self.nodes
         )
+
+    def import_image(self, tarball: Path) -> None:
+        """An OCI layout tarball into every node's containerd (namespace k8s.io), as an
+        operator would `ctr -n k8s.io images import` it on each node: nothing is pulled."""
+        for node in self.nodes.values():
+            node.containerd.import_image(tarball)
+
+    def api_env(self) -> dict[str, str]:
+        """What a host-network pod needs to reach the API server here: no kube-proxy carries
+        the `kubernetes` Service's address and no DNS names it, so the in-cluster
+        configuration is pointed at the API server's own loopback address and port (its
+        serving certificate names 127.0.0.1)."""
+        return {"KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                "KUBERNETES_SERVICE_PORT": str(self.control.api_port)}  # fmt: skip
 
     def kubectl(self, *args: str, check: bool = True, timeout: float = 60) -> str:
         """kubectl as cluster-admin; its stdout (and stderr when `check` is off)."""
@@ -280,9 +319,16 @@ def tail(path: Path, lines: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def started(peers: Peers, work: Path, log: Log = say) -> KubeletCluster:
+def started(
+    peers: Peers,
+    work: Path,
+    log: Log = say,
+    *,
+    bare: bool = False,
+    vendors: dict[str, VendorNode] | None = None,
+) -> KubeletCluster:
     """A started cluster; on a failure to start, everything already started is stopped."""
-    cluster = KubeletCluster(peers, work, log)
+    cluster = KubeletCluster(peers, work, log, bare=bare, vendors=dict(vendors or NODES))
     try:
         return cluster.start()
     except BaseException:

@@ -5,22 +5,29 @@ the cluster (about 20 s once the peers are built), the session's end stops it an
 that nothing was left. Tests share it, so each deletes the pods it made. Without what the
 cluster needs (root, cgroup v1, Go for the first build, a host address for kubelet) every
 test asking for it skips, saying why.
+
+`bare_kubelet_cluster`: the same nodes and control plane without HCS's cluster side
+(cluster.py, `bare`), once per module that asks, for tests that deploy HCS themselves.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.harness.kubecluster.cluster import KubeletCluster, find_peers, started
+from tests.harness.kubecluster.cluster import NODES, KubeletCluster, find_peers, started
+from tests.harness.kubecluster.vendors import ASCEND, NVIDIA, VendorNode
+from tests.harness.peers.building import Log
+
+#: The bare cluster's nodes: the same vendors under other names (the cgroup roots and the
+#: Node objects are named after them).
+BARE_NODES: dict[str, VendorNode] = {"bare-gpu": NVIDIA, "bare-npu": ASCEND}
 
 
-@pytest.fixture(scope="session")
-def kubelet_cluster(
-    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[KubeletCluster]:
+def _say(pytestconfig: pytest.Config) -> Log:
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
 
     def say(message: str) -> None:  # past pytest's capture: builds take minutes
@@ -30,13 +37,22 @@ def kubelet_cluster(
         with capture.global_and_fixture_disabled():
             print(message, file=sys.stderr, flush=True)
 
+    return say
+
+
+def _cluster(
+    pytestconfig: pytest.Config, work: Path, *, bare: bool, vendors: dict[str, VendorNode]
+) -> Iterator[KubeletCluster]:
+    say = _say(pytestconfig)
     peers = find_peers(say)
     if isinstance(peers, str):
         pytest.skip(f"SKIP the real-kubelet cluster: {peers}")
-    cluster = started(peers, tmp_path_factory.mktemp("kubelet"), say)
+    cluster = started(peers, work, say, bare=bare, vendors=vendors)
     say(
-        "kubelet cluster: up in {total:.1f} s (control plane {plane:.1f} s)".format(
-            total=cluster.timings["total"], plane=cluster.timings["control plane"]
+        "kubelet cluster{bare}: up in {total:.1f} s (control plane {plane:.1f} s)".format(
+            bare=" (bare)" if bare else "",
+            total=cluster.timings["total"],
+            plane=cluster.timings["control plane"],
         )
     )
     try:
@@ -44,3 +60,22 @@ def kubelet_cluster(
     finally:
         problems = cluster.close()
     assert not problems, f"the kubelet cluster left things behind: {problems}"
+
+
+@pytest.fixture(scope="session")
+def kubelet_cluster(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeletCluster]:
+    yield from _cluster(pytestconfig, tmp_path_factory.mktemp("kubelet"), bare=False,
+                        vendors=NODES)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bare_kubelet_cluster(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeletCluster]:
+    """The nodes (with hcsd) and the control plane, without HCS's cluster side, for the
+    module's tests to deploy it. Its nodes are named apart from `kubelet_cluster`'s, which
+    may be running at the same time; it stops at the module's end."""
+    yield from _cluster(pytestconfig, tmp_path_factory.mktemp("bare-kubelet"), bare=True,
+                        vendors=BARE_NODES)  # fmt: skip

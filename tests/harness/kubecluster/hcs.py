@@ -3,11 +3,11 @@
 hcsd runs on each node with its default paths (the node's mount namespace makes /etc/hcsd,
 /run/hcsd, /var/lib/hcsd, /usr/lib/hcs and the NRI socket's directory private), so its file
 names only what a test node must differ in. hcs-syncer runs per node in the same namespace and
-hcs-scheduler-extender on the host; both as host processes, because the project has no
-container image yet (the shipped DaemonSet and Deployment are not applied). The assignment
-keys are made, handed to the extender and the syncers, and read back for verifying here too.
-When hcsd's defaults, the key delivery or the extender's transport change, this is the file
-to adapt.
+hcs-scheduler-extender on the host; both as host processes (the shipped DaemonSet and
+Deployment are not applied here; a bare cluster runs them from the image, see cluster.py).
+The assignment keys are made, handed to the extender and the syncers, and read back for
+verifying here too. When hcsd's defaults, the key delivery or the extender's transport
+change, this is the file to adapt.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ NODE_FILE = "/etc/hcsd/nodes/node.toml"
 RUN_DIR = "/run/hcsd"
 LEASE_SECONDS = 8
 NOT_APPLIED = ("DaemonSet", "Deployment")  # they need HCS's image
-NO_IMAGE = (
-    "HCS HAS NO CONTAINER IMAGE YET: hcs-syncer and hcs-scheduler-extender run as host "
-    "processes; the shipped DaemonSet and Deployment are not applied (no image is built yet)"
+HOST_PROCESSES = (
+    "hcs-syncer and hcs-scheduler-extender run as host processes; the shipped DaemonSet and "
+    "Deployment are not applied (tests/kubelet/test_image_pods.py runs the syncers from HCS's "
+    "image on a bare cluster)"
 )
 
 
