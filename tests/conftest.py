@@ -1,5 +1,6 @@
 """Shared fixtures: the simulated mixed node and small device builders; the real-kubelet
-cluster (`kubelet_cluster`, tests/harness/kubecluster) for any suite that asks for it."""
+cluster (`kubelet_cluster`, tests/harness/kubecluster) and HCS's cluster image
+(`cluster_image`, tests/harness/images.py) for any suite that asks for them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ from hcsd.ledger import Ledger
 from hcsd.model import Device, HealthState, Link, LinkKind, Vendor
 from tests.fakes import build_fakes
 from tests.harness.daemon import MIXED_NODE, ROOT
-from tests.harness.kubecluster.fixture import kubelet_cluster  # noqa: F401 - for every suite
+from tests.harness.images import cluster_image  # noqa: F401 - for every suite
+from tests.harness.kubecluster.fixture import (  # noqa: F401 - for every suite
+    bare_kubelet_cluster,
+    kubelet_cluster,
+)
 
 GiB = 2**30
 
