@@ -69,7 +69,9 @@ def read_member(image: ClusterImage, name: str) -> str:
 def test_the_image_names_its_version_and_runs_as_nonroot(cluster_image: ClusterImage) -> None:
     size = cluster_image.path.stat().st_size
     print(f"{cluster_image.path.name}: {size} bytes, built in {cluster_image.seconds:.0f} s")
-    (entry,) = cluster_image.index()["manifests"]  # type: ignore[misc]
+    manifests = cluster_image.index()["manifests"]
+    assert isinstance(manifests, list)
+    (entry,) = manifests
     assert entry["annotations"]["io.containerd.image.name"] == cluster_image.name
     assert entry["annotations"]["org.opencontainers.image.ref.name"] == hcsd.__version__
     assert cluster_image.name.endswith(f":{hcsd.__version__}")
