@@ -21,6 +21,7 @@ import pytest
 import hcsd
 from tests.harness.images import REPO, ClusterImage, build_image
 from tests.harness.peers.runtimes import ensure_binaries
+from tests.harness.waiting import wait_for
 from tests.runtime.containerd import Containerd
 
 pytestmark = pytest.mark.slow
@@ -156,8 +157,12 @@ def test_containerd_imports_it_and_its_programs_run(
     cluster_image: ClusterImage, containerd: Containerd
 ) -> None:
     containerd.import_image(cluster_image.path)
-    tags = [t for i in containerd.crictl_json("images")["images"] for t in i.get("repoTags", [])]
-    assert cluster_image.name in tags
+
+    def listed() -> bool:  # the CRI plugin learns of an imported image from an event, later
+        images = containerd.crictl_json("images")["images"]
+        return cluster_image.name in [t for i in images for t in i.get("repoTags", [])]
+
+    wait_for(listed, f"crictl images lists {cluster_image.name}", timeout=30)
     pod = containerd.run_pod("image-check")
     for program in ("hcs-syncer", "hcs-scheduler-extender"):
         code, out = run(containerd, pod, program, cluster_image.name, program, "--help")
