@@ -133,8 +133,8 @@ def extender_deployment(
 ) -> dict[str, Any]:
     """packaging/kubernetes/extender.yaml's Deployment with one replica (the two nodes share
     the host's network: two replicas would bind the same ports), on the host network, with
-    free ports in place of 8888/8889/8890 (other tests run on this host) and the API server's
-    address."""
+    free ports in place of 8888/8889/8890 (other tests run on this host), the API server's
+    address, and the plane's kube-scheduler as the client allowed."""
     (shipped,) = [d for d in manifests("extender.yaml") if d["kind"] == "Deployment"]
     deployment = copy.deepcopy(shipped)
     deployment["spec"]["replicas"] = 1
@@ -147,6 +147,12 @@ def extender_deployment(
         next((f"0.0.0.0:{new}" for old, new in moved.items() if arg == f"0.0.0.0:{old}"), arg)
         for arg in container["command"]
     ]
+    # kube-scheduler here is the plane's (client certificate CN system:kube-scheduler, the
+    # default profile), not the chart's hcs-scheduler Deployment the shipped flags name.
+    allowed = container["command"].index("--allowed-client") + 1
+    container["command"][allowed] = "system:kube-scheduler"
+    served = container["command"].index("--scheduler-name") + 1  # its default profile
+    container["command"][served] = "default-scheduler"
     for port in container["ports"]:
         port["containerPort"] = moved[port["containerPort"]]
     for probe in ("readinessProbe", "livenessProbe"):
