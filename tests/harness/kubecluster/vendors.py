@@ -117,7 +117,8 @@ def build_fakes() -> str | None:
     for command in (
         ["make", "-s", "-C", str(ROOT / "tests" / "fakes")],
         ["make", "-s", "-C", str(ROOT / "libhcs")],
-        ["make", "-s", "-C", str(ROOT / "libhcs" / "tests"), "../build/tests/fakes/libascendcl.so"],
+        # the tests' Makefile names its targets by absolute path (LIB may be build-arm64)
+        ["make", "-s", "-C", str(ROOT / "libhcs" / "tests"), str(LIBHCS_FAKES / "libascendcl.so")],
     ):
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
