@@ -116,7 +116,7 @@ def syncer_main(argv: Sequence[str] | None = None) -> int:
 
 def _address(parser: argparse.ArgumentParser, flag: str, text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
-    if not port.isdigit():
+    if not (port.isascii() and port.isdigit()):
         parser.error(f"{flag} must be HOST:PORT, got {text!r}")
     return host, int(port)
 

@@ -109,7 +109,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 def _address(flag: str, text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
-    if not port.isdigit():
+    if not (port.isascii() and port.isdigit()):
         raise UsageError(f"{flag} must be HOST:PORT, got {text!r}")
     return host or "0.0.0.0", int(port)  # noqa: S104 - an empty host means all, as Services need
 

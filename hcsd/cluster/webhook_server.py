@@ -68,8 +68,11 @@ class _Handler(BoundedHandler):
             self._refuse(404, "not found")
             return
         length = self.headers.get("Content-Length", "")
-        if not length.isdigit():
+        if not length:
             self._refuse(411, "Content-Length is required")
+            return
+        if not (length.isascii() and length.isdigit()):  # '²'.isdigit() is True; int() fails
+            self._refuse(400, "Content-Length must be a decimal number")
             return
         if int(length) > self.server.limits.max_body:
             self.server.count_refusal("body")
@@ -132,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     host, _, port = args.listen.rpartition(":")
-    if not port.isdigit():
+    if not (port.isascii() and port.isdigit()):
         parser.error(f"--listen must be HOST:PORT, got {args.listen!r}")
     try:
         tls = CertificateFiles(args.tls_cert, args.tls_key, check_every=args.tls_reload_seconds)

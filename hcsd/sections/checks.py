@@ -102,7 +102,7 @@ def _listen(value: Any) -> str:
 
 
 def _two_digits(value: Any) -> str:
-    if not isinstance(value, str) or len(value) != 2 or not value.isdigit():
+    if not isinstance(value, str) or len(value) != 2 or not (value.isascii() and value.isdigit()):
         raise ValueError
     return value
 

@@ -11,6 +11,7 @@ import base64
 import http.client
 import json
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 
 from hcsd.cluster.httpserver import Limits
 from hcsd.cluster.webhook import ReviewError, Rule, review
-from hcsd.cluster.webhook_server import serve_webhook
+from hcsd.cluster.webhook_server import main, serve_webhook
 
 RULE = Rule("hcs-scheduler")
 
@@ -224,3 +225,34 @@ def test_the_server_answers_a_review_and_refuses_malformed_ones(server: tuple[st
     connection.request("GET", "/healthz")
     assert connection.getresponse().status == 200
     connection.close()
+
+
+def raw_request(address: tuple[str, int], request: bytes) -> bytes:
+    """The server's whole answer to bytes sent as they are (http.client would refuse them)."""
+    with socket.create_connection(address, timeout=5) as sock:
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize("length", ["²".encode(), "١٢".encode(), b"+2", b"0x2", b"1_0"])
+def test_a_content_length_that_is_not_ascii_digits_is_refused(
+    server: tuple[str, int], length: bytes
+) -> None:
+    """'²'.isdigit() is True and int('²') raises: the handler must answer, not die."""
+    answer = raw_request(
+        server, b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n{}"
+    )
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:80]
+    assert b"Content-Length must be a decimal number" in answer
+    status, _ = post(server, json.dumps(request_for(pod())).encode())
+    assert status == 200
+
+
+def test_a_listen_port_that_is_not_ascii_digits_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["--listen", "0.0.0.0:8²", "--tls-cert", "c", "--tls-key", "k"])
+    assert stopped.value.code == 2
