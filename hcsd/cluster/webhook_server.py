@@ -7,6 +7,21 @@ connection's thread, a deadline per request, capped headers) and its certificate
 reloaded when they change (tls.CertificateFiles), so a renewed Secret needs no restart. The
 API server presents no client certificate to webhooks by default, and what it would gain by
 calling is a scheduler name it could set itself: the port needs no caller check.
+
+Every pod in the cluster can reach the port unless a NetworkPolicy says otherwise, and with
+failurePolicy Fail a webhook knocked out refuses every pod asking for ai.compute/*. So what
+one caller can take is bounded (`WEBHOOK_LIMITS`, `ReviewSlots`):
+
+- a body is at most 3 MiB: the API server takes request bodies up to 3 MiB and etcd stores
+  objects up to 1.5 MiB, so a pod that can exist is under it as JSON; a bigger review is that
+  pod's alone and is refused (413) without being read;
+- a body is read and parsed only in one of `REVIEW_SLOTS` slots, at most one per source
+  address, waited for up to `SLOT_WAIT` seconds, else 503 (the API server then applies the
+  failurePolicy to that one pod). Parsing is what costs memory: 3 MiB of `[{},{},...]` is
+  about 80 MiB of Python objects, so the process's peak is bounded by the slots, and the
+  chart's memory limit is sized on it (tests/unit/test_webhook.py measures it);
+- connections: 128 in all, 16 per source address, 10 s idle between requests and 5 s to send
+  one: eight addresses are needed to fill the port, one cannot starve another.
 """
 
 from __future__ import annotations
@@ -17,6 +32,8 @@ import logging
 import signal
 import sys
 import threading
+import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -26,18 +43,66 @@ from hcsd.cluster.httpserver import DEFAULT_LIMITS, BoundedHandler, BoundedServe
 from hcsd.cluster.tls import CertificateFiles, TLSSetupError
 from hcsd.cluster.webhook import ReviewError, Rule, review
 
-__all__ = ["MUTATE_PATH", "WEBHOOK_LIMITS", "WEBHOOK_PORT", "main", "serve_webhook"]
+__all__ = [
+    "MUTATE_PATH",
+    "REVIEW_SLOTS",
+    "WEBHOOK_LIMITS",
+    "WEBHOOK_PORT",
+    "ReviewSlots",
+    "main",
+    "serve_webhook",
+]
 
 log = logging.getLogger("hcs.webhook")
 
 MUTATE_PATH = "/mutate"
 WEBHOOK_PORT = 8443
-# The API server calls from few addresses with many requests in parallel.
-WEBHOOK_LIMITS = replace(DEFAULT_LIMITS, max_per_client=32)
+WEBHOOK_LIMITS = replace(
+    DEFAULT_LIMITS,
+    max_body=3 * 1024 * 1024,
+    max_connections=128,
+    max_per_client=16,
+    read_timeout=5.0,
+    idle_timeout=10.0,
+)
+REVIEW_SLOTS = 2  # reviews read and parsed at once (a pod's takes well under a millisecond)
+SLOT_WAIT = 2.0  # seconds a review waits for a slot before 503
+
+
+class ReviewSlots:
+    """At most `total` reviews at once and `per_client` from one source address: a caller
+    sending slow or huge bodies holds its own slot, never every one."""
+
+    def __init__(self, total: int = REVIEW_SLOTS, per_client: int = 1, wait: float = SLOT_WAIT):
+        self.total = total
+        self.per_client = per_client
+        self.wait = wait
+        self._busy: Counter[str] = Counter()
+        self._free = threading.Condition()
+
+    def take(self, host: str) -> bool:
+        """Wait up to `wait` seconds for a slot; False if none came."""
+        deadline = time.monotonic() + self.wait
+        with self._free:
+            while self._busy.total() >= self.total or self._busy[host] >= self.per_client:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._free.wait(left)
+            self._busy[host] += 1
+            return True
+
+    def give(self, host: str) -> None:
+        with self._free:
+            self._busy[host] -= 1
+            if self._busy[host] <= 0:
+                del self._busy[host]
+            self._free.notify_all()
 
 
 class _Server(BoundedServer):
     rule: Rule
+    slots: ReviewSlots
 
 
 class _Handler(BoundedHandler):
@@ -78,7 +143,23 @@ class _Handler(BoundedHandler):
             self.server.count_refusal("body")
             self._refuse(413, f"an AdmissionReview over {self.server.limits.max_body} bytes")
             return
-        body = self.rfile.read(int(length))
+        host = self.client_address[0]
+        if not self.server.slots.take(host):
+            self.server.count_refusal("busy")
+            self._refuse(503, "busy: reviews from this address or in all at their limit")
+            return
+        try:
+            self._review(int(length))
+        finally:
+            self.server.slots.give(host)
+
+    def _review(self, length: int) -> None:
+        try:
+            body = self.rfile.read(length)
+        except OSError as e:  # the read deadline, or the caller went away
+            self.close_connection = True
+            log.info("%s: body not read: %s", self.address_string(), e)
+            return
         try:
             answer = review(body, self.server.rule)
         except ReviewError as e:
@@ -102,12 +183,19 @@ class _Handler(BoundedHandler):
 
 
 def serve_webhook(
-    host: str, port: int, tls: CertificateFiles | None, rule: Rule, limits: Limits = WEBHOOK_LIMITS
+    host: str,
+    port: int,
+    tls: CertificateFiles | None,
+    rule: Rule,
+    limits: Limits = WEBHOOK_LIMITS,
+    *,
+    slots: ReviewSlots | None = None,
 ) -> _Server:
     """Bind (port 0 picks one); the caller runs serve_forever. `tls` None is plain HTTP (tests
     of the handler only: the API server calls webhooks over HTTPS alone)."""
     server = _Server((host, port), _Handler, tls=tls, limits=limits, name="webhook")
     server.rule = rule
+    server.slots = slots or ReviewSlots()
     return server
 
 

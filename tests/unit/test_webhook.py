@@ -12,17 +12,23 @@ import http.client
 import json
 import re
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hcsd.cluster.httpserver import Limits
 from hcsd.cluster.webhook import ReviewError, Rule, review
-from hcsd.cluster.webhook_server import main, serve_webhook
+from hcsd.cluster.webhook_server import WEBHOOK_LIMITS, main, serve_webhook
 
 RULE = Rule("hcs-scheduler")
+CHART = Path(__file__).resolve().parents[2] / "packaging" / "helm" / "hcs"
 
 
 def pod(
@@ -256,3 +262,102 @@ def test_a_listen_port_that_is_not_ascii_digits_is_a_usage_error() -> None:
     with pytest.raises(SystemExit) as stopped:
         main(["--listen", "0.0.0.0:8²", "--tls-cert", "c", "--tls-key", "k"])
     assert stopped.value.code == 2
+
+
+# --- what one caller can take ----------------------------------------------------------------
+
+SERVE = """
+from hcsd.cluster.webhook import Rule
+from hcsd.cluster.webhook_server import serve_webhook
+served = serve_webhook("127.0.0.1", 0, None, Rule())
+print(served.server_address[1], flush=True)
+served.serve_forever()
+"""
+
+
+def chart_memory_limit() -> int:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    limit = values["webhook"]["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi")
+    return int(limit[:-2]) * 1024 * 1024
+
+
+def peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_flood_of_the_costliest_bodies_stays_under_the_charts_memory_limit() -> None:
+    """3 MiB of `[{},{},...]` parses into ~120 MiB of Python objects: the process's peak,
+    measured, is bounded by the review slots, whatever number of callers send it at once."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", SERVE], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert process.stdout is not None
+        address = ("127.0.0.1", int(process.stdout.readline()))
+        count = (WEBHOOK_LIMITS.max_body - 2) // 3
+        costly = b"[" + b"{}," * (count - 1) + b"{}]"
+        answers: list[bytes] = []
+
+        def send(source: str, body: bytes) -> None:
+            with socket.create_connection(address, timeout=60, source_address=(source, 0)) as sock:
+                head = f"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+                sock.sendall(head.encode() + body)
+                answers.append(sock.recv(64 * 1024))
+
+        senders = [
+            threading.Thread(target=send, args=(f"127.0.0.{i}", costly)) for i in range(2, 8)
+        ]
+        senders.append(threading.Thread(target=send, args=("127.0.1.1", costly + b" " * 1024)))
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join()
+        statuses = sorted(answer.split(b" ", 2)[1] for answer in answers)
+        assert b"413" in statuses and all(s in (b"400", b"413", b"503") for s in statuses)
+        assert statuses.count(b"400") >= 2  # some were parsed, and refused for what they are
+        peak = peak_rss(process.pid)
+        assert peak < chart_memory_limit(), f"peak RSS {peak >> 20} MiB"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def hold(address: tuple[str, int], source: str, request: bytes) -> socket.socket:
+    sock = socket.create_connection(address, timeout=5, source_address=(source, 0))
+    sock.sendall(request)
+    return sock
+
+
+# A request announcing a body it never sends: it holds a review slot until the read deadline.
+STALLED = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+
+
+def test_one_address_filling_its_share_starves_no_other() -> None:
+    """Two addresses at their connection limit (past it before: 2 x 32 was every connection),
+    the first also stalling a review in its slot: a third is still answered at once."""
+    served = serve_webhook("127.0.0.1", 0, None, RULE)
+    threading.Thread(target=served.serve_forever, daemon=True).start()
+    address = ("127.0.0.1", served.server_address[1])
+    held: list[socket.socket] = []
+    try:
+        for source, request in (("127.0.0.2", STALLED), ("127.0.0.3", b"")):
+            held += [
+                hold(address, source, request) for _ in range(WEBHOOK_LIMITS.max_per_client + 4)
+            ]
+        time.sleep(0.5)
+        assert served.refused["client"] == 8
+        connection = http.client.HTTPConnection(*address, timeout=5)
+        started = time.monotonic()
+        connection.request("POST", "/mutate", json.dumps(request_for(pod())).encode())
+        assert connection.getresponse().status == 200
+        assert time.monotonic() - started < 1.0
+        connection.close()
+    finally:
+        for sock in held:
+            sock.close()
+        served.shutdown()
+        served.server_close()
