@@ -77,8 +77,19 @@ def test_the_crds_are_the_kustomize_trees_byte_for_byte() -> None:
         (["--set", "webhook.failurePolicy=Maybe"], "webhook.failurePolicy must be Fail or Ignore"),
         (["--set", "scheduler.enabled=false"], "which scheduler.enabled=false does not run"),
         (["--set", "webhook.tls.generate=false"], "needs webhook.tls.caBundle"),
+        (
+            ["--set", "webhook.networkPolicy.enabled=true"],
+            "needs webhook.networkPolicy.apiServerCIDRs",
+        ),
     ],
-    ids=["dra", "unknown mode", "failure policy", "webhook without scheduler", "no caBundle"],
+    ids=[
+        "dra",
+        "unknown mode",
+        "failure policy",
+        "webhook without scheduler",
+        "no caBundle",
+        "webhook policy without the API server",
+    ],
 )
 def test_values_that_cannot_work_are_refused(helm: str, values: list[str], reason: str) -> None:
     done = run(helm, "template", "hcs", str(CHART), *values)
@@ -215,3 +226,31 @@ def test_the_webhook_runs_with_flags_its_program_knows(
     (config,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
     assert config["webhooks"][0]["clientConfig"]["service"]["path"] == MUTATE_PATH
     assert pod["automountServiceAccountToken"] is False  # it calls no API
+
+
+def test_the_webhook_survives_a_drain_and_admits_only_the_api_server_when_asked(helm: str) -> None:
+    """More than one replica: spread over nodes and a PodDisruptionBudget keeping one; the
+    optional NetworkPolicy admits the control plane and the probes to port 8443 alone."""
+    docs = template(helm)
+    (budget,) = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert budget["spec"]["minAvailable"] == 1
+    (deployment,) = [
+        d
+        for d in docs
+        if (d["kind"], d["metadata"]["name"]) == ("Deployment", "hcs-admission-webhook")
+    ]
+    (spread,) = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["whenUnsatisfiable"] == "DoNotSchedule"
+    assert spread["labelSelector"] == budget["spec"]["selector"]
+    assert ("NetworkPolicy", "hcs-admission-webhook") not in kinds(docs)
+    single = template(helm, "--set", "webhook.replicas=1")
+    assert not [d for d in single if d["kind"] == "PodDisruptionBudget"]
+    docs = template(
+        helm, "--set", "webhook.networkPolicy.enabled=true",
+        "--set", "webhook.networkPolicy.apiServerCIDRs={10.0.0.10/32}",
+        "--set", "webhook.networkPolicy.nodeCIDRs={10.1.0.0/16}",
+    )  # fmt: skip
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8443}]
+    assert [f["ipBlock"]["cidr"] for f in rule["from"]] == ["10.0.0.10/32", "10.1.0.0/16"]
