@@ -27,6 +27,9 @@ from tests.harness.peers.helm import ensure_helm
 from tests.harness.peers.kubernetes import ensure_apiserver_stamped, find_etcd
 
 CHART = REPO / "packaging" / "helm" / "hcs"
+# The chart has no default image (HCS publishes none): the name `make image` builds, which the
+# test nodes import from its OCI tarball and never pull.
+IMAGE_VALUES = ("--set", "image.repository=docker.io/hcs/hcs-cluster")
 NAMESPACE = "hcs-system"
 RELEASE = "hcs"
 
@@ -78,10 +81,10 @@ class Helm:
 
     def install(self, *values: str) -> None:
         self("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-             *values)  # fmt: skip
+             *IMAGE_VALUES, *values)  # fmt: skip
 
     def upgrade(self, *values: str) -> None:
-        self("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, *values)
+        self("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, *IMAGE_VALUES, *values)
 
     def uninstall(self) -> None:
         self("uninstall", RELEASE, "--namespace", NAMESPACE)

@@ -23,6 +23,7 @@ from tests.harness.peers.helm import ensure_helm
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "packaging" / "helm" / "hcs"
+IMAGE = ("--set", "image.repository=registry.example/hcs/hcs-cluster")  # required: no default
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def run(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def template(helm: str, *values: str, chart: Path = CHART) -> list[dict[str, Any]]:
-    done = run(helm, "template", "hcs", str(chart), "--namespace", "hcs-system", *values)
+    done = run(helm, "template", "hcs", str(chart), "--namespace", "hcs-system", *IMAGE, *values)
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
@@ -49,7 +50,8 @@ def kinds(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
 
 @pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint --strict"])
 def test_lint_is_clean(helm: str, strict: bool) -> None:
-    done = run(helm, "lint", *(["--strict"] if strict else []), str(CHART))
+    """With the one value that has no default (image.repository)."""
+    done = run(helm, "lint", *(["--strict"] if strict else []), str(CHART), *IMAGE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout, done.stdout
 
@@ -92,7 +94,7 @@ def test_the_crds_are_the_kustomize_trees_byte_for_byte() -> None:
     ],
 )
 def test_values_that_cannot_work_are_refused(helm: str, values: list[str], reason: str) -> None:
-    done = run(helm, "template", "hcs", str(CHART), *values)
+    done = run(helm, "template", "hcs", str(CHART), *IMAGE, *values)
     assert done.returncode != 0 and reason in done.stderr, done.stderr
 
 
@@ -254,3 +256,23 @@ def test_the_webhook_survives_a_drain_and_admits_only_the_api_server_when_asked(
     (rule,) = policy["spec"]["ingress"]
     assert rule["ports"] == [{"protocol": "TCP", "port": 8443}]
     assert [f["ipBlock"]["cidr"] for f in rule["from"]] == ["10.0.0.10/32", "10.1.0.0/16"]
+
+
+def test_the_image_must_be_named_and_can_be_pinned_by_digest(helm: str) -> None:
+    """HCS publishes no image: no default name someone else could own is ever pulled."""
+    done = run(helm, "template", "hcs", str(CHART))
+    assert done.returncode != 0
+    assert "image.repository is required: HCS publishes no image" in done.stderr
+    assert "make image" in done.stderr and "docs/images.md" in done.stderr
+    digest = "sha256:" + "0123456789abcdef" * 4
+    docs = template(helm, "--set", f"image.digest={digest}")
+    images = {
+        c["image"]
+        for d in docs
+        if d["kind"] in {"Deployment", "DaemonSet"}
+        for c in d["spec"]["template"]["spec"]["containers"]
+        if "kube-scheduler" not in c["image"]
+    }
+    assert images == {f"registry.example/hcs/hcs-cluster@{digest}"}
+    done = run(helm, "template", "hcs", str(CHART), *IMAGE, "--set", "image.digest=latest")
+    assert done.returncode != 0 and "image.digest must be sha256:" in done.stderr

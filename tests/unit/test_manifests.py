@@ -34,7 +34,7 @@ ROOT = REPO / "packaging" / "kubernetes"  # rendered from packaging/helm/hcs (ma
 SCHEDULER = names.SCHEDULER_NAME  # upstream's kube-scheduler with HCS's profile (scheduler.yaml)
 # The Secret's shape only: the operator creates the real one, and `apply -k` must not replace it.
 OPERATORS_SECRET = "secret.yaml"
-IMAGE = f"docker.io/hcs/hcs-cluster:{__version__}"
+IMAGE = f"registry.example/hcs/hcs-cluster:{__version__}"  # a placeholder: kustomize images:
 
 Rules = dict[tuple[str, str], frozenset[str]]  # (apiGroup, resource) -> verbs
 

@@ -1,6 +1,18 @@
-{{/* HCS's image: every console script of the hcsd package is in it. */}}
+{{/* HCS's image: every console script of the hcsd package is in it. HCS publishes no
+image: the operator builds it (make image) and pushes it to a registry of their own, so there
+is no default to pull from a name someone else may own. A digest, when given, pins it. */}}
 {{- define "hcs.image" -}}
+{{- if not .Values.image.repository -}}
+{{- fail "image.repository is required: HCS publishes no image. Build it with `make image`, push it to your registry and set image.repository (and image.digest to pin it): docs/images.md" -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .Values.image.digest) -}}
+{{- fail (printf "image.digest must be sha256:<64 hex digits>, not %q" .Values.image.digest) -}}
+{{- end -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end }}
 
 {{/* The upstream kube-scheduler at the cluster's release (managed clusters report versions
