@@ -8,6 +8,7 @@ module into ~/.cache/hcs the first time: minutes).
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -276,3 +277,25 @@ def test_the_image_must_be_named_and_can_be_pinned_by_digest(helm: str) -> None:
     assert images == {f"registry.example/hcs/hcs-cluster@{digest}"}
     done = run(helm, "template", "hcs", str(CHART), *IMAGE, "--set", "image.digest=latest")
     assert done.returncode != 0 and "image.digest must be sha256:" in done.stderr
+
+
+def test_hcs_scheduler_and_the_extender_can_be_kept_on_system_nodes(helm: str) -> None:
+    term = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}
+    affinity = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    role = "node-role.kubernetes.io/control-plane"
+    toleration = {"key": role, "operator": "Exists", "effect": "NoSchedule"}
+    values = []
+    for part in ("scheduler", "extender"):
+        values += ["--set-json", f"{part}.nodeAffinity={json.dumps(affinity)}",
+                   "--set-json", f"{part}.nodeSelector={json.dumps({role: ''})}",
+                   "--set-json", f"{part}.tolerations={json.dumps([toleration])}"]  # fmt: skip
+    docs = template(helm, *values)
+    for name in ("hcs-scheduler", "hcs-scheduler-extender"):
+        (deployment,) = [
+            d for d in docs if (d["kind"], d["metadata"]["name"]) == ("Deployment", name)
+        ]
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["affinity"]["nodeAffinity"] == affinity, name
+        assert "podAntiAffinity" in pod["affinity"], name  # the spread is kept
+        assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}
+        assert pod["tolerations"] == [toleration]

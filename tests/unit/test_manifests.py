@@ -572,10 +572,12 @@ def test_bindings_tie_each_account_to_its_own_roles() -> None:
     assert bound == set(RBAC) - viewers  # bound by the operator
 
 
-def test_hcs_scheduler_gets_kube_schedulers_roles_and_its_own_lease_only() -> None:
+def test_hcs_scheduler_gets_kube_schedulers_roles_and_its_own_lease_role_only() -> None:
     """The bootstrap roles kube-scheduler itself runs with, the API server's client CA in
-    kube-system, and its own leader Lease: `system:kube-scheduler` may update only the Lease
-    named kube-scheduler, and the cluster's own scheduler's Lease stays out of reach."""
+    kube-system, and a Role for its own leader Lease. Not narrow: `system:kube-scheduler`
+    grants creating any Lease and get/update of every Lease named kube-scheduler (kube-system's
+    included), leasecandidates, deleting and binding pods (docs/helm.md, "Placement"); this
+    checks that nothing beyond those bindings is granted."""
     refs = {
         (d["kind"], d["metadata"].get("namespace", ""), d["roleRef"]["kind"], d["roleRef"]["name"])
         for d in every_object()
