@@ -11,6 +11,7 @@ takes over unchanged.
 from __future__ import annotations
 
 import base64
+import re
 import socket
 import ssl
 import threading
@@ -20,6 +21,7 @@ import pytest
 
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.tls import peer_of, server_context
+from hcsd.contract import assignment
 from tests.cluster.helmchart import CHART, NAMESPACE, Helm, helm, present
 
 __all__ = ["helm"]  # the fixture
@@ -98,11 +100,13 @@ def test_install_upgrade_uninstall(helm: Helm, tmp_path: Path) -> None:
     for crd in CRDS:
         kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
 
-    # The generated Secrets: a 32-byte key named k1 that signs, certificates that work.
+    # The generated Secrets: a 32-byte key with a random id that signs, certificates that work.
     made = generated(kube)
     keys = made["Secret", "hcs-assignment-key"]
-    assert base64.b64decode(keys["signing"]) == b"k1"
-    assert len(base64.b64decode(base64.b64decode(keys["k1.key"]))) == 32
+    kid = base64.b64decode(keys["signing"]).decode()
+    assert re.fullmatch(r"k-[0-9a-f]{8}", kid) and assignment.KID.fullmatch(kid)
+    assert sorted(keys) == [f"{kid}.key", "signing"]
+    assert len(base64.b64decode(base64.b64decode(keys[f"{kid}.key"]))) == 32
     server = files(tmp_path / "server", made["Secret", "hcs-scheduler-extender-tls"])
     client = files(tmp_path / "client", made["Secret", "hcs-scheduler-client-tls"])
     bundle = made["ConfigMap", "hcs-node-keys-ca"]["ca.crt"]

@@ -19,6 +19,7 @@ generated Secret's key.
 
 from __future__ import annotations
 
+import base64
 import sys
 import time
 from collections.abc import Iterator
@@ -56,8 +57,15 @@ def account_config(helm: Helm, account: str) -> Path:
     return token_kubeconfig(path, helm.plane.server, helm.plane.work / "certs", token)
 
 
+def signing_kid(kube: Kube) -> str:
+    """The key id the chart generated (random: k-<8 hex>)."""
+    secret = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/hcs-assignment-key")
+    return base64.b64decode(secret["data"]["signing"]).decode()
+
+
 def write_node(kube: Kube) -> None:
-    """The Node, its ComputeNode (two A100 80GB, hcsd holding key k1) and a fresh heartbeat."""
+    """The Node, its ComputeNode (two A100 80GB, hcsd holding the generated key) and a fresh
+    heartbeat."""
     register_node(kube, NODE)
     devices = [
         pb.Device(uuid=f"GPU-{i}", vendor="nvidia", model="A100-SXM4-80GB", index=i,
@@ -69,7 +77,9 @@ def write_node(kube: Kube) -> None:
     created = kube.create(
         "/apis/hcs.io/v1alpha1/computenodes", compute_node(NODE, node_spec(info, devices))
     )
-    status = node_status(devices, [], previous={}, now=rfc3339(time.time()), key_ids=["k1"])
+    status = node_status(
+        devices, [], previous={}, now=rfc3339(time.time()), key_ids=[signing_kid(kube)]
+    )
     kube.replace(f"/apis/hcs.io/v1alpha1/computenodes/{NODE}/status", {**created, "status": status})
     now = micro_time(time.time())
     kube.create(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases", lease_object(
@@ -178,7 +188,7 @@ def test_a_pod_asking_for_vram_is_bound_by_hcs_scheduler(scheduling: Helm) -> No
     assert pod["spec"].get("nodeName") == NODE, (
         f"{pod.get('status')}\n{plane.tail('kube-scheduler')}\n{plane.tail('extender')}"
     )
-    # Signed with the node's key derived from the generated Secret's key k1.
+    # Signed with the node's key derived from the generated Secret's key.
     keys = derive(
         read_secret_dir(secret_files(kube, "hcs-assignment-key", plane.work / "keys")), NODE
     )

@@ -8,7 +8,9 @@ module into ~/.cache/hcs the first time: minutes).
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +22,7 @@ import yaml
 
 from hcsd.cluster.webhook_server import MUTATE_PATH
 from hcsd.cluster.webhook_server import main as webhook_main
+from hcsd.contract import assignment
 from tests.harness.peers.helm import ensure_helm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -299,3 +302,35 @@ def test_hcs_scheduler_and_the_extender_can_be_kept_on_system_nodes(helm: str) -
         assert "podAntiAffinity" in pod["affinity"], name  # the spread is kept
         assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}
         assert pod["tolerations"] == [toleration]
+
+
+def test_a_generated_key_has_a_random_id_and_an_existing_secret_is_used_as_it_is(
+    helm: str,
+) -> None:
+    """Where lookup sees nothing (helm template, GitOps) every render makes a new key: under
+    a fixed id (k1) it would replace the key the nodes hold for that id."""
+    kids = []
+    for _ in range(2):
+        (secret,) = [
+            d
+            for d in template(helm)
+            if (d["kind"], d["metadata"]["name"]) == ("Secret", "hcs-assignment-key")
+        ]
+        kid = base64.b64decode(secret["data"]["signing"]).decode()
+        assert re.fullmatch(r"k-[0-9a-f]{8}", kid) and assignment.KID.fullmatch(kid)
+        assert sorted(secret["data"]) == [f"{kid}.key", "signing"]
+        kids.append(kid)
+    assert kids[0] != kids[1]
+    docs = template(helm, "--set", "assignmentKeys.existingSecret=my-keys")
+    assert ("Secret", "hcs-assignment-key") not in kinds(docs)
+    (extender,) = [
+        d
+        for d in docs
+        if (d["kind"], d["metadata"]["name"]) == ("Deployment", "hcs-scheduler-extender")
+    ]
+    secrets = {
+        v["secret"]["secretName"]
+        for v in extender["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+    }
+    assert "my-keys" in secrets and "hcs-assignment-key" not in secrets
