@@ -43,6 +43,7 @@ PLURALS = {
     "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
     "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "PodDisruptionBudget": "poddisruptionbudgets", "ResourceQuota": "resourcequotas",
 }  # fmt: skip
 
 

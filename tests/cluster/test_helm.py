@@ -22,7 +22,7 @@ import pytest
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.tls import peer_of, server_context
 from hcsd.contract import assignment
-from tests.cluster.helmchart import CHART, NAMESPACE, Helm, helm, present
+from tests.cluster.helmchart import CHART, IMAGE_VALUES, NAMESPACE, Helm, helm, present
 
 __all__ = ["helm"]  # the fixture
 
@@ -138,9 +138,17 @@ def test_install_upgrade_uninstall(helm: Helm, tmp_path: Path) -> None:
         if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "hcs-admission-webhook"
     ]
     assert (
-        len(webhook) == 5 and present(kube, webhook) == []
-    )  # Secret, SA, Deployment, Service, config
+        len(webhook) == 6 and present(kube, webhook) == []
+    )  # Secret, SA, Deployment, PodDisruptionBudget, Service, config
     helm.upgrade("--reuse-values", "--set", "webhook.enabled=true")
+    assert generated(kube) == made
+
+    # The kept client certificate was made for CN hcs-scheduler: another name is refused
+    # (the extender would refuse the old certificate), and nothing changes.
+    done = helm("upgrade", "hcs", str(CHART), "--namespace", NAMESPACE, "--reuse-values",
+                "--set", "extender.tls.clientCommonName=other", check=False)  # fmt: skip
+    assert done.returncode != 0
+    assert 'clientCommonName is "other" but the kept client certificate' in done.stderr
     assert generated(kube) == made
 
     # A key rotation's first step done with kubectl (docs/cluster.md) outlives an upgrade.
@@ -174,7 +182,7 @@ def test_install_upgrade_uninstall(helm: Helm, tmp_path: Path) -> None:
 
 def test_refused_values(helm: Helm) -> None:
     """mode dra is reserved and said so; nothing is installed."""
-    done = helm("install", "hcs-dra", str(CHART), "--namespace", NAMESPACE,
+    done = helm("install", "hcs-dra", str(CHART), "--namespace", NAMESPACE, *IMAGE_VALUES,
                 "--set", "mode=dra", check=False)  # fmt: skip
     assert done.returncode != 0
     assert "mode: dra is reserved for Dynamic Resource Allocation" in done.stderr

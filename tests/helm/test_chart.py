@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import re
 import shutil
@@ -334,3 +335,32 @@ def test_a_generated_key_has_a_random_id_and_an_existing_secret_is_used_as_it_is
         if "secret" in v
     }
     assert "my-keys" in secrets and "hcs-assignment-key" not in secrets
+
+
+def test_the_pods_carry_a_checksum_of_the_certificates_they_mount(helm: str) -> None:
+    """kube-scheduler reads its caFile once: a renewed CA must roll hcs-scheduler's pods, so
+    its template carries the client Secret's checksum (the extender's, its serving one's),
+    computed from the very certificates rendered beside them."""
+    docs = template(helm)
+
+    def named(kind: str, name: str) -> dict[str, Any]:
+        (found,) = [d for d in docs if (d["kind"], d["metadata"]["name"]) == (kind, name)]
+        return found
+
+    for deployment, secret in (
+        ("hcs-scheduler", "hcs-scheduler-client-tls"),
+        ("hcs-scheduler-extender", "hcs-scheduler-extender-tls"),
+    ):
+        data = named("Secret", secret)["data"]
+        expected = hashlib.sha256(
+            json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()[:16]
+        annotations = named("Deployment", deployment)["spec"]["template"]["metadata"]
+        assert annotations["annotations"]["checksum/tls"] == expected, deployment
+    client = named("Secret", "hcs-scheduler-client-tls")["data"]
+    assert base64.b64decode(client["common-name"]) == b"hcs-scheduler"
+    mine = template(helm, "--set", "extender.tls.generate=false")
+    pod = [
+        d for d in mine if d["metadata"]["name"] == "hcs-scheduler" and d["kind"] == "Deployment"
+    ]
+    assert "checksum/tls" not in pod[0]["spec"]["template"]["metadata"]["annotations"]
