@@ -364,3 +364,22 @@ def test_the_pods_carry_a_checksum_of_the_certificates_they_mount(helm: str) -> 
         d for d in mine if d["metadata"]["name"] == "hcs-scheduler" and d["kind"] == "Deployment"
     ]
     assert "checksum/tls" not in pod[0]["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_a_quota_admits_the_critical_priority_classes_in_the_namespace(helm: str) -> None:
+    """GKE admits system-node-critical and system-cluster-critical pods outside kube-system
+    only in a namespace whose ResourceQuota covers those classes."""
+    docs = template(helm)
+    (quota,) = [d for d in docs if d["kind"] == "ResourceQuota"]
+    assert quota["metadata"]["namespace"] == "hcs-system"
+    (selector,) = quota["spec"]["scopeSelector"]["matchExpressions"]
+    classes = {
+        d["spec"]["template"]["spec"].get("priorityClassName")
+        for d in docs
+        if d["kind"] in {"Deployment", "DaemonSet"}
+    }
+    assert selector["scopeName"] == "PriorityClass" and selector["operator"] == "In"
+    assert classes == set(selector["values"])
+    assert quota["spec"]["hard"] == {"pods": "1G"}
+    docs = template(helm, "--set", "criticalPodsQuota.enabled=false")
+    assert not [d for d in docs if d["kind"] == "ResourceQuota"]
