@@ -383,3 +383,18 @@ def test_a_quota_admits_the_critical_priority_classes_in_the_namespace(helm: str
     assert quota["spec"]["hard"] == {"pods": "1G"}
     docs = template(helm, "--set", "criticalPodsQuota.enabled=false")
     assert not [d for d in docs if d["kind"] == "ResourceQuota"]
+
+
+def test_every_container_runs_under_the_runtimes_seccomp_profile(helm: str) -> None:
+    docs = template(helm, "--set", "createNamespace=true")
+    containers = [
+        (d["metadata"]["name"], c)
+        for d in docs
+        if d["kind"] in {"Deployment", "DaemonSet"}
+        for c in d["spec"]["template"]["spec"]["containers"]
+    ]
+    assert len(containers) == 4
+    for name, container in containers:
+        assert container["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+    (namespace,) = [d for d in docs if d["kind"] == "Namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
