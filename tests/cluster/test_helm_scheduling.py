@@ -36,6 +36,7 @@ from hcsd.cluster.timefmt import micro_time, rfc3339
 from hcsd.contract import assignment
 from hcsd.contract.keyring import derive
 from hcsd.contract.keyring_files import read_secret_dir
+from hcsd.contract.names import LEADER_LEASE
 from tests.cluster.controlplane import free_port, register_node, request_token, token_kubeconfig
 from tests.cluster.helmchart import NAMESPACE, Helm, helm, secret_files, start_webhook
 from tests.harness.peers.kubernetes import ensure_kubernetes
@@ -198,7 +199,20 @@ def test_a_pod_asking_for_vram_is_bound_by_hcs_scheduler(scheduling: Helm) -> No
     )
     (grant,) = signed.containers["main"]
     assert grant.vram_bytes == 16 * GiB and grant.device_uuid.startswith("GPU-")
-    # hcs-scheduler led with its own Lease (its Role allows that one only).
+    # hcs-scheduler led with its own Lease (the one its chart Role names).
     lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/hcs-scheduler")
     assert lease["spec"]["holderIdentity"]
+    kube.close()
+
+
+def test_uninstall_leaves_exactly_the_leases_the_programs_made(scheduling: Helm) -> None:
+    """Helm deletes what it created; the Leases the running programs wrote (hcs-scheduler's
+    and the extender's leader election, each node's heartbeat) are not its own and stay
+    (docs/helm.md, Uninstall). Runs last in the module: the release is gone after it."""
+    kube = scheduling.plane.kube()
+    scheduling.uninstall()
+    leases = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases")["items"]
+    assert sorted(lease["metadata"]["name"] for lease in leases) == sorted(
+        ["hcs-scheduler", LEADER_LEASE, f"hcs-node-{NODE}"]
+    )
     kube.close()
