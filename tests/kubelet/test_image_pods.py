@@ -33,6 +33,17 @@ DAEMONSET = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets"
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
 
 
+# The kustomize tree names a placeholder for HCS's image (HCS publishes none): replaced with
+# the image `make image` built, as an operator's kustomize `images:` does (docs/helm.md).
+PLACEHOLDER = "registry.example/hcs/hcs-cluster"
+
+
+def shipped_image(container: dict[str, Any], image: str) -> None:
+    name, _, tag = container["image"].rpartition(":")
+    assert name == PLACEHOLDER and tag == image.rpartition(":")[2], container["image"]
+    container["image"] = image
+
+
 def syncer_daemonset(
     cluster: KubeletCluster, image: str, node_keys: int | None = None
 ) -> dict[str, Any]:
@@ -43,7 +54,7 @@ def syncer_daemonset(
     pod = daemonset["spec"]["template"]["spec"]
     pod["hostNetwork"] = True  # no CNI here: the pods share the host's network
     (container,) = pod["containers"]
-    assert container["image"] == image  # the manifest names the image `make image` builds
+    shipped_image(container, image)
     container["env"] += [{"name": k, "value": v} for k, v in cluster.api_env().items()]
     command = container["command"]
     url = command.index("--node-keys-url") + 1
@@ -141,7 +152,7 @@ def extender_deployment(
     pod = deployment["spec"]["template"]["spec"]
     pod["hostNetwork"] = True
     (container,) = pod["containers"]
-    assert container["image"] == image
+    shipped_image(container, image)
     moved = {8888: ports.verbs, 8889: ports.probes, 8890: ports.node_keys}
     container["command"] = [
         next((f"0.0.0.0:{new}" for old, new in moved.items() if arg == f"0.0.0.0:{old}"), arg)
