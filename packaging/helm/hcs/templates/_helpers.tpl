@@ -56,7 +56,7 @@ leaderElection:
 profiles:
   - schedulerName: {{ .Values.scheduler.name }}
 extenders:
-  - urlPrefix: https://{{ include "hcs.extenderHost" . }}:8888/
+  - urlPrefix: {{ include "hcs.extenderURL" (list . "extender" 8888) }}/
     filterVerb: filter
     prioritizeVerb: prioritize
     bindVerb: bind
@@ -73,4 +73,27 @@ extenders:
       - {name: ai.compute/vram, ignoredByScheduler: true}
       - {name: ai.compute/tflops-fp16, ignoredByScheduler: true}
       - {name: ai.compute/devices, ignoredByScheduler: true}
+{{- end }}
+
+{{/* The extender's URL for a port: its Service name and the Service's port, or (for clusters
+without kube-proxy/cluster DNS) extenderAddress and the port the pod listens on. Called with
+(list $ "<ports key>" <Service port>). */}}
+{{- define "hcs.extenderURL" -}}
+{{- $ := index . 0 -}}
+{{- if $.Values.extenderAddress -}}
+https://{{ $.Values.extenderAddress }}:{{ index $.Values.ports (index . 1) }}
+{{- else -}}
+https://{{ include "hcs.extenderHost" $ }}:{{ index . 2 }}
+{{- end -}}
+{{- end }}
+
+{{/* The API server's address in a pod's environment, for clusters without kube-proxy
+(kubernetesAPI); nothing otherwise. */}}
+{{- define "hcs.apiEnv" -}}
+{{- with .Values.kubernetesAPI.host -}}
+- {name: KUBERNETES_SERVICE_HOST, value: {{ . | quote }}}
+{{ end -}}
+{{- with .Values.kubernetesAPI.port -}}
+- {name: KUBERNETES_SERVICE_PORT, value: {{ . | toString | quote }}}
+{{ end -}}
 {{- end }}

@@ -28,7 +28,12 @@ the extender's --allowed-client no longer accepts, so the render fails and says 
 {{- /* A CA for this alone (not the cluster's: docs/cluster.md, Security); its key is not kept. */ -}}
 {{- $ca := genCA "hcs-scheduler-extender-ca" (int $tls.validityDays) -}}
 {{- $host := include "hcs.extenderHost" . -}}
-{{- $cert := genSignedCert "hcs-scheduler-extender" nil (list $host (printf "%s.cluster.local" $host)) (int $tls.validityDays) $ca -}}
+{{- $names := list $host (printf "%s.cluster.local" $host) -}}
+{{- $ips := list -}}
+{{- with .Values.extenderAddress -}}{{/* clusters without cluster DNS: the address they call */}}
+{{- if regexMatch "^[0-9.]+$|:" . -}}{{- $ips = list . -}}{{- else -}}{{- $names = append $names . -}}{{- end -}}
+{{- end -}}
+{{- $cert := genSignedCert "hcs-scheduler-extender" $ips $names (int $tls.validityDays) $ca -}}
 {{- $scheduler := genSignedCert $tls.clientCommonName nil nil (int $tls.validityDays) $ca -}}
 {{- $_ := set $files "server" (dict "tls.crt" ($cert.Cert | b64enc) "tls.key" ($cert.Key | b64enc) "client-ca.crt" ($ca.Cert | b64enc)) -}}
 {{- $_ := set $files "client" (dict "tls.crt" ($scheduler.Cert | b64enc) "tls.key" ($scheduler.Key | b64enc) "ca.crt" ($ca.Cert | b64enc) "common-name" ($tls.clientCommonName | b64enc)) -}}
