@@ -92,24 +92,36 @@ def _blob(tar: tarfile.TarFile, data: bytes, epoch: int) -> dict[str, object]:
     return {"digest": f"sha256:{digest}", "size": len(data)}
 
 
-def image(layer_tar: bytes, name: str, version: str, epoch: int) -> bytes:
-    """The OCI layout tarball: index.json naming `name`, the manifest, config and layer."""
+HCS_LABELS = {
+    "org.opencontainers.image.title": "hcs-cluster",
+    "org.opencontainers.image.description": "HCS cluster side: hcs-syncer, "
+    "hcs-scheduler-extender and the package's other programs",
+    "org.opencontainers.image.licenses": "Apache-2.0",
+}
+
+
+def image(
+    layer_tar: bytes,
+    name: str,
+    version: str,
+    epoch: int,
+    *,
+    labels: dict[str, str] | None = None,
+    cmd: tuple[str, ...] = ("hcs-syncer", "--help"),
+) -> bytes:
+    """The OCI layout tarball: index.json naming `name`, the manifest, config and layer.
+    `labels` and `cmd` default to HCS's image's (the test harness writes other images)."""
     compressed = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=compressed, mtime=0) as gz:
         gz.write(layer_tar)
     created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    labels = {
-        "org.opencontainers.image.title": "hcs-cluster",
-        "org.opencontainers.image.description": "HCS cluster side: hcs-syncer, "
-        "hcs-scheduler-extender and the package's other programs",
-        "org.opencontainers.image.version": version,
-        "org.opencontainers.image.licenses": "Apache-2.0",
-    }
+    labels = {**(HCS_LABELS if labels is None else labels),
+              "org.opencontainers.image.version": version}  # fmt: skip
     config = _json({
         "architecture": "amd64", "os": "linux", "created": created,
         "config": {
             "User": USER, "Env": [f"PATH={PATH}", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"],
-            "Cmd": ["hcs-syncer", "--help"], "WorkingDir": "/", "Labels": labels,
+            "Cmd": list(cmd), "WorkingDir": "/", "Labels": labels,
         },
         "rootfs": {"type": "layers",
                    "diff_ids": ["sha256:" + hashlib.sha256(layer_tar).hexdigest()]},

@@ -9,6 +9,7 @@ clobber it. Without root or debootstrap it skips, loudly, with the reason.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -108,3 +109,31 @@ def cluster_image(tmp_path_factory: pytest.TempPathFactory) -> ClusterImage:
         pytest.skip(f"SKIP HCS's cluster image: {why}")
     work = tmp_path_factory.mktemp("image")
     return build_image(build_deb(work / "deb"), work / "dist")
+
+
+#: hcs-scheduler's image as the chart names it on this harness's API server (v1.36.3). No
+#: registry serves it here, so `scheduler_image` writes one of that name from the statically
+#: linked kube-scheduler the peers' build made from Kubernetes' Go module.
+SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler:v1.36.3"
+
+
+def scheduler_image(binary: Path, into: Path) -> Path:
+    """An OCI layout tarball named SCHEDULER_IMAGE holding `binary` as
+    /usr/local/bin/kube-scheduler, written by packaging/oci_image.py (one layer, non-root
+    user 65532 as upstream's distroless image)."""
+    spec = importlib.util.spec_from_file_location("oci_image", REPO / "packaging/oci_image.py")
+    assert spec is not None and spec.loader is not None
+    oci_image = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(oci_image)
+    root = into / "root"
+    (root / "usr/local/bin").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(binary, root / "usr/local/bin/kube-scheduler")
+    version = SCHEDULER_IMAGE.rsplit(":v", 1)[1]
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
+    labels = {"org.opencontainers.image.title": "kube-scheduler",
+              "org.opencontainers.image.licenses": "Apache-2.0"}  # fmt: skip
+    layer = oci_image.layer(root, ["/usr/local/bin/kube-scheduler"], epoch, {})
+    tarball = into / "kube-scheduler.oci.tar"
+    tarball.write_bytes(oci_image.image(layer, SCHEDULER_IMAGE, version, epoch, labels=labels,
+                                        cmd=("kube-scheduler",)))  # fmt: skip
+    return tarball

@@ -94,3 +94,21 @@ def test_the_chinese_readme_keeps_up_with_the_english_one() -> None:
     spans = [{span for _, span in backticked(text)} for text in (english, chinese)]
     only_english, only_chinese = sorted(spans[0] - spans[1]), sorted(spans[1] - spans[0])
     assert not only_english and not only_chinese, f"README.md: {only_english}, CN: {only_chinese}"
+
+
+def test_the_install_docs_node_steps_are_what_the_vm_test_runs() -> None:
+    """docs/install.md: each `node` command is a line of tests/e2e/vm-inside.sh (Debian 12
+    under a real systemd), and the package it installs is the .deb the VM test installs;
+    the `cluster` blocks run in tests/kubelet/test_helm_install.py."""
+    from tests.harness import install_doc
+
+    assert set(install_doc.marks()) == set(install_doc.KINDS), install_doc.marks()
+    assert len(install_doc.marks()) == sum(len(install_doc.blocks(k)) for k in install_doc.KINDS)
+    vm_lines = {line.strip() for line in (ROOT / "tests/e2e/vm-inside.sh").read_text().splitlines()}
+    node = [c for b in install_doc.blocks("node") for c in install_doc.commands(b)]
+    assert node == ["hcsctl setup containerd --yes", "systemctl enable --now hcsd"], node
+    missing = [c for c in node if not any(line.startswith(c) for line in vm_lines)]
+    assert not missing, f"node steps the VM test does not run: {missing}"
+    (package,) = install_doc.blocks("node-package")
+    assert "apt-get install ./hcsd_" in package and "dnf install ./hcsd-" in package, package
+    assert "dpkg -i /hcsd.deb" in (ROOT / "tests/e2e/test_vm.py").read_text()
