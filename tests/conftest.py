@@ -22,6 +22,7 @@ from tests.harness.images import cluster_image  # noqa: F401 - for every suite
 from tests.harness.kubecluster.fixture import (  # noqa: F401 - for every suite
     bare_kubelet_cluster,
     kubelet_cluster,
+    stamped_bare_kubelet_cluster,
 )
 
 GiB = 2**30

@@ -32,8 +32,8 @@ def commands(block: str) -> list[str]:
     `sudo ` dropped (the VM test runs as root)."""
     joined = re.sub(r"\\\n\s*", " ", block)
     out = []
-    for line in joined.splitlines():
-        line = re.sub(r"\s+#.*$", "", line).strip()
+    for raw in joined.splitlines():
+        line = re.sub(r"\s+#.*$", "", raw).strip()
         if line and not line.startswith("#"):
             out.append(line.removeprefix("sudo "))
     return out

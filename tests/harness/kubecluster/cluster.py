@@ -23,7 +23,7 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hcsd.cluster.kube import Kube
@@ -33,7 +33,12 @@ from tests.harness.kubecluster import hcs
 from tests.harness.kubecluster.node import KubeletNode
 from tests.harness.kubecluster.vendors import ASCEND, NVIDIA, VendorNode, build_fakes
 from tests.harness.peers.building import Log, say
-from tests.harness.peers.kubernetes import ensure_kubernetes, ensure_kubernetes_node, find_etcd
+from tests.harness.peers.kubernetes import (
+    ensure_apiserver_stamped,
+    ensure_kubernetes,
+    ensure_kubernetes_node,
+    find_etcd,
+)
 from tests.harness.peers.runtimes import Binaries, ensure_binaries
 from tests.harness.waiting import wait_for
 from tests.runtime.image import ImageError, ensure_busybox_image, ensure_pause_image
@@ -113,6 +118,21 @@ def find_peers(log: Log = say) -> Peers | str:
     if isinstance(node, str):
         return node
     return Peers(control, node, etcd, runtime, address)
+
+
+def with_stamped_apiserver(peers: Peers, work: Path, log: Log = say) -> Peers | str:
+    """`peers` with the kube-apiserver that reports the release as its version (for `helm
+    install`: the chart's kubeVersion, hcs-scheduler's image tag), the rest as they were."""
+    stamped = ensure_apiserver_stamped(log)
+    if isinstance(stamped, str):
+        return stamped
+    control = work / "control-bin"
+    control.mkdir(parents=True, exist_ok=True)
+    (control / "kube-apiserver").symlink_to(stamped / "kube-apiserver")
+    for binary in peers.control.iterdir():
+        if not (control / binary.name).exists():
+            (control / binary.name).symlink_to(binary)
+    return replace(peers, control=control)
 
 
 def _clients(nodes: dict[str, VendorNode]) -> dict[str, tuple[str, str]]:

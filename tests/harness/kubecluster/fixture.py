@@ -18,7 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.kubecluster.cluster import NODES, KubeletCluster, find_peers, started
+from tests.harness.kubecluster.cluster import (
+    NODES,
+    KubeletCluster,
+    find_peers,
+    started,
+    with_stamped_apiserver,
+)
 from tests.harness.kubecluster.vendors import ASCEND, NVIDIA, VendorNode
 from tests.harness.peers.building import Log
 
@@ -41,10 +47,19 @@ def _say(pytestconfig: pytest.Config) -> Log:
 
 
 def _cluster(
-    pytestconfig: pytest.Config, work: Path, *, bare: bool, vendors: dict[str, VendorNode]
+    pytestconfig: pytest.Config,
+    work: Path,
+    *,
+    bare: bool,
+    vendors: dict[str, VendorNode],
+    stamped: bool = False,
 ) -> Iterator[KubeletCluster]:
+    """`stamped`: the API server reports the release (helm reads it), see
+    cluster.with_stamped_apiserver."""
     say = _say(pytestconfig)
     peers = find_peers(say)
+    if stamped and not isinstance(peers, str):
+        peers = with_stamped_apiserver(peers, work, say)
     if isinstance(peers, str):
         pytest.skip(f"SKIP the real-kubelet cluster: {peers}")
     cluster = started(peers, work, say, bare=bare, vendors=vendors)
@@ -79,3 +94,13 @@ def bare_kubelet_cluster(
     may be running at the same time; it stops at the module's end."""
     yield from _cluster(pytestconfig, tmp_path_factory.mktemp("bare-kubelet"), bare=True,
                         vendors=BARE_NODES)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stamped_bare_kubelet_cluster(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeletCluster]:
+    """`bare_kubelet_cluster` whose API server reports v1.36.3 (v0.0.0-master otherwise),
+    for `helm install` on kubelets (tests/kubelet/test_helm_install.py)."""
+    yield from _cluster(pytestconfig, tmp_path_factory.mktemp("helm-kubelet"), bare=True,
+                        vendors=BARE_NODES, stamped=True)  # fmt: skip
