@@ -398,3 +398,46 @@ def test_every_container_runs_under_the_runtimes_seccomp_profile(helm: str) -> N
         assert container["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
     (namespace,) = [d for d in docs if d["kind"] == "Namespace"]
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_clusters_without_kube_proxy_get_host_network_addresses_and_ports(helm: str) -> None:
+    """The values for clusters without kube-proxy/cluster DNS change what they name and
+    nothing when left alone (test_the_kustomize_tree_is_rendered_from_the_chart holds the
+    defaults to the shipped tree)."""
+    import base64
+
+    docs = template(
+        helm, "--set", "hostNetwork=true", "--set", "kubernetesAPI.host=10.0.0.1",
+        "--set", "kubernetesAPI.port=6443", "--set", "extenderAddress=10.0.0.5",
+        "--set", "ports.extender=18888", "--set", "ports.extenderNodeKeys=18890",
+        "--set", "ports.webhook=18443", "--set", "ports.scheduler=11259",
+    )  # fmt: skip
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs
+            if d["kind"] in ("Deployment", "DaemonSet")}  # fmt: skip
+    assert set(pods) == {"hcs-syncer", "hcs-scheduler-extender", "hcs-admission-webhook",
+                         "hcs-scheduler"}  # fmt: skip
+    api = [{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"},
+           {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]  # fmt: skip
+    for name, pod in pods.items():
+        assert pod["hostNetwork"] is True, name
+        env = pod["containers"][0].get("env", [])
+        assert (env[-2:] == api) == (name != "hcs-admission-webhook"), (name, env)
+    syncer = pods["hcs-syncer"]["containers"][0]["command"]
+    assert syncer[syncer.index("--node-keys-url") + 1] == "https://10.0.0.5:18890/node-keys"
+    (config,) = [d for d in docs if d["metadata"]["name"] == "hcs-scheduler-config"]
+    scheduler = yaml.safe_load(config["data"]["config.yaml"])
+    assert scheduler["extenders"][0]["urlPrefix"] == "https://10.0.0.5:18888/"
+    assert "--secure-port=11259" in pods["hcs-scheduler"]["containers"][0]["command"]
+    assert "0.0.0.0:18443" in pods["hcs-admission-webhook"]["containers"][0]["command"]
+    (secret,) = [d for d in docs if d["metadata"]["name"] == "hcs-scheduler-extender-tls"]
+    shown = subprocess.run(
+        ["openssl", "x509", "-noout", "-ext", "subjectAltName"],
+        input=base64.b64decode(secret["data"]["tls.crt"]), capture_output=True, check=True,
+    ).stdout.decode()  # fmt: skip
+    assert "IP Address:10.0.0.5" in shown and "DNS:hcs-scheduler-extender.hcs-system.svc" in shown
+    defaults = [d for d in template(helm) if d["kind"] in ("Deployment", "DaemonSet")]
+    for doc in defaults:
+        pod = doc["spec"]["template"]["spec"]
+        assert "hostNetwork" not in pod, doc["metadata"]["name"]
+        env = pod["containers"][0].get("env", [])
+        assert not any(e["name"].startswith("KUBERNETES_") for e in env), env
