@@ -76,7 +76,7 @@ def doc_steps(values: Path) -> list[str]:
         step = block
         for old, new in (REGISTRY, POD_IMAGE, POD_NETWORK):
             step = step.replace(old, new)
-        if step.startswith("helm install "):
+        if "\nhelm install " in f"\n{step}":  # the block's last command
             step = step.rstrip("\n") + f" --values {values}\n"
         steps.append(step)
     script = "".join(steps)
@@ -216,7 +216,7 @@ def upgrade_keeps_secrets_and_rolls_the_scheduler(cluster: KubeletCluster, helm:
 
 def uninstall_leaves_what_the_doc_says(cluster: KubeletCluster, helm: Path) -> None:
     """docs/helm.md: every object of the release gone but the CRDs (and their objects) and
-    the namespace --create-namespace made."""
+    the namespace (the operator made it)."""
     run_step(cluster, helm, "helm uninstall hcs --namespace hcs-system --wait --timeout 5m")
     wait_for(lambda: not release_pods(cluster), "the release's pods are gone", timeout=120)
     for path in (f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments",
@@ -231,6 +231,11 @@ def uninstall_leaves_what_the_doc_says(cluster: KubeletCluster, helm: Path) -> N
         cluster.kube.get("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
                          "/hcs-scheduler-as-kube-scheduler")  # fmt: skip
     cluster.kube.get(f"/api/v1/namespaces/{NAMESPACE}")  # kept
+    # What the programs wrote, not Helm: the leader and heartbeat Leases (docs/helm.md).
+    leases = cluster.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases")
+    assert sorted(lease["metadata"]["name"] for lease in leases["items"]) == sorted(
+        ["hcs-scheduler", "hcs-scheduler-extender", *(f"hcs-node-{n}" for n in cluster.nodes)]
+    )
     for crd in ("computenodes.hcs.io", "computequotas.hcs.io"):  # kept
         cluster.kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
 
