@@ -106,3 +106,17 @@ def debian_root(root_tarball: Path, tmp_path: Path) -> Iterator[Path]:
     sh("tar", "-C", root, "-xzf", root_tarball)
     yield root
     shutil.rmtree(root, ignore_errors=True)
+
+
+# Points hcsd at the shipped example node; everything that needs a host (NRI, eBPF) is off.
+TEST_CONFIG = """\
+[discovery]
+backends = ["simulated"]
+simulated_node = "/usr/share/hcsd/examples/nodes/mixed.toml"
+[metrics]
+listen = ""
+[health]
+source = "off"
+[runtime]
+nri = false
+"""

@@ -10,22 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import in_root, need, sh
+from tests.e2e.conftest import TEST_CONFIG, in_root, need, sh
 
 pytestmark = pytest.mark.slow
-
-# Points hcsd at the shipped example node; everything that needs a host (NRI, eBPF) is off.
-TEST_CONFIG = """\
-[discovery]
-backends = ["simulated"]
-simulated_node = "/usr/share/hcsd/examples/nodes/mixed.toml"
-[metrics]
-listen = ""
-[health]
-source = "off"
-[runtime]
-nri = false
-"""
 
 
 def test_packages_lint_clean(packages: dict[str, Path]) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import CACHE, HERE, REPO, need, sh
+from tests.e2e.conftest import CACHE, HERE, REPO, TEST_CONFIG, need, sh
 
 pytestmark = pytest.mark.slow
 
@@ -44,22 +44,16 @@ print("PROBE", platform.machine(), sys.version.split()[0], hcsd.__version__, len
 # Inside the arm64 root: install, run hcsd on the shipped simulated node, remove, purge. The
 # root is minbase, without systemd, which the package depends on: --force-depends (the
 # maintainer scripts' systemd steps are guarded; the amd64 test runs them with systemd).
-INSTALL = """
+INSTALL = (
+    """
 dpkg --print-architecture; uname -m
 dpkg -i --force-depends /tmp-hcsd.deb
 hcsd --version; hcs-syncer --version; hcs-scheduler-extender --version
 /opt/hcsd/venv/bin/python -c 'import grpc, platform; print("VENV", platform.machine())'
 cat > /etc/hcsd/hcsd.toml <<'X'
-[discovery]
-backends = ["simulated"]
-simulated_node = "/usr/share/hcsd/examples/nodes/mixed.toml"
-[metrics]
-listen = ""
-[health]
-source = "off"
-[runtime]
-nri = false
-X
+"""
+    + TEST_CONFIG
+    + """X
 hcsd --config /etc/hcsd/hcsd.toml & pid=$!
 for i in $(seq 600); do [ -S /run/hcsd/api/hcsd.sock ] && break; sleep 0.5; done
 hcsctl devices; hcsctl allocate --container e2e-1 --vram 1Gi
@@ -67,6 +61,7 @@ kill $pid; wait $pid
 dpkg -r hcsd; test ! -e /opt/hcsd && echo VENV-GONE
 dpkg -P hcsd; test ! -e /etc/hcsd && test ! -e /usr/lib/hcs && echo PURGED
 """
+)
 
 
 def elf_machine(data: bytes) -> int | None:

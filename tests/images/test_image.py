@@ -7,6 +7,7 @@ and the reproducibility test builds it a second time from the same .deb.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import shutil
@@ -40,30 +41,31 @@ def skopeo(*args: str) -> dict[str, object]:
     return result
 
 
-def layer_members(image: ClusterImage) -> dict[str, tarfile.TarInfo]:
+@contextlib.contextmanager
+def layer(image: ClusterImage) -> Iterator[tarfile.TarFile]:
+    """The image's one layer, streamed (the manifest names it by digest)."""
     with tarfile.open(image.path) as outer:
         blob = outer.extractfile(f"blobs/sha256/{image.manifest_digest().split(':')[1]}")
         assert blob is not None
-        (layer,) = json.load(blob)["layers"]
-        data = outer.extractfile(f"blobs/sha256/{layer['digest'].split(':')[1]}")
+        (only,) = json.load(blob)["layers"]
+        data = outer.extractfile(f"blobs/sha256/{only['digest'].split(':')[1]}")
         assert data is not None
         with tarfile.open(fileobj=gzip.GzipFile(fileobj=data), mode="r|") as tar:
-            return {member.name: member for member in tar}
+            yield tar
+
+
+def layer_members(image: ClusterImage) -> dict[str, tarfile.TarInfo]:
+    with layer(image) as tar:
+        return {member.name: member for member in tar}
 
 
 def read_member(image: ClusterImage, name: str) -> str:
-    with tarfile.open(image.path) as outer:
-        blob = outer.extractfile(f"blobs/sha256/{image.manifest_digest().split(':')[1]}")
-        assert blob is not None
-        (layer,) = json.load(blob)["layers"]
-        data = outer.extractfile(f"blobs/sha256/{layer['digest'].split(':')[1]}")
-        assert data is not None
-        with tarfile.open(fileobj=gzip.GzipFile(fileobj=data), mode="r|") as tar:
-            for member in tar:
-                if member.name == name:
-                    content = tar.extractfile(member)
-                    assert content is not None
-                    return content.read().decode()
+    with layer(image) as tar:
+        for member in tar:
+            if member.name == name:
+                content = tar.extractfile(member)
+                assert content is not None
+                return content.read().decode()
     raise AssertionError(f"{name} is not in the image")
 
 
