@@ -7,6 +7,7 @@ against these values.
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 # --- the CRDs ---------------------------------------------------------------------------------
@@ -67,6 +68,9 @@ ANNOTATION_SUBSTITUTION = "hcs.io/allow-substitution"
 ANNOTATION_VRAM = "hcs.io/vram"
 ANNOTATION_TFLOPS = "hcs.io/tflops-fp16"
 ANNOTATION_DEVICES = "hcs.io/devices"
+# Where the pod keeps its checkpoints (a path inside one of its volumes): hcsd injects
+# HCS_RESUME_FROM with the newest complete one there (docs/runtime.md, Checkpoint resume).
+ANNOTATION_CHECKPOINT_PATH = "hcs.io/checkpoint-path"
 
 # --- CDI ----------------------------------------------------------------------------------------
 CDI_KIND = "hcs.io/device"  # devices as `hcs.io/device=<uuid>` or `hcs.io/device=nvidia-0`
@@ -112,3 +116,25 @@ def model_names(text: str) -> frozenset[str]:
                 "spaces and ._+-/, at most 64 characters)"
             )
     return frozenset(names)
+
+
+# `hcs.io/checkpoint-path`: an absolute path in the container, in normal form (no `.`, `..`,
+# doubled or trailing `/`), printable, at most PATH_MAX_CHECKPOINT characters.
+PATH_MAX_CHECKPOINT = 1024
+
+
+def checkpoint_path_problem(text: str) -> str | None:
+    """Why `text` cannot be a checkpoint path, or None when it can (escaped, cut short)."""
+    what = f"{ANNOTATION_CHECKPOINT_PATH}: {text[:140]!r}"
+    if len(text) > PATH_MAX_CHECKPOINT:
+        return f"{what} is longer than {PATH_MAX_CHECKPOINT} characters"
+    if not text.startswith("/"):
+        return f"{what} is not an absolute path in the container"
+    if not text.isprintable():
+        return f"{what} holds control characters"
+    if ".." in text.split("/"):
+        return f"{what} climbs with '..'"
+    normal = "/" + posixpath.normpath(text).lstrip("/")
+    if text != normal:
+        return f"{what} is not in normal form (write {normal!r})"
+    return None

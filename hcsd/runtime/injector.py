@@ -27,6 +27,7 @@ from hcsd.runtime.annotations import RequestError, local_request, requested_keys
 from hcsd.runtime.container_files import ContainerUser, QuotaFiles
 from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.presence import ContainerView, RunningContainer, asks_for_devices, missing_edits
+from hcsd.runtime.resume import BindMount, Resumes
 from hcsd.runtime.settings import RuntimeSection
 from hcsd.runtime.vendors import vendor_edits
 from hcsd.service import NodeService
@@ -46,6 +47,8 @@ class ContainerInfo:
     front_end: FrontEnd = FrontEnd.UNKNOWN  # who asks: recorded with the allocation
     # Who its processes run as on the host, when the runtime says (owner of its usage region)
     user: ContainerUser | None = None
+    # Its bind mounts (NRI says; the other front ends leave it empty): checkpoint resume
+    mounts: tuple[BindMount, ...] = ()
 
     @property
     def label(self) -> str:
@@ -82,6 +85,7 @@ class Injector:
         self.settings = settings
         self.clock = clock
         self.quota = QuotaFiles(settings.run_dir, settings.runtime.libhcs_path)
+        self.resumes = Resumes(settings.runtime.checkpoints)
         # Containers the runtime said have ended (a stop, a removal, a reconcile not listing
         # them) whose quota directory could not be removed then: the sweep tries again.
         self._ended: set[str] = set()
@@ -112,6 +116,12 @@ class Injector:
                 [
                     vendor_edits(devices, self.settings.runtime.driver_paths),
                     self.quota.prepare(info.container_id, held.grants, devices, info.user),
+                    self.resumes.edits(
+                        info.label,
+                        info.container_annotations,
+                        info.pod_annotations,
+                        info.mounts,
+                    ),
                 ]
             )
         except (OSError, ValueError) as e:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from hcsd.contract import paths
 from hcsd.contract.paths import KEYRING_NAME
 from hcsd.model import Vendor
+from hcsd.runtime.checkpoints import CheckpointSection
 from hcsd.sections import Section, checks, section, setting
 
 __all__ = ["DriverPaths", "RuntimeSection"]
@@ -129,6 +130,11 @@ class RuntimeSection(Section):
         DriverPaths,
         "Driver files mounted into containers, per vendor; a vendor CDI spec, where "
         "present, replaces them.",
+    )
+    checkpoints: CheckpointSection = section(
+        CheckpointSection,
+        "Checkpoint resume: HCS_RESUME_FROM for pods that name their checkpoint directory "
+        "with hcs.io/checkpoint-path (docs/runtime.md).",
     )
 
     def keyring_path(self, state_dir: str) -> str:

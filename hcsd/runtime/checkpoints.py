@@ -1,0 +1,204 @@
+"""The newest complete checkpoint in a directory a tenant controls, found without trusting it.
+
+A pod names its checkpoint directory (`hcs.io/checkpoint-path`); hcsd, as root on the host,
+looks into the host side of that mount when the pod's container is created (hcsd/runtime/
+resume.py). Everything in it was written by the tenant: names, links, file types, sizes, the
+number of entries. So the directory is read through its descriptor only: entries are listed
+with `scandir` on the descriptor, never joined into paths; a candidate directory is opened
+`O_DIRECTORY|O_NOFOLLOW` relative to it; a marker counts only as a regular file seen with
+`lstat` semantics (no link followed, nothing opened); a pointer file is read through
+`dirfd.read_file` (regular files only, at most `max_pointer_bytes`). No other file is opened.
+
+What counts as complete (`[runtime.checkpoints]`, docs/runtime.md "Checkpoint resume"):
+
+- a pointer file (`latest`, as DeepSpeed writes it after a save) naming an entry of the same
+  directory: one name, no `/`, not `.` or `..`, an existing directory or regular file. A
+  pointer that names anything else (a path, a link, something missing) is ignored and logged;
+  a valid one wins over the scan, since the framework wrote it when the save was done;
+- else the numbered directory (`step-*`, `checkpoint-*`, `global_step*`) holding a completion
+  marker (`COMPLETE`, or the `.metadata` that torch.distributed.checkpoint renames into place
+  last), newest by the numbers in its name compared in turn (`step-10` after `step-9`; mtimes
+  are never used: a copy or a restore changes them).
+
+A directory with more than `max_entries` entries is not judged at all: resuming from an entry
+that only looks newest among those seen could go back in training without anyone noticing.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import stat
+from dataclasses import dataclass
+from typing import Any
+
+from hcsd.runtime.dirfd import opened_dir, read_file
+from hcsd.sections import Section, checks, setting
+
+__all__ = ["CheckpointError", "CheckpointSection", "newest_complete"]
+
+_NUMBER = re.compile(r"[0-9]+")
+NAME_MAX = 255
+
+
+class CheckpointError(Exception):
+    """The directory cannot be judged (too many entries, unreadable); the message says why."""
+
+
+def _file_name(value: Any) -> str:
+    """One entry name (a marker, a pointer, a pattern): never a path."""
+    if not isinstance(value, str) or not value or "/" in value or value in (".", ".."):
+        raise ValueError
+    if len(value) > NAME_MAX or not value.isprintable():
+        raise ValueError
+    return value
+
+
+def _file_names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        raise ValueError
+    return tuple(_file_name(v) for v in value)
+
+
+file_names = checks.Check(
+    "a list of file names (no '/', not '.' or '..', at most 255 printable characters)",
+    _file_names,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSection(Section):
+    """Checkpoint resume: how hcsd finds the newest complete checkpoint in the directory a
+    pod names with hcs.io/checkpoint-path, and how much of it it may look at."""
+
+    enabled: bool = setting(
+        True,
+        "Inject HCS_RESUME_FROM into containers that hold devices and name their checkpoint "
+        "directory with hcs.io/checkpoint-path.",
+        checks.boolean,
+    )
+    directories: tuple[str, ...] = setting(
+        ("step-*", "checkpoint-*", "global_step*"),
+        "Name patterns (shell globs) of numbered checkpoint directories; the newest is the "
+        "one whose numbers, compared in turn, are largest.",
+        file_names,
+    )
+    markers: tuple[str, ...] = setting(
+        ("COMPLETE", ".metadata"),
+        "Files that mark a checkpoint directory complete (any one, a regular file): the "
+        "training script's own marker, and torch.distributed.checkpoint's .metadata.",
+        file_names,
+    )
+    pointers: tuple[str, ...] = setting(
+        ("latest",),
+        "Pointer files naming the newest checkpoint (an entry of the same directory), as "
+        "DeepSpeed's `latest`; a valid one wins over the directory scan.",
+        file_names,
+    )
+    max_entries: int = setting(
+        10_000,
+        "Entries of the checkpoint directory looked at; a directory with more is not judged "
+        "(nothing is injected, a warning is logged).",
+        checks.positive_int,
+    )
+    max_pointer_bytes: int = setting(
+        4096, "Largest pointer file read; a larger one is ignored.", checks.positive_int
+    )
+    timeout: float = setting(
+        0.5,
+        "Seconds a container's creation waits for the scan (a hung network file system); "
+        "past it, nothing is injected and later scans wait for that one to end.",
+        checks.seconds,
+    )
+
+
+def newest_complete(dir_fd: int, settings: CheckpointSection) -> tuple[str | None, list[str]]:
+    """The name of the newest complete checkpoint in the directory (None: none), and what was
+    wrong on the way (ignored pointers), as log text with names escaped.
+
+    Raises CheckpointError when the directory cannot be judged at all.
+    """
+    problems: list[str] = []
+    for pointer in settings.pointers:
+        named, problem = _pointed(dir_fd, pointer, settings.max_pointer_bytes)
+        if named is not None:
+            return named, problems
+        if problem:
+            problems.append(problem)
+    for _, name in sorted(_candidates(dir_fd, settings), reverse=True):
+        if _complete(dir_fd, name, settings.markers):
+            return name, problems
+    return None, problems
+
+
+def _pointed(dir_fd: int, pointer: str, limit: int) -> tuple[str | None, str]:
+    """The entry a pointer file names, or None and why not ("" when there is no pointer)."""
+    data = read_file(dir_fd, pointer, limit + 1)
+    if data is None:
+        return None, ""
+    try:
+        name = _pointer_name(data, limit)
+    except ValueError as e:
+        return None, f"pointer {pointer}: {e}, ignored"
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as e:
+        return None, f"pointer {pointer}: {name!r}: {e.strerror}, ignored"
+    if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+        return None, f"pointer {pointer}: {name!r} is not a directory or a file, ignored"
+    return name, ""
+
+
+def _pointer_name(data: bytes, limit: int) -> str:
+    """The one name a pointer's text holds; ValueError says why it holds none."""
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    try:
+        name = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    try:
+        return _file_name(name)
+    except ValueError:
+        raise ValueError(f"{name[:80]!r} is not one name in its directory") from None
+
+
+def _candidates(dir_fd: int, settings: CheckpointSection) -> list[tuple[tuple[int, ...], str]]:
+    """The numbered directories matching a pattern, with their numbers."""
+    found = []
+    seen = 0
+    with os.scandir(dir_fd) as entries:  # on a duplicate of the descriptor, rewound after
+        for entry in entries:
+            seen += 1
+            if seen > settings.max_entries:
+                raise CheckpointError(
+                    f"more than {settings.max_entries} entries (runtime.checkpoints.max_entries)"
+                )
+            name = entry.name
+            if not name.isprintable() or not _matches(name, settings.directories):
+                continue
+            numbers = tuple(int(n) for n in _NUMBER.findall(name))
+            if numbers and entry.is_dir(follow_symlinks=False):
+                found.append((numbers, name))
+    return found
+
+
+def _complete(dir_fd: int, name: str, markers: tuple[str, ...]) -> bool:
+    """Whether directory `name` (never through a link) holds a marker as a regular file."""
+    try:
+        with opened_dir(name, dir_fd) as fd:
+            for marker in markers:
+                try:
+                    info = os.stat(marker, dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    return True
+    except OSError:
+        return False  # swapped for a link or removed since the listing, unreadable
+    return False
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)

@@ -1,0 +1,346 @@
+"""Checkpoint resume on real directories: which checkpoint is the newest complete one, and what
+a tenant who fills the directory can (not) make hcsd do.
+
+The directory is the host side of a pod's volume: names, links, FIFOs, sizes and counts are the
+tenant's. hcsd must never follow a link out of it, never open anything but a small pointer
+file, stay bounded, and never fail the container's creation because of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hcsd.discovery import Inventory
+from hcsd.model import FrontEnd, PodRef
+from hcsd.runtime.checkpoints import CheckpointError, CheckpointSection, newest_complete
+from hcsd.runtime.dirfd import opened_dir
+from hcsd.runtime.edits import ContainerEdits
+from hcsd.runtime.injector import ContainerInfo
+from hcsd.runtime.resume import ENV, BindMount, Resumes, locate
+from tests.capabilities import as_unit
+from tests.harness.local import local_node
+
+DEFAULTS = CheckpointSection()
+LABEL = "team-a/trainer/main"
+POD = PodRef("team-a", "trainer", "pod-uid-1")
+
+
+def checkpoint(directory: Path, name: str, *, complete: bool = True) -> Path:
+    path = directory / name
+    path.mkdir(parents=True)
+    (path / "model.pt").write_bytes(b"weights")
+    if complete:
+        (path / "COMPLETE").write_text("")
+    return path
+
+
+def newest(directory: Path, settings: CheckpointSection = DEFAULTS) -> str | None:
+    with opened_dir(str(directory)) as fd:
+        name, _ = newest_complete(fd, settings)
+    return name
+
+
+def resume(
+    source: Path,
+    path: str = "/ckpt",
+    *,
+    destination: str = "/ckpt",
+    settings: CheckpointSection = DEFAULTS,
+    pod: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The env the resume edits give a container whose mount `destination` is `source`."""
+    annotations = {"hcs.io/checkpoint-path": path} if pod is None else pod
+    edits = Resumes(settings).edits(LABEL, {}, annotations, [BindMount(destination, str(source))])
+    assert not (edits.devices or edits.mounts or edits.annotations)
+    return dict(edits.env)
+
+
+def test_the_newest_complete_checkpoint_wins_and_an_incomplete_one_is_ignored(
+    tmp_path: Path,
+) -> None:
+    for step in (1, 2):
+        checkpoint(tmp_path, f"step-{step}")
+    checkpoint(tmp_path, "step-3", complete=False)  # being written when the node failed
+    assert newest(tmp_path) == "step-2"
+    assert resume(tmp_path) == {ENV: "/ckpt/step-2"}
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        pytest.param(["step-9", "step-10"], "step-10", id="step-10-after-step-9"),
+        pytest.param(["global_step99", "global_step100"], "global_step100", id="deepspeed-tags"),
+        pytest.param(["checkpoint-500", "checkpoint-1000"], "checkpoint-1000", id="hf-trainer"),
+        pytest.param(["step-2-of-3", "step-10-of-3", "step-10-of-2"], "step-10-of-3", id="tuple"),
+        pytest.param(["step-0007", "step-8"], "step-8", id="leading-zeros"),
+    ],
+)
+def test_checkpoints_are_ordered_by_the_numbers_in_their_names(
+    tmp_path: Path, names: list[str], expected: str
+) -> None:
+    for name in names:
+        checkpoint(tmp_path, name)
+    # mtimes say the opposite: a copy or a restore changes them, the names do not
+    for age, name in enumerate(reversed(sorted(names))):
+        os.utime(tmp_path / name, (1_000_000 + age, 1_000_000 + age))
+    assert newest(tmp_path) == expected
+
+
+def test_what_does_not_match_or_holds_no_number_is_not_a_checkpoint(tmp_path: Path) -> None:
+    checkpoint(tmp_path, "step-latest")  # no number
+    checkpoint(tmp_path, "backup-99")  # no pattern
+    (tmp_path / "step-50").write_text("a file, not a directory")
+    assert newest(tmp_path) is None
+    assert resume(tmp_path) == {}
+
+
+def test_torch_distributed_checkpoint_metadata_marks_completion(tmp_path: Path) -> None:
+    (tmp_path / "step-4").mkdir()
+    (tmp_path / "step-4" / "__0_0.distcp").write_bytes(b"x")
+    (tmp_path / "step-4" / ".metadata").write_bytes(b"pickle")
+    (tmp_path / "step-5").mkdir()
+    (tmp_path / "step-5" / ".metadata.tmp").write_bytes(b"being renamed")
+    assert newest(tmp_path) == "step-4"
+
+
+def test_the_matcher_is_configurable(tmp_path: Path) -> None:
+    (tmp_path / "iter_0000200").mkdir()
+    (tmp_path / "iter_0000200" / "DONE").write_text("")
+    checkpoint(tmp_path, "step-900")
+    settings = CheckpointSection(directories=("iter_*",), markers=("DONE",), pointers=())
+    assert newest(tmp_path, settings) == "iter_0000200"
+    with pytest.raises(ValueError, match="markers: expected a list of file names"):
+        CheckpointSection(markers=("../COMPLETE",))
+
+
+def test_a_latest_pointer_names_the_checkpoint(tmp_path: Path) -> None:
+    """DeepSpeed writes `latest` with the tag when the save is done; its tag directories have
+    no marker. A valid pointer wins over the scan."""
+    (tmp_path / "global_step7").mkdir()
+    checkpoint(tmp_path, "step-9")
+    (tmp_path / "latest").write_text("global_step7\n")
+    assert resume(tmp_path) == {ENV: "/ckpt/global_step7"}
+    (tmp_path / "latest").write_text("epoch=3-step=400.ckpt")  # a file checkpoint
+    (tmp_path / "epoch=3-step=400.ckpt").write_bytes(b"weights")
+    assert resume(tmp_path) == {ENV: "/ckpt/epoch=3-step=400.ckpt"}
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        pytest.param(b"../outside", "is not one name in its directory", id="parent"),
+        pytest.param(b"/etc", "is not one name in its directory", id="absolute"),
+        pytest.param(b"sub/step-1", "is not one name in its directory", id="nested"),
+        pytest.param(b"..", "is not one name in its directory", id="dotdot"),
+        pytest.param(b"step-1\nforged", "is not one name in its directory", id="newline"),
+        pytest.param(b"missing", "No such file or directory", id="missing"),
+        pytest.param(b"escape", "is not a directory or a file", id="names-a-link"),
+        pytest.param(b"\xff\xfe", "not UTF-8 text", id="binary"),
+        pytest.param(b"x" * 5000, "larger than 4096 bytes", id="huge"),
+    ],
+)
+def test_a_bad_pointer_is_ignored_logged_and_the_scan_decides(
+    tmp_path: Path, content: bytes, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    outside = tmp_path / "outside"
+    checkpoint(outside, "step-99")
+    ckpt = tmp_path / "ckpt"
+    checkpoint(ckpt, "step-1")
+    (ckpt / "escape").symlink_to(outside / "step-99")
+    (ckpt / "latest").write_bytes(content)
+    with caplog.at_level(logging.WARNING):
+        assert resume(ckpt) == {ENV: "/ckpt/step-1"}
+    assert f"{LABEL}: checkpoints in /ckpt: pointer latest:" in caplog.text
+    assert why in caplog.text
+    assert "\nforged" not in caplog.text  # tenant text escaped in the log
+
+
+def test_links_out_of_the_directory_are_never_followed(tmp_path: Path) -> None:
+    """Every way a tenant could point hcsd at another directory: a checkpoint directory that
+    is a link, a marker that is a link, a pointer file that is a link, a link on the way from
+    the mount to the annotated path. hcsd sees the host as root: none may count."""
+    outside = tmp_path / "outside"
+    checkpoint(outside, "step-99")
+    (outside / "latest").write_text("step-99")
+    (outside / "marker").write_text("")
+    source = tmp_path / "volume"
+    ckpt = source / "run"
+    checkpoint(ckpt, "step-1")
+    (ckpt / "step-50").symlink_to(outside / "step-99")  # a complete checkpoint elsewhere
+    (ckpt / "step-60").mkdir()
+    (ckpt / "step-60" / "COMPLETE").symlink_to(outside / "marker")  # a marker elsewhere
+    (ckpt / "latest").symlink_to(outside / "latest")  # a pointer elsewhere
+    assert resume(source, "/ckpt/run") == {ENV: "/ckpt/run/step-1"}
+    (source / "elsewhere").symlink_to(outside)
+    assert resume(source, "/ckpt/elsewhere") == {}
+
+
+def test_a_link_on_the_way_is_logged_and_nothing_is_injected(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    outside = tmp_path / "outside"
+    checkpoint(outside, "step-99")
+    source = tmp_path / "volume"
+    source.mkdir()
+    (source / "run").symlink_to(outside)
+    with caplog.at_level(logging.WARNING):
+        assert resume(source, "/ckpt/run") == {}
+    assert f"{LABEL}: no checkpoint resume: failed to read its directory:" in caplog.text
+
+
+def test_fifos_and_devices_are_never_opened(tmp_path: Path) -> None:
+    """A FIFO as the pointer or the marker would block an open for reading: neither counts
+    (and the scan returns at once)."""
+    checkpoint(tmp_path, "step-1")
+    (tmp_path / "step-2").mkdir()
+    os.mkfifo(tmp_path / "step-2" / "COMPLETE")
+    os.mkfifo(tmp_path / "latest")
+    started = time.monotonic()
+    assert resume(tmp_path) == {ENV: "/ckpt/step-1"}
+    assert time.monotonic() - started < 0.4
+
+
+def test_a_huge_directory_is_not_judged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    for step in range(120):
+        (tmp_path / f"step-{step}").mkdir()
+    (tmp_path / "step-119" / "COMPLETE").write_text("")
+    settings = CheckpointSection(max_entries=100)
+    with opened_dir(str(tmp_path)) as fd, pytest.raises(CheckpointError, match="more than 100"):
+        newest_complete(fd, settings)
+    with caplog.at_level(logging.WARNING):
+        assert resume(tmp_path, settings=settings) == {}
+    assert "more than 100 entries (runtime.checkpoints.max_entries)" in caplog.text
+    assert resume(tmp_path) == {ENV: "/ckpt/step-119"}  # under the default bound
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param("ckpt", id="relative"),
+        pytest.param("/ckpt/../etc", id="dotdot"),
+        pytest.param("/ckpt/", id="trailing-slash"),
+        pytest.param("/ckpt//run", id="double-slash"),
+        pytest.param("/ckpt\nforged line", id="newline"),
+        pytest.param("/" + "a" * 2000, id="too-long"),
+    ],
+)
+def test_a_malformed_annotation_starts_the_container_without_resume(
+    tmp_path: Path, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    checkpoint(tmp_path, "step-1")
+    with caplog.at_level(logging.WARNING):
+        assert resume(tmp_path, path) == {}
+    assert f"{LABEL}: no checkpoint resume: hcs.io/checkpoint-path: " in caplog.text
+    assert "\nforged" not in caplog.text
+
+
+def test_a_path_outside_every_mount_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    checkpoint(tmp_path, "step-1")
+    with caplog.at_level(logging.WARNING):
+        assert resume(tmp_path, "/ckptx") == {}
+    assert "'/ckptx' is in none of the container's bind mounts" in caplog.text
+
+
+def test_no_annotation_or_no_directory_yet_is_quiet(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert resume(tmp_path, pod={}) == {}
+        assert resume(tmp_path, "/ckpt/run-1") == {}  # the first run makes it
+        assert resume(tmp_path / "gone") == {}
+        assert resume(tmp_path, settings=CheckpointSection(enabled=False)) == {}
+    assert caplog.text == ""
+
+
+def test_the_deepest_mount_holding_the_path_is_used() -> None:
+    mounts = [
+        BindMount("/data", "/host/data"),
+        BindMount("/data/ckpt", "/host/ckpt"),
+        BindMount("/datax", "/host/datax"),
+        BindMount("/etc/hosts", "/host/hosts"),
+    ]
+    assert locate("/data/ckpt/run", mounts) == (mounts[1], "run")
+    assert locate("/data/ckpt", mounts) == (mounts[1], "")
+    assert locate("/data/other", mounts) == (mounts[0], "other")
+    assert locate("/datax", mounts) == (mounts[2], "")
+    assert locate("/dat", mounts) is None
+    assert locate("/run", [BindMount("/", "/host/root")]) == (BindMount("/", "/host/root"), "run")
+
+
+def test_a_scan_past_its_timeout_costs_the_creation_that_long_and_later_ones_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A hung network file system: the creation goes on without resume after `timeout`, and
+    while that scan hangs no other starts (each would leave a thread stuck behind it)."""
+    resumes = Resumes(CheckpointSection(timeout=0.2))
+    release = threading.Event()
+
+    def hung() -> tuple[str | None, list[str]]:
+        release.wait(10)
+        return "step-1", []
+
+    with caplog.at_level(logging.WARNING):
+        started = time.monotonic()
+        assert resumes._scan(LABEL, hung) is None
+        assert 0.2 <= time.monotonic() - started < 2
+        started = time.monotonic()
+        assert resumes._scan(LABEL, lambda: ("step-2", [])) is None
+        assert time.monotonic() - started < 0.1
+    assert "the scan took longer than 0.2 s" in caplog.text
+    assert "an earlier checkpoint scan has not ended" in caplog.text
+    release.set()
+    assert resumes._running is not None
+    resumes._running.join(2)
+    assert resumes._scan(LABEL, lambda: ("step-2", [])) == ("step-2", [])
+
+
+def _as_unit_resume(source: str) -> dict[str, str]:
+    return resume(Path(source))
+
+
+def test_under_the_units_capabilities(tmp_path: Path) -> None:
+    """hcsd's unit has no CAP_DAC_OVERRIDE nor CAP_DAC_READ_SEARCH: a directory a non-root
+    container user wrote with the usual 0755 is read; one it closed (0700) is not, and the
+    container starts without resume (docs/runtime.md says so)."""
+    source = tmp_path / "volume"
+    checkpoint(source, "step-3")
+    for path in (source, source / "step-3", source / "step-3" / "COMPLETE"):
+        os.chown(path, 1000, 1000)
+    tmp_path.chmod(0o755)
+    assert as_unit(lambda: _as_unit_resume(str(source))) == {ENV: "/ckpt/step-3"}
+    source.chmod(0o700)
+    assert as_unit(lambda: _as_unit_resume(str(source))) == {}
+
+
+def test_the_injector_adds_it_only_for_containers_that_hold_devices(
+    tmp_path: Path, mixed_inventory: Inventory
+) -> None:
+    """The read is root's, in a tenant's directory: only a container hcsd serves (here a
+    local request; in cluster mode a verified assignment) makes hcsd do it."""
+    volume = tmp_path / "volume"
+    checkpoint(volume, "step-1")
+    checkpoint(volume, "step-2")
+    checkpoint(volume, "step-3", complete=False)
+    node = local_node(tmp_path / "node", mixed_inventory)
+    injector = node.injector()
+    pod = {"hcs.io/checkpoint-path": "/ckpt"}
+    mounts = (BindMount("/ckpt", str(volume)), BindMount("/etc/hosts", "/etc/hosts"))
+
+    def create(cid: str, annotations: dict[str, str]) -> ContainerEdits | None:
+        return injector.create(
+            ContainerInfo(cid, "main", POD, annotations, pod, FrontEnd.NRI, mounts=mounts)
+        )
+
+    edits = create("c1", {"hcs.io/vram": "1Gi"})
+    assert edits is not None and dict(edits.env)[ENV] == "/ckpt/step-2"
+    assert dict(edits.env)["HCS_CONFIG"] == "/run/hcs/quota.conf"  # the rest as before
+    assert create("c2", {}) is None  # asks for no device: hcsd does not look
+    node.close()
