@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from hcsd.contract.assignment import sign
 from hcsd.discovery import Inventory
-from hcsd.model import FrontEnd, PodRef
+from hcsd.model import FrontEnd, NodeMode, PodRef
 from hcsd.runtime.checkpoints import CheckpointError, CheckpointSection, newest_complete
 from hcsd.runtime.dirfd import opened_dir
 from hcsd.runtime.edits import ContainerEdits
@@ -29,6 +30,7 @@ from tests.harness.local import local_node
 DEFAULTS = CheckpointSection()
 LABEL = "team-a/trainer/main"
 POD = PodRef("team-a", "trainer", "pod-uid-1")
+A100_0 = "GPU-5b2f0c0e-8d1a-4c11-9d2e-a100a100a000"
 
 
 def checkpoint(directory: Path, name: str, *, complete: bool = True) -> Path:
@@ -343,4 +345,35 @@ def test_the_injector_adds_it_only_for_containers_that_hold_devices(
     assert edits is not None and dict(edits.env)[ENV] == "/ckpt/step-2"
     assert dict(edits.env)["HCS_CONFIG"] == "/run/hcs/quota.conf"  # the rest as before
     assert create("c2", {}) is None  # asks for no device: hcsd does not look
+    node.close()
+
+
+def test_an_assigned_container_gets_it_and_the_pods_sidecar_does_not(
+    tmp_path: Path, mixed_inventory: Inventory
+) -> None:
+    """On a cluster node: the container the verified assignment gives a device resumes; the
+    pod's other container (the assignment gives it nothing) is not looked at."""
+    now = 1_760_000_000.0
+    key = b"test-cluster-key-0123456789abcdef"
+    volume = tmp_path / "volume"
+    checkpoint(volume, "global_step7")
+    (volume / "latest").write_text("global_step7")
+    node = local_node(tmp_path / "node", mixed_inventory, clock=lambda: now)
+    injector = node.injector(assignment_key=key, mode=NodeMode.CLUSTER, clock=lambda: now)
+    body = {
+        "v": 1,
+        "node": "sim",
+        "pod_uid": POD.uid,
+        "issued": now - 60,
+        "containers": {"main": [{"uuid": A100_0, "vram": 2**30, "compute": 25}]},
+    }
+    pod = {"hcs.io/assignment": sign(body, key), "hcs.io/checkpoint-path": "/ckpt"}
+    mounts = (BindMount("/ckpt", str(volume)),)
+
+    def create(cid: str, name: str) -> ContainerEdits | None:
+        return injector.create(ContainerInfo(cid, name, POD, {}, pod, FrontEnd.NRI, mounts=mounts))
+
+    edits = create("c1", "main")
+    assert edits is not None and dict(edits.env)[ENV] == "/ckpt/global_step7"
+    assert create("c2", "sidecar") is None
     node.close()
