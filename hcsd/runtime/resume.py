@@ -133,7 +133,7 @@ class Resumes:
         def run() -> None:
             try:
                 outcome.append(work())
-            except (OSError, CheckpointError) as e:
+            except Exception as e:  # whatever it is, the creation goes on
                 outcome.append(e)
 
         thread = threading.Thread(target=run, name="hcsd-checkpoint-scan", daemon=True)
@@ -154,8 +154,13 @@ class Resumes:
             return None
         if isinstance(outcome[0], BaseException):
             error = outcome[0]
-            why = error.strerror if isinstance(error, OSError) and error.strerror else error
-            log.warning("%s: no checkpoint resume: failed to read its directory: %s", label, why)
+            if isinstance(error, OSError | CheckpointError):
+                why = error.strerror if isinstance(error, OSError) and error.strerror else error
+                log.warning(
+                    "%s: no checkpoint resume: failed to read its directory: %s", label, why
+                )
+            else:
+                log.error("%s: no checkpoint resume: the scan failed", label, exc_info=error)
             return None
         return outcome[0]
 

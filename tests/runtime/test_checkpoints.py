@@ -377,3 +377,15 @@ def test_an_assigned_container_gets_it_and_the_pods_sidecar_does_not(
     assert edits is not None and dict(edits.env)[ENV] == "/ckpt/global_step7"
     assert create("c2", "sidecar") is None
     node.close()
+
+
+def test_a_scan_that_fails_unexpectedly_never_fails_the_creation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken() -> tuple[str | None, list[str]]:
+        raise ValueError("a bug in the scan")
+
+    with caplog.at_level(logging.WARNING):
+        assert Resumes(DEFAULTS)._scan(LABEL, broken) is None
+    assert f"{LABEL}: no checkpoint resume: the scan failed" in caplog.text
+    assert "a bug in the scan" in caplog.text
