@@ -22,6 +22,8 @@ What counts as complete (`[runtime.checkpoints]`, docs/runtime.md "Checkpoint re
 
 A directory with more than `max_entries` entries is not judged at all: resuming from an entry
 that only looks newest among those seen could go back in training without anyone noticing.
+At most `max_checked` directories, newest first, are opened to look for a marker: a tenant's
+thousands of unfinished directories cost a few milliseconds, not a second of root's time.
 """
 
 from __future__ import annotations
@@ -102,6 +104,12 @@ class CheckpointSection(Section):
         "(nothing is injected, a warning is logged).",
         checks.positive_int,
     )
+    max_checked: int = setting(
+        100,
+        "Checkpoint directories looked into for a marker, newest first; when none of them is "
+        "complete the older ones are not looked at (nothing is injected, a warning is logged).",
+        checks.positive_int,
+    )
     max_pointer_bytes: int = setting(
         4096, "Largest pointer file read; a larger one is ignored.", checks.positive_int
     )
@@ -126,9 +134,15 @@ def newest_complete(dir_fd: int, settings: CheckpointSection) -> tuple[str | Non
             return named, problems
         if problem:
             problems.append(problem)
-    for _, name in sorted(_candidates(dir_fd, settings), reverse=True):
+    candidates = sorted(_candidates(dir_fd, settings), reverse=True)
+    for _, name in candidates[: settings.max_checked]:
         if _complete(dir_fd, name, settings.markers):
             return name, problems
+    if len(candidates) > settings.max_checked:
+        problems.append(
+            f"none of the newest {settings.max_checked} checkpoint directories is complete; "
+            "the older ones were not looked at (runtime.checkpoints.max_checked)"
+        )
     return None, problems
 
 

@@ -389,3 +389,17 @@ def test_a_scan_that_fails_unexpectedly_never_fails_the_creation(
         assert Resumes(DEFAULTS)._scan(LABEL, broken) is None
     assert f"{LABEL}: no checkpoint resume: the scan failed" in caplog.text
     assert "a bug in the scan" in caplog.text
+
+
+def test_only_the_newest_directories_are_looked_into(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Thousands of unfinished directories above the one complete checkpoint: each would be
+    an open and a stat as root; past `max_checked` the older ones are not looked at."""
+    checkpoint(tmp_path, "step-0")
+    for number in range(1, 31):
+        (tmp_path / f"step-{number}").mkdir()
+    assert resume(tmp_path, settings=CheckpointSection(max_checked=31)) == {ENV: "/ckpt/step-0"}
+    with caplog.at_level(logging.WARNING):
+        assert resume(tmp_path, settings=CheckpointSection(max_checked=30)) == {}
+    assert "none of the newest 30 checkpoint directories is complete" in caplog.text
