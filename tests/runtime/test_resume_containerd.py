@@ -1,15 +1,18 @@
-"""Checkpoint resume with a real containerd 2.x and runc: a pod whose volume holds step-1 and
-step-2 complete and step-3 half written gets HCS_RESUME_FROM=/ckpt/step-2, read inside the
-container by root and by a non-root user; a replacement created after step-3 completes gets
-step-3; a pod hcsd gives no devices gets nothing."""
+"""Checkpoint resume with a real containerd 2.x and runc, hcsd with only its unit's
+capabilities: a pod whose volume (written by uid 1000, as a non-root trainer leaves it) holds
+step-1 and step-2 complete and step-3 half written gets HCS_RESUME_FROM=/ckpt/step-2, read
+inside the container by root and by a non-root user; a replacement created after step-3
+completes gets step-3; a container hcsd gives no devices gets nothing."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.capabilities import setpriv_prefix
 from tests.harness.daemon import Daemon
 from tests.harness.waiting import wait_for
 from tests.runtime.containerd import Containerd
@@ -26,6 +29,7 @@ READ = (
 @pytest.fixture
 def hcsd(containerd: Containerd, tmp_path: Path) -> Iterator[Daemon]:
     daemon = runtime_hcsd(tmp_path / "hcsd", containerd.nri_socket)
+    daemon.prefix = setpriv_prefix()  # no CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH
     start_registered(daemon)
     yield daemon
     daemon.close()
@@ -72,6 +76,7 @@ def test_the_newest_complete_checkpoint_is_injected(
     step(volume, 3, complete=False)
     for path in (volume, *volume.rglob("*")):
         path.chmod(0o755 if path.is_dir() else 0o644)
+        os.chown(path, 1000, 1000)
     pod = containerd.run_pod(
         "trainer", "team-a", "uid-resume", annotations={"hcs.io/checkpoint-path": "/ckpt"}
     )
@@ -82,6 +87,7 @@ def test_the_newest_complete_checkpoint_is_injected(
     assert "team-a/trainer/user: resuming from the newest complete checkpoint" in hcsd.logs()
 
     (volume / "step-3" / "COMPLETE").write_text("")  # the failed pod's last save, finished
+    os.chown(volume / "step-3" / "COMPLETE", 1000, 1000)
     out = run(containerd, pod, "replacement", volume, user=(1000, 1000))
     assert "resume=/ckpt/step-3 uid=1000" in out, out
 
