@@ -139,6 +139,8 @@ def test_a_container_created_past_the_timeout_is_found_and_released(
     containerd = launched(runtime_binaries, tmp_path, closing, timeout="1s")
     hcsd = start_hcsd(tmp_path / "hcsd", containerd, closing)
     assert hcsd.process is not None
+    wait_for(lambda: "nri: synchronized" in hcsd.logs(), "the first session's Synchronize")
+    synchronized = hcsd.logs().count("nri: synchronized")
     pod = containerd.run_pod("late", "team-e", "uid-5")
     os.kill(hcsd.process.pid, signal.SIGSTOP)
     try:
@@ -151,7 +153,10 @@ def test_a_container_created_past_the_timeout_is_found_and_released(
     assert "HCS_CONFIG" not in env  # created without hcsd: no devices, no quota
     containerd.start(ctr)
     wait_for(lambda: hcsd.logs().count("nri: registered") >= 2, "hcsd registered again")
-    wait_for(lambda: "nri: synchronized" in hcsd.logs(), "Synchronize after reconnecting")
+    wait_for(  # the second session's Synchronize, not the first one's line again
+        lambda: hcsd.logs().count("nri: synchronized") > synchronized,
+        "Synchronize after reconnecting",
+    )
     logs = hcsd.logs()
     assert (
         "team-e/late/main: asked for devices but runs without hcsd's devices and quota" in logs
