@@ -47,6 +47,16 @@ class DiscoveryBackend(abc.ABC):
         """
         return {}
 
+    def health_gauges(self) -> dict[str, dict[str, int]]:
+        """How each device runs right now, per device uuid, by name: readings, not counters.
+
+        The sub-health signals' inputs (hcsd/health/signals.py): clock_event_reasons (NVML's
+        bitmask), sm_clock_mhz and sm_clock_max_mhz, retired_pages_pending and
+        row_remap_pending (1 while a retirement or remap waits for a reset). A reading the
+        device does not support is left out; backends without such a view return {}.
+        """
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release library handles; called once at shutdown."""
 

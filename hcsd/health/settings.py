@@ -1,6 +1,7 @@
-"""`[health]`: which kernel event source to use, how a device's score falls and recovers, and
-the operator's extra kernel-line rules. The watcher takes this section whole; the analyzer's
-thresholds are derived from it here, in one place."""
+"""`[health]`: which kernel event source to use, how a device's score falls and recovers, the
+sub-health signals' hold time and thresholds, and the operator's extra kernel-line rules. The
+watcher takes this section whole; the analyzer's and the sub-health tracker's settings are
+derived from it here, in one place."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from hcsd.contract import paths
 from hcsd.health.analyzer import AnalyzerSettings
 from hcsd.health.parsing import DEFAULT_RULES, LineRule, compile_rules
+from hcsd.health.subhealth import SubHealthSettings
 from hcsd.sections import Section, checks, setting
 
 __all__ = ["RECOVERY_MARGIN", "HealthSection"]
@@ -76,6 +78,44 @@ class HealthSection(Section):
         rule_tables,
     )
 
+    subhealth: bool = setting(
+        True,
+        "Watch sub-health signals (clock slowdown, PCIe link down-trained, corrections rising, "
+        "measured TFLOPS under the profile): a signal that holds makes the device degraded.",
+        checks.boolean,
+    )
+    subhealth_hold: float = setting(
+        300.0,
+        "Seconds a sub-health signal must hold, seen on every poll, before the device is degraded.",
+        checks.seconds,
+    )
+    subhealth_recovery: float = setting(
+        300.0,
+        "Seconds a sub-health signal must stay away before a device it degraded is healthy again.",
+        checks.seconds,
+    )
+    subhealth_clock_percent: float = setting(
+        60.0,
+        "SM clock under this percent of its maximum while busy, with no reason given, is a signal.",
+        checks.percent,
+    )
+    subhealth_tflops_percent: float = setting(
+        80.0,
+        "Measured FP16 TFLOPS under this percent of the device's profile is a signal.",
+        checks.percent,
+    )
+    subhealth_ecc_window: float = setting(
+        60.0,
+        "Correctable memory errors at most this many seconds apart count as rising.",
+        checks.seconds,
+    )
+    subhealth_score: float = setting(
+        50.0,
+        "Health score a device degraded by sub-health reports at most (the extender scores "
+        "devices by it).",
+        checks.score,
+    )
+
     def analyzer_settings(self) -> AnalyzerSettings:
         """The score thresholds; recovery needs RECOVERY_MARGIN points above degraded."""
         return AnalyzerSettings(
@@ -83,6 +123,15 @@ class HealthSection(Section):
             degraded_below=self.degraded_below,
             recovered_above=min(100.0, self.degraded_below + RECOVERY_MARGIN),
             unhealthy_below=self.unhealthy_below,
+        )
+
+    def subhealth_settings(self) -> SubHealthSettings:
+        return SubHealthSettings(
+            hold=self.subhealth_hold,
+            recovery=self.subhealth_recovery,
+            clock_ratio=self.subhealth_clock_percent / 100.0,
+            tflops_ratio=self.subhealth_tflops_percent / 100.0,
+            ecc_window=self.subhealth_ecc_window,
         )
 
     def line_rules(self) -> tuple[LineRule, ...]:

@@ -2,8 +2,11 @@
 
 Sources are tried in order (eBPF via libbpf, then bcc, then polling /dev/kmsg); the first that
 starts wins, and each one that cannot start says why in one log line. PCIe AER counters in sysfs
-are polled as well unless the eBPF source has the AER tracepoint. Verdicts go to the node
-service as device records, so the allocator, the API watch and the metrics all see them at once.
+are polled as well unless the eBPF source has the AER tracepoint. Sub-health signals (a slow
+or down-trained device, subhealth.py) are checked on the same poll; a device the fault analyzer
+finds healthy but a signal has held degraded is `degraded` with the signal's reason. Verdicts go
+to the node service as device records, so the allocator, the API watch and the metrics all see
+them at once.
 """
 
 from __future__ import annotations
@@ -25,14 +28,18 @@ from hcsd.health.sources.bcc import BccSource
 from hcsd.health.sources.counters import CounterPoller
 from hcsd.health.sources.ebpf import EbpfSource
 from hcsd.health.sources.kmsg import KmsgSource
+from hcsd.health.subhealth import SubHealth
 from hcsd.model import HealthState
 from hcsd.service import NodeService
 
-__all__ = ["HEALTH_ATTRIBUTES", "SOURCE_ORDER", "HealthWatcher"]
+__all__ = ["HEALTH_ATTRIBUTES", "SOURCE_ORDER", "SUBHEALTH_ATTRIBUTE", "HealthWatcher"]
 
 log = logging.getLogger(__name__)
 
 HEALTH_ATTRIBUTES = ("health_reason", "health_cause")  # set while a device is not healthy
+#: The sub-health reasons that hold a device degraded, comma-separated ("hw-slowdown,…"); set
+#: while any does, whatever the device's state.
+SUBHEALTH_ATTRIBUTE = "subhealth"
 
 SOURCE_ORDER = ("ebpf", "bcc", "kmsg")
 
@@ -60,6 +67,11 @@ class HealthWatcher:
         self.counters = (
             CounterPoller(backends, self._bus_of_uuid, interval=settings.aer_poll_interval)
             if backends
+            else None
+        )
+        self.subhealth = (
+            SubHealth(settings.subhealth_settings(), clock, sysfs=sysfs)
+            if settings.subhealth
             else None
         )
         self.events: collections.Counter[tuple[str, str, str]] = collections.Counter()
@@ -123,6 +135,7 @@ class HealthWatcher:
                         self.aer.poll(self.on_event)  # sysfs reads: quick, on the loop
                     if self.counters is not None:
                         await self.counters.poll(self.on_event)  # vendor calls: off the loop
+                    self.check_subhealth()
                     next_poll = loop.time() + self.settings.aer_poll_interval
                 for uuid in self.analyzer.tick():
                     self._apply(uuid, None)
@@ -143,6 +156,8 @@ class HealthWatcher:
             log.debug("health: %s on %s: not one of ours", event.code, event.bus_id)
             return
         before = self.analyzer.state(uuid)
+        if self.subhealth is not None:
+            self.subhealth.note(uuid, event)
         self.analyzer.observe(uuid, event)
         self._apply(uuid, event if self.analyzer.state(uuid) is not before else None)
 
@@ -150,6 +165,16 @@ class HealthWatcher:
         """For the cluster side: a device measured well below its peers."""
         self.analyzer.report_slow(uuid, ratio)
         self._apply(uuid, None)
+
+    def check_subhealth(self) -> None:
+        """Read every device's sub-health signals (sysfs and the readings the vendor counters'
+        poll brought) and apply the devices whose held reasons changed."""
+        if self.subhealth is None:
+            return
+        devices = [status.device for status in self.service.devices()]
+        gauges = self.counters.gauges if self.counters is not None else {}
+        for uuid in self.subhealth.check(devices, gauges):
+            self._apply(uuid, None)
 
     def _bus_of_uuid(self, uuid: str) -> str | None:
         device = self.service.device(uuid)
@@ -168,16 +193,34 @@ class HealthWatcher:
         device = status.device
         reason = self.analyzer.reason(uuid) or "quiet period passed"
         cause = self.analyzer.cause(uuid) or reason
+        held = self.subhealth.held(uuid) if self.subhealth is not None else ()
+        if held:
+            # Sub-health degrades a device the analyzer finds healthy and lowers its score (the
+            # extender's ranking); it never lifts a worse state.
+            score = min(score, round(self.settings.subhealth_score))
+            if state is HealthState.HEALTHY:
+                state = HealthState.DEGRADED
+                reason = "; ".join(f"{s.reason}: {s.detail}" for s in held)[:1024]
+                cause = ",".join(s.reason for s in held)
+        elif SUBHEALTH_ATTRIBUTE in dict(device.attributes) and state is HealthState.HEALTHY:
+            reason = "sub-health signals cleared"
         # Why travels with the device while it is not healthy, one source for every reader:
         # `health_reason` in detail (`hcsctl devices --json`, the ComputeNode) and
         # `health_cause` in stable words (the hcs_device_health_reason label). A new kind of
         # fault is news even at the same state and score; the details of the same kind are
         # not (a pid per event would be a status write per event).
-        attributes = tuple((k, v) for k, v in device.attributes if k not in HEALTH_ATTRIBUTES)
+        attributes = tuple(
+            (k, v)
+            for k, v in device.attributes
+            if k not in HEALTH_ATTRIBUTES and k != SUBHEALTH_ATTRIBUTE
+        )
         if state is not HealthState.HEALTHY:
             attributes += (("health_reason", reason), ("health_cause", cause))
-        same_cause = dict(attributes).get("health_cause") == dict(device.attributes).get(
-            "health_cause"
+        if held:
+            attributes += ((SUBHEALTH_ATTRIBUTE, ",".join(s.reason for s in held)),)
+        new, old = dict(attributes), dict(device.attributes)
+        same_cause = all(
+            new.get(key) == old.get(key) for key in ("health_cause", SUBHEALTH_ATTRIBUTE)
         )
         if device.health_state is state and abs(device.health_score - score) < 5 and same_cause:
             return  # no news: keep the API watch quiet

@@ -11,6 +11,12 @@
  *   topo a=0 b=1 level=10 p2p=0
  *   process device=0 pid=4242 used=1073741824 kind=compute      (kind: compute or graphics)
  *
+ * Sub-health readings, re-read when the file changes (a test moves them while hcsd polls):
+ * `sm_clock` is the maximum SM clock and `sm_clock_now` the current one (default: the maximum);
+ * `clock_reasons` the nvmlClocksEventReason* bitmask (default 0: nothing holds the clocks down);
+ * `retired_pending=1` a page retirement waiting for a reboot; `remap_pending=1` likewise for
+ * row remapping. A device with clock_reasons=unsupported answers NOT_SUPPORTED.
+ *
  * Processes also come from FAKE_GPU_STATE: the directory where the fake CUDA driver
  * (fake_cuda.c) keeps one file per live process with its usage per GPU, so a process that
  * really allocates through the fake driver shows up here as it would in the real NVML.
@@ -194,6 +200,43 @@ nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, int type, unsigned i
     if (type == 1) *clock = (unsigned int)cfg_long(device->rec, "sm_clock", 1410);
     else if (type == 2) *clock = (unsigned int)cfg_long(device->rec, "mem_clock", 1593);
     else return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+/* nvmlDeviceGetClockInfo(nvmlDevice_t, nvmlClockType_t, unsigned int *clock): the current
+ * clock in MHz; NVML_CLOCK_SM is 1, NVML_CLOCK_MEM 2. */
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    refresh();
+    long max_sm = cfg_long(device->rec, "sm_clock", 1410);
+    if (type == 1) *clock = (unsigned int)cfg_long(device->rec, "sm_clock_now", max_sm);
+    else if (type == 2) *clock = (unsigned int)cfg_long(device->rec, "mem_clock", 1593);
+    else return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+/* nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t, unsigned long long *) since driver 535;
+ * nvmlDeviceGetCurrentClocksThrottleReasons, its deprecated name, before and still. */
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
+    refresh();
+    if (strcmp(cfg_get(device->rec, "clock_reasons", "0"), "unsupported") == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *reasons = strtoull(cfg_get(device->rec, "clock_reasons", "0"), NULL, 0);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    return nvmlDeviceGetCurrentClocksEventReasons(device, reasons);
+}
+/* nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t, nvmlEnableState_t *isPending) */
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *pending) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    refresh();
+    if (strcmp(cfg_get(device->rec, "retired", "supported"), "unsupported") == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *pending = cfg_long(device->rec, "retired_pending", 0) ? 1 : 0;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit) {

@@ -3,8 +3,9 @@
 What it reads per GPU: uuid, name, memory, PCI bus id, minor number (for /dev/nvidiaN), compute
 capability, max clocks, power limit, MIG mode; per pair: NVLink (direct or through NVSwitch),
 else peer-to-peer status and the PCIe topology level. NUMA node and PCIe link come from sysfs.
-Health counters (ECC, retired pages, row remapping, PCIe replays, NVLink recovery errors) are
-re-read on every poll from handles kept since discovery.
+Health counters (ECC, retired pages, row remapping, PCIe replays, NVLink recovery errors) and
+the sub-health readings (clock event reasons, SM clock against its maximum, pending page
+retirement or row remapping) are re-read on every poll from handles kept since discovery.
 
 MIG is reported (`mig_mode` attribute) and the GPU is still offered whole: HCS does not split
 MIG instances, and a MIG-enabled GPU must not break discovery.
@@ -52,6 +53,7 @@ class NvidiaBackend(DiscoveryBackend):
         self._handles: dict[str, Any] = {}
         self._active_links: dict[str, list[int]] = {}
         self._supported: dict[str, set[str]] = {}
+        self._supported_gauges: dict[str, set[str]] = {}
         self._gbps: dict[str, float] = {}  # bus -> PCIe GB/s, read once per discovery
         self._open = False
 
@@ -86,6 +88,15 @@ class NvidiaBackend(DiscoveryBackend):
             except pynvml.NVMLError as e:
                 log.debug("nvidia: counters of %s unavailable: %s", uuid, e)
         return counters
+
+    def health_gauges(self) -> dict[str, dict[str, int]]:
+        gauges: dict[str, dict[str, int]] = {}
+        for uuid, handle in self._handles.items():
+            try:
+                gauges[uuid] = self._gauges(uuid, handle)
+            except pynvml.NVMLError as e:
+                log.debug("nvidia: readings of %s unavailable: %s", uuid, e)
+        return gauges
 
     def close(self) -> None:
         if self._open:
@@ -202,6 +213,42 @@ class NvidiaBackend(DiscoveryBackend):
         if supported is None:
             self._supported[uuid] = set(counters)
         return counters
+
+    def _gauges(self, uuid: str, handle: Any) -> dict[str, int]:
+        """The readings the GPU supports, with the same NOT_SUPPORTED memory as `_counters`."""
+        supported = self._supported_gauges.get(uuid)
+        gauges: dict[str, int] = {}
+        for name, read in _GAUGES.items():
+            if supported is not None and name not in supported:
+                continue
+            try:
+                gauges[name] = read(handle)
+            except pynvml.NVMLError as e:
+                if e.value not in _UNSUPPORTED:
+                    raise
+        if supported is None:
+            self._supported_gauges[uuid] = set(gauges)
+        return gauges
+
+
+def _clock_event_reasons(handle: Any) -> int:
+    """nvmlDeviceGetCurrentClocksEventReasons (driver 535 on), else its older name, which
+    newer drivers keep as a deprecated alias with the same bits."""
+    try:
+        return int(pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
+    except pynvml.NVMLError as e:
+        if e.value != 13:  # NVML_ERROR_FUNCTION_NOT_FOUND: a driver older than the name
+            raise
+    return int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+
+
+_GAUGES: dict[str, Callable[[Any], int]] = {
+    "clock_event_reasons": _clock_event_reasons,
+    "sm_clock_mhz": lambda h: int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+    "sm_clock_max_mhz": lambda h: int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
+    "retired_pages_pending": lambda h: int(pynvml.nvmlDeviceGetRetiredPagesPendingStatus(h)),
+    "row_remap_pending": lambda h: int(pynvml.nvmlDeviceGetRemappedRows(h)[2]),
+}
 
 
 def _nvlink(

@@ -4,7 +4,9 @@ The last resort when no kernel-log source runs, and a second opinion when one do
 link counters that a vendor library (NVML, DCMI, CNDev, …) reports without a kernel message.
 Each backend returns monotonically increasing counters per device; any increase since the last
 poll becomes one event, classified by the counter's name. A counter that goes down (driver
-reload, device reset) only moves the baseline.
+reload, device reset) only moves the baseline. The same call brings the backend's sub-health
+readings (clock event reasons, SM clock, pending retirements), kept in `gauges` for the
+sub-health check.
 
 The vendor calls (NVML, DCMI, CNDev through ctypes; a CLI for others) block, and a dying device
 can make them hang: they run on a small thread pool of their own, never on the event loop, with
@@ -41,6 +43,13 @@ COUNTER_SEVERITY: Mapping[str, Severity] = {
 
 
 Counters = dict[str, dict[str, int]]
+Readings = tuple[Counters, Counters]  # (health_counters, health_gauges)
+
+
+def _read(backend: DiscoveryBackend) -> Readings:
+    """One backend's counters and sub-health readings, in one call on the pool: a hung
+    library holds one thread, whichever of the two it hangs in."""
+    return backend.health_counters(), backend.health_gauges()
 
 
 class CounterPoller:
@@ -62,7 +71,9 @@ class CounterPoller:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, len(self.backends)), thread_name_prefix="hcs-vendor-poll"
         )
-        self._hung: dict[str, tuple[asyncio.Future[Counters], float]] = {}
+        self._hung: dict[str, tuple[asyncio.Future[Readings], float]] = {}
+        #: The latest sub-health readings per device uuid, from backends that answered.
+        self.gauges: dict[str, dict[str, int]] = {}
         self.polls = 0
         self.timeouts = 0
 
@@ -70,10 +81,10 @@ class CounterPoller:
         """Read every backend's counters off the event loop; emit an event per increase."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        calls: dict[str, asyncio.Future[Counters]] = {}
+        calls: dict[str, asyncio.Future[Readings]] = {}
         for backend in self.backends:
             if not self._still_hung(backend.name, loop):
-                calls[backend.name] = loop.run_in_executor(self._pool, backend.health_counters)
+                calls[backend.name] = loop.run_in_executor(self._pool, _read, backend)
         if calls:
             await asyncio.wait(calls.values(), timeout=self.timeout)
         now = time.monotonic()
@@ -92,11 +103,12 @@ class CounterPoller:
                 )
                 continue
             try:
-                counters = call.result()
+                counters, gauges = call.result()
             except Exception as e:  # a vendor library failing must not stop health watching
                 log.warning("health: %s counters unavailable: %s", backend.name, e)
                 continue
             self._account(backend.name, counters, now, emit)
+            self.gauges.update(gauges)
         self.polls += 1
 
     def close(self) -> None:
