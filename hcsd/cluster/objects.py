@@ -38,6 +38,7 @@ _HEALTH = {
 
 
 REASON_MAX = 1024  # crds/computenodes.yaml: status.devices[].reason maxLength
+SUBHEALTH_MAX, SUBHEALTH_NAME_MAX = 16, 64  # status.devices[].subhealth maxItems, maxLength
 
 
 def fingerprint_of(device: pb.Device) -> str:
@@ -174,6 +175,7 @@ def node_status(
                 # why it is not healthy: the device's health_reason (its latest health event,
                 # an Xid, an AER error, a slow device; or "removed from the bus")
                 **_reason(d, states[d.uuid]),
+                **_subhealth(d),
             }
             for d in sorted(devices, key=lambda d: (d.vendor, d.index, d.uuid))
         ],
@@ -201,6 +203,14 @@ def _reason(device: pb.Device, state: HealthState) -> dict[str, str]:
     none. Cut to the CRD's maxLength: a longer string would fail the whole status write."""
     reason = device.attributes.get("health_reason", "")[:REASON_MAX]
     return {"reason": reason} if reason and state is not HealthState.HEALTHY else {}
+
+
+def _subhealth(device: pb.Device) -> dict[str, list[str]]:
+    """`subhealth`: the named signals that hold the device degraded (`hw-slowdown`,
+    `pcie-link-x8-of-x16`, `ecc-correctable-rising`, `below-profile-tflops`, …; docs/health.md),
+    from its `subhealth` attribute; absent while none does."""
+    names = [n for n in device.attributes.get("subhealth", "").split(",") if n]
+    return {"subhealth": [n[:SUBHEALTH_NAME_MAX] for n in names[:SUBHEALTH_MAX]]} if names else {}
 
 
 def compute_node(name: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -161,7 +161,16 @@ class NodeCollector(Collector):
                 # the device's own (health.watching sets it with the ComputeNode's reason)
                 why = dict(s.device.attributes).get("health_cause")
                 reason.add_metric([s.device.uuid, why or s.device.health_state.value], 1)
-        yield from (score, state, reason)
+        subhealth = GaugeMetricFamily(
+            "hcs_device_subhealth",
+            "1 for each named sub-health signal holding a device degraded (hw-slowdown, "
+            "pcie-link-x8-of-x16, ecc-correctable-rising, below-profile-tflops, ...).",
+            labels=["device", "reason"],
+        )
+        for s in statuses:
+            for name in filter(None, dict(s.device.attributes).get("subhealth", "").split(",")):
+                subhealth.add_metric([s.device.uuid, name], 1)
+        yield from (score, state, reason, subhealth)
         bad = {s.device.uuid for s in statuses if not s.device.health_state.schedulable}
         on_bad = sum(1 for a in self.service.allocations() if bad.intersection(a.device_uuids))
         yield GaugeMetricFamily(

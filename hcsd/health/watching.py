@@ -137,8 +137,7 @@ class HealthWatcher:
                         await self.counters.poll(self.on_event)  # vendor calls: off the loop
                     self.check_subhealth()
                     next_poll = loop.time() + self.settings.aer_poll_interval
-                for uuid in self.analyzer.tick():
-                    self._apply(uuid, None)
+                self.tick()
                 await asyncio.sleep(self.settings.tick_interval)
         finally:
             if self.source is not None:
@@ -165,6 +164,11 @@ class HealthWatcher:
         """For the cluster side: a device measured well below its peers."""
         self.analyzer.report_slow(uuid, ratio)
         self._apply(uuid, None)
+
+    def tick(self) -> None:
+        """Re-evaluate the analyzer (recovery with time) and apply the devices that changed."""
+        for uuid in self.analyzer.tick():
+            self._apply(uuid, None)
 
     def check_subhealth(self) -> None:
         """Read every device's sub-health signals (sysfs and the readings the vendor counters'
