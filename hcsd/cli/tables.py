@@ -33,6 +33,14 @@ def _short(uuid: str, keep: int = 8) -> str:
     return uuid if len(uuid) <= 2 * keep + 1 else f"{uuid[:keep]}…{uuid[-keep:]}"
 
 
+def _health(device: pb.Device) -> str:
+    """The state, with the sub-health reasons that hold the device degraded (hw-slowdown,
+    pcie-link-x8-of-x16, …) when there are any: what an operator asks first of a slow card."""
+    state = HEALTH_NAMES.get(device.health_state, "unknown")
+    reasons = device.attributes.get("subhealth", "")
+    return f"{state} ({reasons})" if reasons else state
+
+
 def devices_table(devices: Sequence[pb.Device]) -> str:
     index_of = {d.uuid: f"{d.vendor}/{d.index}" for d in devices}
     rows = []
@@ -51,7 +59,7 @@ def devices_table(devices: Sequence[pb.Device]) -> str:
                 f"{format_bytes(d.vram_allocated_bytes)}/{format_bytes(d.vram_bytes)}",
                 format_bytes(max(d.vram_bytes - d.vram_allocated_bytes, 0)),
                 _number(d.tflops_fp16),
-                HEALTH_NAMES.get(d.health_state, "unknown"),
+                _health(d),
                 str(d.allocation_count),
                 links or "-",
             ]

@@ -53,6 +53,17 @@ def test_devices_table(mixed_inventory: Inventory, ledger: Ledger) -> None:
     assert all(line[column - 2 : column] == "  " for line in lines)
 
 
+def test_devices_table_names_the_sub_health_reasons(
+    mixed_inventory: Inventory, ledger: Ledger
+) -> None:
+    devices = [device_to_pb(s) for s in make_service(mixed_inventory, ledger).devices()]
+    devices[0].health_state = pb.HEALTH_STATE_DEGRADED
+    devices[0].attributes["subhealth"] = "hw-slowdown,pcie-link-x8-of-x16"
+    lines = tables.devices_table(devices).splitlines()
+    assert "  degraded (hw-slowdown,pcie-link-x8-of-x16)  " in lines[1]
+    assert [line for line in lines if "(" in line] == [lines[1]]  # the others: the state alone
+
+
 def test_allocations_table(mixed_inventory: Inventory, ledger: Ledger) -> None:
     service = make_service(mixed_inventory, ledger)
     devices = [device_to_pb(s) for s in service.devices()]

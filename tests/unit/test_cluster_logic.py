@@ -105,6 +105,19 @@ def test_the_quick_path_chooses_what_the_allocator_chooses() -> None:
             assert score == -1 and reason == full.reason, (reason, full.reason)
 
 
+def test_a_sub_health_degraded_device_is_scored_down() -> None:
+    """hcsd reports a device held degraded by a sub-health signal with a score of at most
+    health.subhealth_score (50): the extender's ranking, by score, places work elsewhere."""
+    demand = demand_of(pod({"ai.compute/vram": "16Gi"}))
+    assert demand is not None
+    healthy = plan(demand, [gpu(0)], {}, DB)
+    slow = plan(demand, [gpu(0, health=HealthState.DEGRADED, score=50)], {}, DB)
+    assert isinstance(healthy, Plan) and isinstance(slow, Plan)
+    assert slow.score < healthy.score
+    quick = quick_fit(demand, summarise([gpu(0, health=HealthState.DEGRADED, score=50)], {}))
+    assert quick == (slow.score, "")
+
+
 def test_substitution_converts_through_fp16_tflops() -> None:
     mlus = [gpu(i, vram_gib=48, model="MLU370-X8", tflops=96.0) for i in range(4)]
     wants = {"ai.compute/devices": "1"}
