@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,6 +146,58 @@ def test_health_counters_follow_the_driver(backend: NvidiaBackend, node: FakeNod
     after = backend.health_counters()[devices[3].uuid]
     assert after["ecc_uncorrectable"] == 2
     assert after["row_remap_failures"] == 1
+
+
+def test_sub_health_readings_follow_the_driver(backend: NvidiaBackend, node: FakeNode) -> None:
+    devices = backend.discover()
+    assert backend.health_gauges()[devices[0].uuid] == {
+        "clock_event_reasons": 0,
+        "sm_clock_mhz": 1410,
+        "sm_clock_max_mhz": 1410,
+        "row_remap_pending": 0,  # retired pages: unsupported on this Ampere, left out
+    }
+    text = node.config.read_text().replace(
+        "uuid=GPU-00000000-0000-0000-0000-000000000002",
+        "uuid=GPU-00000000-0000-0000-0000-000000000002 clock_reasons=0x48 sm_clock_now=600 "
+        "remap_pending=1",
+    )
+    node.config.write_text(text)
+    stat = node.config.stat()
+    os.utime(node.config, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    after = backend.health_gauges()[devices[2].uuid]
+    assert after["clock_event_reasons"] == 0x48
+    assert after["sm_clock_mhz"] == 600
+    assert after["row_remap_pending"] == 1
+
+
+_OLD_DRIVER = """
+import sys
+from hcsd.discovery.backends.nvidia import NvidiaBackend
+from hcsd.discovery.settings import DiscoverySection
+backend = NvidiaBackend(DiscoverySection(sysfs=sys.argv[1], dev_root=sys.argv[2],
+                                         nvml_library=sys.argv[3]))
+devices = backend.discover()
+print(backend.health_gauges()[devices[1].uuid]["clock_event_reasons"])
+"""
+
+
+def test_clock_reasons_under_their_old_name_on_an_older_driver(
+    tmp_path: Path, devfs: Path, fake_libs: Path
+) -> None:
+    """A driver from before nvmlDeviceGetCurrentClocksEventReasons (535) has only the
+    ThrottleReasons name. pynvml holds one library per process: this runs in its own."""
+    node = nvidia_node(tmp_path, count=2, overrides={1: {"clock_reasons": "0x8"}})
+    library = fake_libs / "v1" / "libnvidia-ml.so.1"
+    done = subprocess.run(
+        [sys.executable, "-c", _OLD_DRIVER, str(node.sysfs), str(node.dev), str(library)],
+        env={**os.environ, **node.env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "8"
 
 
 def test_a_missing_library_is_a_clear_error(tmp_path: Path, node: FakeNode) -> None:

@@ -22,7 +22,7 @@
  * really allocates through the fake driver shows up here as it would in the real NVML.
  * A device with processes=unsupported answers NOT_SUPPORTED to the process queries.
  * Built with FAKE_NVML_V1_ONLY, only the unversioned (v1 layout) process queries exist, as in
- * drivers older than 450.
+ * drivers older than 450, and the clock reasons only under their old name (ThrottleReasons).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -215,8 +215,9 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int 
     return NVML_SUCCESS;
 }
 /* nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t, unsigned long long *) since driver 535;
- * nvmlDeviceGetCurrentClocksThrottleReasons, its deprecated name, before and still. */
-nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
+ * nvmlDeviceGetCurrentClocksThrottleReasons, its deprecated name, before and still (the only
+ * one in the FAKE_NVML_V1_ONLY build, an older driver). */
+static nvmlReturn_t clock_reasons(nvmlDevice_t device, unsigned long long *reasons) {
     nvmlReturn_t r = check(device);
     if (r) return r;
     if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
@@ -226,8 +227,13 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigne
     *reasons = strtoull(cfg_get(device->rec, "clock_reasons", "0"), NULL, 0);
     return NVML_SUCCESS;
 }
+#ifndef FAKE_NVML_V1_ONLY
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    return clock_reasons(device, reasons);
+}
+#endif
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
-    return nvmlDeviceGetCurrentClocksEventReasons(device, reasons);
+    return clock_reasons(device, reasons);
 }
 /* nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t, nvmlEnableState_t *isPending) */
 nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *pending) {
