@@ -27,9 +27,13 @@ from hcsd.profiles.database import ProfileDatabase, default_database
 
 __all__ = ["CORRECTION_CODES", "SubHealth", "SubHealthSettings", "SubHealthTracker"]
 
-#: Health-event codes that are a correctable memory error: the vendor counters' names
-#: (NVML, DCMI, CNDev, the Hygon tool) as the counter poller emits them.
-CORRECTION_CODES = frozenset({"ecc_correctable", "retired_pages"})
+#: Health-event codes that are a corrected memory error: the vendor counters' names (NVML,
+#: DCMI, CNDev, the Hygon tool) as the counter poller emits them, and the kernel lines that say
+#: the same (NVIDIA Xid 63 row remapping and 92 high single-bit rate, Ascend HBM ECC,
+#: Cambricon ECC).
+CORRECTION_CODES = frozenset(
+    {"ecc_correctable", "retired_pages", "xid-63", "xid-92", "hbm-ecc", "ecc"}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,29 @@ async def test_a_failing_backend_is_reported_not_fatal(caplog: pytest.LogCapture
     assert "health: broken counters unavailable: library went away" in caplog.text
 
 
+async def test_readings_come_with_the_counters_and_never_stale() -> None:
+    class Flaky(DiscoveryBackend):
+        name = "flaky"
+        broken = False
+
+        def discover(self) -> list[object]:  # type: ignore[override]
+            return []
+
+        def health_gauges(self) -> dict[str, dict[str, int]]:
+            if self.broken:
+                raise OSError("library went away")
+            return {"gpu-a": {"clock_event_reasons": 0x8}}
+
+    backend = Flaky()
+    poller = CounterPoller([backend], lambda uuid: None, interval=5.0)
+    await poller.poll(lambda event: None)
+    assert poller.gauges == {"gpu-a": {"clock_event_reasons": 0x8}}
+    backend.broken = True
+    await poller.poll(lambda event: None)
+    poller.close()
+    assert poller.gauges == {}  # a backend that did not answer has no readings
+
+
 async def test_watcher_marks_the_device_unhealthy_from_counters(tmp_path: Path) -> None:
     node = tmp_path / "node.toml"
     write(node, 0, 0)

@@ -10,8 +10,10 @@ import pytest
 
 from hcsd.discovery.pci import read_function
 from hcsd.health import signals
+from hcsd.health.events import HealthEvent, Severity
+from hcsd.health.settings import HealthSection
 from hcsd.health.signals import Signal
-from hcsd.health.subhealth import SubHealthTracker
+from hcsd.health.subhealth import SubHealth, SubHealthTracker
 from hcsd.model import Device, Vendor
 from hcsd.profiles.database import default_database
 from tests.fakes import Function, make_sysfs
@@ -197,3 +199,30 @@ def test_measured_tflops_against_the_profile() -> None:
     assert signals.below_profile(0.9, threshold=0.8) == []
     unknown = replace(slow, attributes=(("profile", "unknown"), ("fingerprint", "measured")))
     assert signals.tflops_ratio(unknown, database) is None
+
+
+@pytest.mark.parametrize(
+    ("code", "severity", "counts"),
+    [
+        pytest.param("ecc_correctable", Severity.CORRECTABLE, True, id="nvml-dcmi-cndev-counter"),
+        pytest.param("xid-92", Severity.CORRECTABLE, True, id="xid-92-high-sbe-rate"),
+        pytest.param("hbm-ecc", Severity.CORRECTABLE, True, id="ascend-hbm-ecc-line"),
+        pytest.param("aer-correctable", Severity.CORRECTABLE, False, id="pcie-not-memory"),
+        pytest.param("xid-48", Severity.FATAL, False, id="fatal-is-the-analyzers"),
+    ],
+)
+def test_corrections_from_counters_and_kernel_lines(
+    tmp_path: Path, clock: Clock, code: str, severity: Severity, counts: bool
+) -> None:
+    settings = HealthSection(subhealth_hold=10.0).subhealth_settings()
+    watch = SubHealth(settings, clock, sysfs=str(tmp_path))
+    device = Device("gpu", Vendor.NVIDIA, "A100-SXM4-80GB", 0, "", 80 * 2**30)
+    for _ in range(3):
+        watch.note("gpu", HealthEvent("0000:17:00.0", "nvidia", code, severity, "", 0.0))
+        watch.check([device], {})
+        clock.now += 5
+    assert watch.held("gpu") == (
+        (Signal("ecc-correctable-rising", "3 correctable memory error rise(s), the last 0s ago"),)
+        if counts
+        else ()
+    )

@@ -72,7 +72,7 @@ class CounterPoller:
             max_workers=max(1, len(self.backends)), thread_name_prefix="hcs-vendor-poll"
         )
         self._hung: dict[str, tuple[asyncio.Future[Readings], float]] = {}
-        #: The latest sub-health readings per device uuid, from backends that answered.
+        #: The last poll's sub-health readings per device uuid, from the backends that answered.
         self.gauges: dict[str, dict[str, int]] = {}
         self.polls = 0
         self.timeouts = 0
@@ -88,6 +88,7 @@ class CounterPoller:
         if calls:
             await asyncio.wait(calls.values(), timeout=self.timeout)
         now = time.monotonic()
+        gauges: dict[str, dict[str, int]] = {}  # no answer, no reading: never a stale one
         for backend in self.backends:
             call = calls.get(backend.name)
             if call is None:
@@ -103,12 +104,13 @@ class CounterPoller:
                 )
                 continue
             try:
-                counters, gauges = call.result()
+                counters, readings = call.result()
             except Exception as e:  # a vendor library failing must not stop health watching
                 log.warning("health: %s counters unavailable: %s", backend.name, e)
                 continue
             self._account(backend.name, counters, now, emit)
-            self.gauges.update(gauges)
+            gauges.update(readings)
+        self.gauges = gauges
         self.polls += 1
 
     def close(self) -> None:
