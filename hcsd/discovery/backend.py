@@ -51,9 +51,11 @@ class DiscoveryBackend(abc.ABC):
         """How each device runs right now, per device uuid, by name: readings, not counters.
 
         The sub-health signals' inputs (hcsd/health/signals.py): clock_event_reasons (NVML's
-        bitmask), sm_clock_mhz and sm_clock_max_mhz, retired_pages_pending and
-        row_remap_pending (1 while a retirement or remap waits for a reset). A reading the
-        device does not support is left out; backends without such a view return {}.
+        nvmlClocksEventReason* bits; other vendors translate theirs into them), busy (1 while
+        the device works, 0 while idle: only where the vendor says), sm_clock_mhz and
+        sm_clock_max_mhz, retired_pages_pending and row_remap_pending (1 while a retirement
+        or remap waits for a reset). A reading the device does not support is left out;
+        backends without such a view return {}.
         """
         return {}
 

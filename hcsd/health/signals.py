@@ -38,7 +38,6 @@ CLOCK_REASONS = (
     (0x0000000000000040, "hw-thermal-slowdown"),
     (0x0000000000000080, "hw-power-brake"),
 )
-_GPU_IDLE = 0x0000000000000001
 _EXPLAINED = 0x0000000000000001 | 0x0000000000000002 | 0x0000000000000004  # idle, app, power cap
 
 
@@ -80,8 +79,8 @@ def pcie_link(function: PciFunction | None, *, busy: bool | None) -> list[Signal
 
 def busy(gauges: Mapping[str, int]) -> bool | None:
     """Whether the device is working (its clocks not idle); None when the backend cannot say."""
-    reasons = gauges.get("clock_event_reasons")
-    return None if reasons is None else not reasons & _GPU_IDLE
+    value = gauges.get("busy")
+    return None if value is None else bool(value)
 
 
 def clocks(gauges: Mapping[str, int], *, low_ratio: float) -> list[Signal]:

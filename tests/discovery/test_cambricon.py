@@ -112,3 +112,30 @@ def test_cnmon_nonsense_is_a_clear_error(tmp_path: Path, output: str) -> None:
     )
     with pytest.raises(DiscoveryError, match="cnmon info listed no MLU"):
         backend.discover()
+
+
+def test_throttle_reasons_and_pending_retirement_as_sub_health_readings(
+    tmp_path: Path, devfs: Path, fake_libs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = cambricon_node(tmp_path, count=3)
+    text = node.config.read_text()
+    text = text.replace(
+        "uuid=20001012-1916-0000-0000-000000000001",
+        "uuid=20001012-1916-0000-0000-000000000001 throttle=tdp,thermal_slowdown retired_pending=1",
+    ).replace(
+        "uuid=20001012-1916-0000-0000-000000000002",
+        "uuid=20001012-1916-0000-0000-000000000002 throttle=unsupported "
+        "retired_pending=unsupported",
+    )
+    node.config.write_text(text)
+    monkeypatch.setenv("FAKE_CNDEV_CONFIG", str(node.config))
+    backend = CambriconBackend(node.section(cndev_library=str(fake_libs / "libcndev.so")))
+    try:
+        devices = backend.discover()
+        gauges = backend.health_gauges()
+    finally:
+        backend.close()
+    assert gauges[devices[0].uuid] == {"clock_event_reasons": 0, "retired_pages_pending": 0}
+    # TDP reads as NVML's power cap (0x4), thermal slowdown as its HW thermal bit (0x40)
+    assert gauges[devices[1].uuid] == {"clock_event_reasons": 0x44, "retired_pages_pending": 1}
+    assert devices[2].uuid not in gauges  # neither call supported: no readings, never zeros

@@ -152,6 +152,7 @@ def test_sub_health_readings_follow_the_driver(backend: NvidiaBackend, node: Fak
     devices = backend.discover()
     assert backend.health_gauges()[devices[0].uuid] == {
         "clock_event_reasons": 0,
+        "busy": 1,
         "sm_clock_mhz": 1410,
         "sm_clock_max_mhz": 1410,
         "row_remap_pending": 0,  # retired pages: unsupported on this Ampere, left out

@@ -4,6 +4,9 @@
  *
  *   device name=MLU370-X8 uuid=... memory_mb=49152 used_mb=1024 bus=0000:3d:00.0
  *          pci_device=0x0370 health=1 ecc_corrected=0 ecc_uncorrected=0 ports=2
+ *          throttle=power_brake,thermal_slowdown retired_pending=1
+ *   (throttle: the cndevPerformanceThrottleReason_t fields enabled, comma-separated, or
+ *   `unsupported`; a card with retired_pending=unsupported answers NOT_SUPPORTED)
  *   mlulink device=0 port=0 remote_uuid=... active=1
  *   process device=0 pid=4242 used_kib=1048576 virtual_kib=0       (host pid, KiB as cndev.h)
  */
@@ -166,6 +169,45 @@ cndevRet_t cndevGetECCInfo(cndevECCInfo_t *ecc, int dev) {
     ecc->correctedError = cfg_ull(rec, "ecc_corrected", 0);
     ecc->uncorrectedError = cfg_ull(rec, "ecc_uncorrected", 0);
     ecc->totalError = ecc->correctedError + ecc->uncorrectedError;
+    return CNDEV_SUCCESS;
+}
+/* cndevGetPerformanceThrottleReason(cndevPerformanceThrottleReason_t *, cndevDevice_t) and
+ * cndevGetRetiredPagesStatus(cndevRetiredPageStatus_t *, cndevDevice_t), as cndev.h (API
+ * version 6) declares them; CNDEV_FEATURE_ENABLED is 1. */
+typedef struct {
+    int version;
+    int tdp, powerSetting, clockSetting, frequencyLocked, powerBrake, thermalSlowdown;
+} cndevPerformanceThrottleReason_t;
+typedef struct { int version; uint32_t isPending; uint32_t isFailure; } cndevRetiredPageStatus_t;
+
+static int listed(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = strstr(list, name); p; p = strstr(p + 1, name))
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return 1;
+    return 0;
+}
+cndevRet_t cndevGetPerformanceThrottleReason(cndevPerformanceThrottleReason_t *reason, int dev) {
+    const struct cfg_record *rec = find(dev);
+    if (!rec) return CNDEV_ERROR_INVALID_DEVICE_ID;
+    if (!reason) return CNDEV_ERROR_INVALID_ARGUMENT;
+    const char *list = cfg_get(rec, "throttle", "");
+    if (strcmp(list, "unsupported") == 0) return CNDEV_ERROR_NOT_SUPPORTED;
+    reason->tdp = listed(list, "tdp");
+    reason->powerSetting = listed(list, "power_setting");
+    reason->clockSetting = listed(list, "clock_setting");
+    reason->frequencyLocked = listed(list, "frequency_locked");
+    reason->powerBrake = listed(list, "power_brake");
+    reason->thermalSlowdown = listed(list, "thermal_slowdown");
+    return CNDEV_SUCCESS;
+}
+cndevRet_t cndevGetRetiredPagesStatus(cndevRetiredPageStatus_t *status, int dev) {
+    const struct cfg_record *rec = find(dev);
+    if (!rec) return CNDEV_ERROR_INVALID_DEVICE_ID;
+    if (!status) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (strcmp(cfg_get(rec, "retired_pending", "0"), "unsupported") == 0)
+        return CNDEV_ERROR_NOT_SUPPORTED;
+    status->isPending = cfg_long(rec, "retired_pending", 0) ? 1 : 0;
+    status->isFailure = 0;
     return CNDEV_SUCCESS;
 }
 int cndevGetMLULinkPortNumber(int dev) {

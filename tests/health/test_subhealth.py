@@ -163,6 +163,12 @@ def test_clocks(gauges: dict[str, int], reasons: list[str]) -> None:
     assert [s.reason for s in signals.clocks(gauges, low_ratio=0.6)] == reasons
 
 
+def test_busy_only_where_the_vendor_says() -> None:
+    assert signals.busy({}) is None  # CNDev, DCMI: unknown, so the link speed is not judged
+    assert signals.busy({"busy": 0}) is False
+    assert signals.busy({"busy": 1}) is True
+
+
 def test_memory_pending_and_ecc_rising() -> None:
     assert [s.reason for s in signals.memory_pending({"row_remap_pending": 1})] == [
         "row-remap-pending"

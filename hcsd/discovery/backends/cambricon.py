@@ -1,7 +1,8 @@
 """Cambricon MLUs through CNDev (`libcndev.so` via ctypes), or `cnmon info` where CNDev is missing.
 
-CNDev gives per card: uuid, name, physical memory, PCI location, health, ECC counts and
-MLU-Link ports with the uuid of the card at the other end. Every CNDev structure starts with
+CNDev gives per card: uuid, name, physical memory, PCI location, health, ECC counts,
+MLU-Link ports with the uuid of the card at the other end, and (newer CNDev) throttle reasons
+and a pending page retirement for the sub-health signals. Every CNDev structure starts with
 `int version`, which the caller sets (CNDEV_VERSION_5 here); buffers are sized to the largest
 known layout so that a library filling a newer version does not write past them. cnmon gives
 names, uuids, PCI location and memory only: no links, no counters.
@@ -80,6 +81,28 @@ _Ecc = _struct(
         )
     )
 )
+# cndev.h's cndevPerformanceThrottleReason_t (cndevEnableStatusEnum_t fields, ENABLED = 1) and
+# cndevRetiredPageStatus_t, asked with API version 6 as Cambricon's own exporter does.
+_THROTTLE_VERSION = 6  # CNDEV_VERSION_6
+_Throttle = _struct(
+    *(
+        (name, ctypes.c_int)
+        for name in ("tdp", "power_setting", "clock_setting", "locked", "power_brake", "thermal")
+    )
+)
+_RetiredStatus = _struct(("pending", ctypes.c_uint32), ("failure", ctypes.c_uint32))
+# CNDev's throttle reasons in NVML's clock-event bits, the vocabulary the sub-health signals
+# read (hcsd/health/signals.py): TDP and power capping are the power cap (normal under load),
+# a set or locked frequency the application clocks; the power brake and thermal slowdown are
+# the board holding the MLU down.
+_THROTTLE_BITS = (
+    ("tdp", 0x4),
+    ("power_setting", 0x4),
+    ("clock_setting", 0x2),
+    ("locked", 0x2),
+    ("power_brake", 0x80),
+    ("thermal", 0x40),
+)
 _LinkStatus = _struct(("active", ctypes.c_int), ("serdes", ctypes.c_int))
 _Remote = _struct(
     ("mc_sn", ctypes.c_int64),
@@ -127,6 +150,30 @@ class CambriconBackend(DiscoveryBackend):
                     "ecc_uncorrectable": int(ecc.uncorrected),
                 }
         return counters
+
+    def health_gauges(self) -> dict[str, dict[str, int]]:
+        """Throttle reasons and a pending page retirement, where this CNDev has the calls.
+        CNDev says nothing of idleness, so no `busy` reading: the PCIe link speed of an MLU is
+        not judged (docs/health.md)."""
+        lib, gauges = self._lib, {}
+        if lib is None:
+            return {}
+        throttle = getattr(lib, "cndevGetPerformanceThrottleReason", None)
+        retired = getattr(lib, "cndevGetRetiredPagesStatus", None)
+        for uuid, handle in self._handles.items():
+            values: dict[str, int] = {}
+            reason = _Throttle(version=_THROTTLE_VERSION)
+            if throttle is not None and throttle(ctypes.byref(reason), handle) == 0:
+                bits = 0
+                for name, bit in _THROTTLE_BITS:
+                    bits |= bit if getattr(reason, name) == 1 else 0
+                values["clock_event_reasons"] = bits
+            status = _RetiredStatus(version=_THROTTLE_VERSION)
+            if retired is not None and retired(ctypes.byref(status), handle) == 0:
+                values["retired_pages_pending"] = int(bool(status.pending))
+            if values:
+                gauges[uuid] = values
+        return gauges
 
     def close(self) -> None:
         if self._lib is not None:

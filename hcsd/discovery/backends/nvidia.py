@@ -228,6 +228,8 @@ class NvidiaBackend(DiscoveryBackend):
                     raise
         if supported is None:
             self._supported_gauges[uuid] = set(gauges)
+        if "clock_event_reasons" in gauges:  # nvmlClocksEventReasonGpuIdle clear: working
+            gauges["busy"] = int(not gauges["clock_event_reasons"] & 0x1)
         return gauges
 
 
