@@ -4,8 +4,11 @@ as hcsctl, the ComputeNode and the metrics read it."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import shlex
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -201,3 +204,26 @@ async def test_pending_remap_on_a_device_without_clock_reasons(node: Node) -> No
     node.set(2, remap_pending=1, clock_reasons="unsupported")
     await node.poll(HOLD + POLL)
     assert dict(node.device(2).attributes)["subhealth"] == "row-remap-pending"
+
+
+async def test_the_running_watcher_checks_sub_health_on_its_poll(node: Node) -> None:
+    """The daemon's loop, in real time with a 0.3 s hold: the poll reads the signals."""
+    settings = HealthSection(
+        source="off", aer_poll_interval=0.05, tick_interval=0.02, subhealth_hold=0.3
+    )
+    assert node.watcher.counters is not None
+    node.watcher.counters.close()
+    watcher = HealthWatcher(node.local.service, settings, sysfs=str(node.fake.sysfs))
+    node.link(0, 8)
+    task = asyncio.create_task(watcher.run())
+    try:
+        started = time.monotonic()
+        while node.state(0) is HealthState.HEALTHY and time.monotonic() - started < 10:
+            await asyncio.sleep(0.02)
+        took = time.monotonic() - started
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert dict(node.device(0).attributes)["subhealth"] == "pcie-link-x8-of-x16"
+    assert 0.3 <= took < 10
