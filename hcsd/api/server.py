@@ -82,6 +82,10 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
             health_source=s.health_source,
             mode=self.injector.settings.mode.value if self.injector is not None else "",
             assignment_key_ids=self._key_ids(),
+            fabric_domain=s.fabric.domain,
+            fabric_source=s.fabric.source,
+            fabric_ports=[p.describe() for p in s.fabric.ports],
+            fabric_notes=list(s.fabric.notes),
         )
 
     def _key_ids(self) -> list[str]:

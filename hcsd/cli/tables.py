@@ -124,6 +124,13 @@ def _not_found(notes: Sequence[str]) -> list[str]:
     return [f"{'not found:' if i == 0 else '':13}{note}" for i, note in enumerate(notes)]
 
 
+def _fabric(node: pb.Node) -> str:
+    """The node's fabric domain and where it comes from, or why there is none."""
+    if not node.fabric_domain:
+        return "none"
+    return f"{node.fabric_domain} ({node.fabric_source})"
+
+
 def status_lines(node: pb.Node, devices: Sequence[pb.Device]) -> str:
     total = sum(d.vram_bytes for d in devices)
     used = sum(d.vram_allocated_bytes for d in devices)
@@ -138,6 +145,8 @@ def status_lines(node: pb.Node, devices: Sequence[pb.Device]) -> str:
         f"allocations: {node.allocation_count}",
         f"ledger seq:  {node.ledger_seq}",
         f"health:      {node.health_source or 'off'}",
+        f"fabric:      {_fabric(node)}",
+        *(f"{'':13}{line}" for line in (*node.fabric_ports, *node.fabric_notes)),
     ]
     if node.mode:
         lines.append(f"mode:        {node.mode}")

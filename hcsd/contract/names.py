@@ -60,6 +60,9 @@ MANAGED_RESOURCES = (RESOURCE_VRAM, RESOURCE_TFLOPS, RESOURCE_DEVICES)
 ANNOTATION_VENDORS = "hcs.io/vendors"
 ANNOTATION_MODELS = "hcs.io/models"
 ANNOTATION_TOPOLOGY = "hcs.io/topology-preference"
+# The job a pod belongs to, as an annotation or a label, when no workload label says it (see
+# JOB_LABELS); its pods are placed on one fabric domain (docs/cluster.md, Fabric domains).
+JOB = f"{GROUP}/job"
 # The scheduler's decision, signed (hcsd.contract.assignment).
 ANNOTATION_ASSIGNMENT = "hcs.io/assignment"
 # Read by the extender only.
@@ -71,6 +74,23 @@ ANNOTATION_DEVICES = "hcs.io/devices"
 # Where the pod keeps its checkpoints (a path inside one of its volumes): hcsd injects
 # HCS_RESUME_FROM with the newest complete one there (docs/runtime.md, Checkpoint resume).
 ANNOTATION_CHECKPOINT_PATH = "hcs.io/checkpoint-path"
+
+# --- jobs and fabric domains ------------------------------------------------------------------
+# The labels that name a pod's job, in the order they are read after `hcs.io/job`: PodGroup
+# (coscheduling, both spellings), JobSet, Kubeflow training jobs, Job (both spellings). The
+# short word says which kind of job it is: a JobSet and a Job of one name are not one job.
+JOB_LABELS = (
+    ("scheduling.x-k8s.io/pod-group", "podgroup"),
+    ("pod-group.scheduling.sigs.k8s.io", "podgroup"),
+    ("jobset.sigs.k8s.io/jobset-name", "jobset"),
+    ("training.kubeflow.org/job-name", "kubeflow"),
+    ("batch.kubernetes.io/job-name", "job"),
+    ("job-name", "job"),
+)
+# A node's fabric domain: nodes of one domain reach each other over one RDMA fabric. hcsd
+# reports "ib:<subnet prefix>" for InfiniBand, or what `discovery.fabric_domain` says
+# (ComputeNode spec.fabric.domain). Letters, digits and `:._/-`, at most 64 characters.
+FABRIC_DOMAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9:._/-]{0,63}")
 
 # --- CDI ----------------------------------------------------------------------------------------
 CDI_KIND = "hcs.io/device"  # devices as `hcs.io/device=<uuid>` or `hcs.io/device=nvidia-0`

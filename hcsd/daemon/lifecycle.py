@@ -18,6 +18,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from hcsd import __version__
 from hcsd.api.server import ApiServer, SocketInUse
@@ -32,6 +33,7 @@ from hcsd.daemon.metrics import MetricsServer
 from hcsd.daemon.reference import render_default_config
 from hcsd.daemon.vram import vram_watchdog
 from hcsd.discovery import DiscoveryBackend, DiscoveryError, Inventory, discover_all
+from hcsd.discovery.fabric import discover_fabric
 from hcsd.health.watching import HealthWatcher
 from hcsd.ledger import Ledger, LedgerError
 from hcsd.runtime.cdi import keep_spec_current, publish_spec
@@ -73,6 +75,14 @@ class Daemon:
             inventory = discover_all(config.node.resolved_name(), self.backends, chosen.notes)
         except DiscoveryError as e:
             raise StartupError(f"failed to discover devices: {e}") from e
+        fabric = discover_fabric(Path(config.discovery.sysfs), config.discovery.fabric_domain)
+        inventory = replace(inventory, fabric=fabric)
+        log.info(
+            "fabric domain: %s%s", fabric.domain or "none",
+            f" ({fabric.source}, {len(fabric.ports)} active RDMA port(s))" if fabric.domain else "",
+        )  # fmt: skip
+        for note in fabric.notes:
+            log.info("fabric: %s", note)
         ledger = Ledger(config.daemon.state_dir, config.ledger)
         try:
             report = ledger.open()

@@ -10,8 +10,9 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from hcsd.discovery.fabric import Fabric
 from hcsd.model import Device
 
 __all__ = ["DiscoveryBackend", "DiscoveryError", "Inventory", "discover_all"]
@@ -73,6 +74,8 @@ class Inventory:
     #: Why a vendor's backend did not run ("nvidia: no NVIDIA GPU on the PCI bus …"), for
     #: `hcsctl status`: a node with zero devices says why.
     notes: tuple[str, ...] = ()
+    #: The RDMA fabric the node is on (`hcsd.discovery.fabric`), set after the backends ran.
+    fabric: Fabric = field(default_factory=Fabric)
 
     def by_uuid(self) -> dict[str, Device]:
         return {d.uuid: d for d in self.devices}

@@ -9,9 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hcsd.contract import paths
+from hcsd.contract.names import FABRIC_DOMAIN
 from hcsd.sections import Section, checks, setting
 
 __all__ = ["BACKEND_NAMES", "VENDOR_BACKENDS", "DiscoverySection"]
+
+
+def _fabric_domain(value: object) -> str:
+    if not isinstance(value, str) or (value and not FABRIC_DOMAIN.fullmatch(value)):
+        raise ValueError
+    return value
+
+
+fabric_domain = checks.Check(
+    "an empty string or a name of letters, digits and :._/- (at most 64 characters)",
+    _fabric_domain,
+)
 
 #: The real backends, in the order `auto` runs them; the daemon has a factory for each name.
 VENDOR_BACKENDS = ("nvidia", "ascend", "hygon", "cambricon")
@@ -35,7 +48,16 @@ class DiscoverySection(Section):
         checks.path,
     )
     sysfs: str = setting(
-        "/sys", "Where sysfs is (PCI attributes, KFD topology, AER counters).", checks.path
+        "/sys",
+        "Where sysfs is (PCI attributes, KFD topology, AER counters, RDMA ports).",
+        checks.path,
+    )
+    fabric_domain: str = setting(
+        "",
+        "The node's RDMA fabric domain, as the scheduler keeps a job's pods on one; empty = "
+        "discovered (ib:<subnet prefix> of the active InfiniBand ports). Set it for RoCE, "
+        "and for InfiniBand subnets left at the default prefix fe80:0000:0000:0000.",
+        fabric_domain,
     )
     dev_root: str = setting("/dev", "Where device nodes are stat'ed.", checks.path)
     nvml_library: str = setting(

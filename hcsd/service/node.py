@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 from hcsd.allocator import AllocatorSection, Usage, choose
 from hcsd.discovery import Inventory
+from hcsd.discovery.fabric import Fabric
 from hcsd.ledger import Ledger
 from hcsd.ledger.ledger import Capacity
 from hcsd.model import (
@@ -75,6 +76,11 @@ class NodeService:
     def discovery_notes(self) -> tuple[str, ...]:
         """Why vendors' backends did not run (a node with zero devices says why)."""
         return tuple(self._inventory.notes)
+
+    @property
+    def fabric(self) -> Fabric:
+        """The RDMA fabric the node is on, as discovery found it (or the config names it)."""
+        return self._inventory.fabric
 
     @property
     def seq(self) -> int:

@@ -132,7 +132,7 @@ class GetNodeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("name", "version", "backends", "ledger_seq", "device_count", "allocation_count", "started_at", "orphaned_containers", "health_source", "mode", "discovery_notes", "assignment_key_ids")
+    __slots__ = ("name", "version", "backends", "ledger_seq", "device_count", "allocation_count", "started_at", "orphaned_containers", "health_source", "mode", "discovery_notes", "assignment_key_ids", "fabric_domain", "fabric_source", "fabric_ports", "fabric_notes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,10 @@ class Node(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     DISCOVERY_NOTES_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_KEY_IDS_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_PORTS_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_NOTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     backends: _containers.RepeatedScalarFieldContainer[str]
@@ -157,7 +161,11 @@ class Node(_message.Message):
     mode: str
     discovery_notes: _containers.RepeatedScalarFieldContainer[str]
     assignment_key_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., ledger_seq: _Optional[int] = ..., device_count: _Optional[int] = ..., allocation_count: _Optional[int] = ..., started_at: _Optional[float] = ..., orphaned_containers: _Optional[_Iterable[str]] = ..., health_source: _Optional[str] = ..., mode: _Optional[str] = ..., discovery_notes: _Optional[_Iterable[str]] = ..., assignment_key_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    fabric_domain: str
+    fabric_source: str
+    fabric_ports: _containers.RepeatedScalarFieldContainer[str]
+    fabric_notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., backends: _Optional[_Iterable[str]] = ..., ledger_seq: _Optional[int] = ..., device_count: _Optional[int] = ..., allocation_count: _Optional[int] = ..., started_at: _Optional[float] = ..., orphaned_containers: _Optional[_Iterable[str]] = ..., health_source: _Optional[str] = ..., mode: _Optional[str] = ..., discovery_notes: _Optional[_Iterable[str]] = ..., assignment_key_ids: _Optional[_Iterable[str]] = ..., fabric_domain: _Optional[str] = ..., fabric_source: _Optional[str] = ..., fabric_ports: _Optional[_Iterable[str]] = ..., fabric_notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Link(_message.Message):
     __slots__ = ("peer_uuid", "kind", "gbps")

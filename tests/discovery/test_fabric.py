@@ -1,0 +1,149 @@
+"""The node's RDMA fabric domain from a sysfs tree laid out as the kernel lays it out.
+
+`class/infiniband/<dev>` links to the device under the PCI function that carries it; each port
+has `state` ("%d: %s"), `link_layer`, `rate`, the GID table `gids/<i>` (printed as eight
+groups of four hex digits) and, per GID, `gid_attrs/ndevs/<i>` (a netdev for RoCE; reading it
+fails with EINVAL on an InfiniBand port, so the fake leaves it out there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hcsd.daemon.config import ConfigError, load_config
+from hcsd.discovery.fabric import DEFAULT_PREFIX, Fabric, Port, discover_fabric, read_ports
+
+
+@dataclass(frozen=True)
+class FakePort:
+    device: str
+    number: int = 1
+    link_layer: str = "InfiniBand"
+    state: str = "4: ACTIVE"
+    gid0: str = "fe80:0000:0000:0000:0002:c903:0031:7a51"
+    rate: str = "200 Gb/sec (4X HDR)"
+    ndev: str = ""  # gid_attrs/ndevs/0 (RoCE)
+    net: str = ""  # device/net/<netdev>
+    pci: str = "0000:3b:00.0"
+
+
+def make_rdma(sysfs: Path, ports: list[FakePort]) -> Path:
+    for p in ports:
+        device = sysfs / "devices/pci0000:00" / p.pci / "infiniband" / p.device
+        port = device / "ports" / str(p.number)
+        (port / "gids").mkdir(parents=True, exist_ok=True)
+        (port / "gid_attrs/ndevs").mkdir(parents=True, exist_ok=True)
+        for name, text in (("state", p.state), ("link_layer", p.link_layer), ("rate", p.rate),
+                           ("phys_state", "5: LinkUp"), ("gids/0", p.gid0)):  # fmt: skip
+            (port / name).write_text(text + "\n")
+        if p.ndev:
+            (port / "gid_attrs/ndevs/0").write_text(p.ndev + "\n")
+        if p.net:
+            (sysfs / "devices/pci0000:00" / p.pci / "net" / p.net).mkdir(parents=True)
+        link = device / "device"
+        if not link.is_symlink():
+            link.symlink_to(Path("../.."))  # the PCI function the device hangs off
+        entry = sysfs / "class/infiniband" / p.device
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        if not entry.is_symlink():
+            entry.symlink_to(device)
+    return sysfs
+
+
+def test_an_infiniband_port_names_its_subnet(tmp_path: Path) -> None:
+    sysfs = make_rdma(tmp_path, [FakePort("mlx5_0", gid0="fec0:0000:0000:0001:0002:c903:0031:7a51")])
+    fabric = discover_fabric(sysfs)
+    assert fabric == Fabric(
+        "ib:fec0:0000:0000:0001", "infiniband",
+        (Port("mlx5_0", 1, "InfiniBand", "200 Gb/sec (4X HDR)", subnet="fec0:0000:0000:0001"),),
+    )  # fmt: skip
+    assert fabric.ports[0].describe() == (
+        "mlx5_0/1 InfiniBand 200 Gb/sec (4X HDR) subnet fec0:0000:0000:0001"
+    )
+
+
+def test_the_default_prefix_is_a_domain_with_a_warning(tmp_path: Path) -> None:
+    fabric = discover_fabric(make_rdma(tmp_path, [FakePort("mlx5_0")]))
+    assert fabric.domain == f"ib:{DEFAULT_PREFIX}"
+    (note,) = fabric.notes
+    assert "default" in note and "discovery.fabric_domain" in note
+
+
+@pytest.mark.parametrize(
+    "state", [pytest.param("1: DOWN", id="down"), pytest.param("2: INIT", id="init"),
+              pytest.param("3: ARMED", id="armed")],
+)  # fmt: skip
+def test_ports_not_active_are_not_counted(tmp_path: Path, state: str) -> None:
+    sysfs = make_rdma(tmp_path, [
+        FakePort("mlx5_0", state=state, gid0="fec0:0000:0000:0001:0002:c903:0031:7a51"),
+        FakePort("mlx5_1", pci="0000:5e:00.0", gid0="fec0:0000:0000:0002:0002:c903:0031:7a52"),
+    ])  # fmt: skip
+    assert discover_fabric(sysfs).domain == "ib:fec0:0000:0000:0002"
+
+
+def test_ports_on_several_subnets_take_the_lowest_and_say_so(tmp_path: Path) -> None:
+    sysfs = make_rdma(tmp_path, [
+        FakePort("mlx5_1", pci="0000:5e:00.0", gid0="fec0:0000:0000:0002:0002:c903:0031:7a52"),
+        FakePort("mlx5_0", gid0="fec0:0000:0000:0001:0002:c903:0031:7a51"),
+    ])  # fmt: skip
+    fabric = discover_fabric(sysfs)
+    assert fabric.domain == "ib:fec0:0000:0000:0001"
+    assert [p.device for p in fabric.ports] == ["mlx5_0", "mlx5_1"]
+    assert "2 subnets (fec0:0000:0000:0001, fec0:0000:0000:0002)" in fabric.notes[0]
+
+
+def test_roce_needs_the_operator_and_shows_its_netdev(tmp_path: Path) -> None:
+    sysfs = make_rdma(tmp_path, [
+        FakePort("mlx5_0", link_layer="Ethernet", ndev="ens1f0", rate="100 Gb/sec (4X EDR)",
+                 gid0="fe80:0000:0000:0000:0a5c:2cff:fe01:0203"),
+        FakePort("mlx5_1", pci="0000:5e:00.0", link_layer="Ethernet", net="ens2f0",
+                 gid0="fe80:0000:0000:0000:0a5c:2cff:fe01:0204"),
+    ])  # fmt: skip
+    fabric = discover_fabric(sysfs)
+    assert (fabric.domain, fabric.source) == ("", "")
+    assert [p.netdev for p in fabric.ports] == ["ens1f0", "ens2f0"]  # ndevs/0, then device/net
+    assert [p.subnet for p in fabric.ports] == ["", ""]  # a link-local GID names no fabric
+    assert "mlx5_0/1 (ens1f0), mlx5_1/1 (ens2f0)" in fabric.notes[0]
+    named = discover_fabric(sysfs, "roce-pod-a")
+    assert (named.domain, named.source, named.ports) == ("roce-pod-a", "config", fabric.ports)
+
+
+def test_the_setting_wins_over_discovery(tmp_path: Path) -> None:
+    sysfs = make_rdma(tmp_path, [FakePort("mlx5_0")])
+    assert discover_fabric(sysfs, "ib-west").domain == "ib-west"
+
+
+def test_no_rdma_device_no_domain(tmp_path: Path) -> None:
+    fabric = discover_fabric(tmp_path)
+    assert (fabric.domain, fabric.ports) == ("", ())
+    assert fabric.notes == ("no active RDMA port: the node has no fabric domain",)
+
+
+@pytest.mark.parametrize(
+    "gid", [pytest.param("0000:0000:0000:0000:0000:0000:0000:0000", id="empty-slot"),
+            pytest.param("garbage", id="garbled"), pytest.param("", id="unreadable")],
+)  # fmt: skip
+def test_a_gid_without_a_subnet_names_none(tmp_path: Path, gid: str) -> None:
+    sysfs = make_rdma(tmp_path, [FakePort("mlx5_0", gid0=gid)])
+    assert read_ports(sysfs)[0].subnet == ""
+    assert discover_fabric(sysfs).domain == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [pytest.param("", True, id="empty"), pytest.param("ib:fec0:0000:0000:0001", True, id="ib"),
+     pytest.param("roce/pod-a_1.x", True, id="roce"), pytest.param("-a", False, id="dash"),
+     pytest.param("a b", False, id="space"), pytest.param("a\nb", False, id="newline"),
+     pytest.param("x" * 65, False, id="long")],
+)  # fmt: skip
+def test_the_setting_takes_names_only(tmp_path: Path, value: str, ok: bool) -> None:
+    path = tmp_path / "hcsd.toml"
+    path.write_text(f"[discovery]\nfabric_domain = {value!r}\n".replace("'", '"'))
+    if ok:
+        assert load_config(str(path)).discovery.fabric_domain == value
+    else:
+        with pytest.raises(ConfigError, match="fabric_domain"):
+            load_config(str(path))
