@@ -54,7 +54,8 @@ def make_rdma(sysfs: Path, ports: list[FakePort]) -> Path:
 
 
 def test_an_infiniband_port_names_its_subnet(tmp_path: Path) -> None:
-    sysfs = make_rdma(tmp_path, [FakePort("mlx5_0", gid0="fec0:0000:0000:0001:0002:c903:0031:7a51")])
+    gid = "fec0:0000:0000:0001:0002:c903:0031:7a51"
+    sysfs = make_rdma(tmp_path, [FakePort("mlx5_0", gid0=gid)])
     fabric = discover_fabric(sysfs)
     assert fabric == Fabric(
         "ib:fec0:0000:0000:0001", "infiniband",
