@@ -24,6 +24,7 @@ from hcsd.cluster.cluster_metrics import ClusterCollector
 from hcsd.cluster.decisions import NOTHING, Decider
 from hcsd.cluster.demand import Demand, DemandError
 from hcsd.cluster.extender_metrics import Metrics
+from hcsd.cluster.fabric_placement import FabricPlacement
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.quota_status import QuotaStatusWriter
 from hcsd.cluster.state import ClusterState
@@ -66,6 +67,7 @@ class Extender:
             is_leader=is_leader, clock=clock, schedulers=schedulers,
         )  # fmt: skip
         self.quota_status = QuotaStatusWriter(kube, self.state)
+        self.fabric = FabricPlacement(self.state.jobs)
         registry = self.metrics.registry
         registry.register(ClusterCollector(self.state, db.acu_tflops, is_leader))
         ProcessCollector(registry=registry)
@@ -101,8 +103,13 @@ class Extender:
         verdict = self.decider.filter(
             snapshot, uid, demand, names, quotas=quotas, used=used, signing=self.keys().signing
         )
-        self.metrics.pending.filtered(uid, demand.namespace, bool(verdict.scores))
-        return FilterAnswer(list(verdict.scores), verdict.failed)
+        passed, failed = self.fabric.filter(
+            pod, demand, snapshot, list(verdict.scores), verdict.failed
+        )
+        if len(failed) > len(verdict.failed):
+            self.metrics.refuse("fabric", len(failed) - len(verdict.failed))
+        self.metrics.pending.filtered(uid, demand.namespace, bool(passed))
+        return FilterAnswer(passed, failed)
 
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:
         started = time.perf_counter()
@@ -112,7 +119,10 @@ class Extender:
                 demand = self.decider.demand(pod)
             except DemandError:
                 demand = None
-            return self.decider.prioritize(_uid(pod), demand, names, self.state.snapshot)
+            scores = self.decider.prioritize(_uid(pod), demand, names, self.state.snapshot)
+            if demand is None:
+                return scores
+            return self.fabric.prioritize(pod, demand, self.state.snapshot(), scores)
         finally:
             self.metrics.observe("prioritize", time.perf_counter() - started)
 

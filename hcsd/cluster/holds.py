@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hcsd.cluster.fabric_jobs import JobKey, job_of
 from hcsd.cluster.objects import NodeView, PodHold
 from hcsd.contract import assignment
 from hcsd.contract.keyring import Keyring, verifying_keys
@@ -32,6 +33,7 @@ class PodInfo:
     name: str
     node: str
     holds: tuple[PodHold, ...]
+    job: JobKey | None = None  # the job it belongs to (fabric_jobs.job_of)
 
 
 def pod_info(obj: Mapping[str, Any], keys: Callable[[], Keyring]) -> PodInfo | None:
@@ -68,7 +70,7 @@ def pod_info(obj: Mapping[str, Any], keys: Callable[[], Keyring]) -> PodInfo | N
         PodHold(uid, container, namespace, grants)
         for container, grants in assigned.containers.items()
     )
-    return PodInfo(uid, namespace, str(meta.get("name", "")), node, holds)
+    return PodInfo(uid, namespace, str(meta.get("name", "")), node, holds, job_of(obj))
 
 
 class Holds:

@@ -39,6 +39,8 @@ _HEALTH = {
 
 REASON_MAX = 1024  # crds/computenodes.yaml: status.devices[].reason maxLength
 SUBHEALTH_MAX, SUBHEALTH_NAME_MAX = 16, 64  # status.devices[].subhealth maxItems, maxLength
+FABRIC_PORTS_MAX = 64  # crds/computenodes.yaml: spec.fabric.ports maxItems
+FABRIC_NOTES_MAX = 8  # spec.fabric.notes maxItems
 
 
 def fingerprint_of(device: pb.Device) -> str:
@@ -81,6 +83,22 @@ def node_spec(node: pb.Node, devices: Sequence[pb.Device]) -> dict[str, Any]:
             }
             for d in sorted(devices, key=lambda d: (d.vendor, d.index, d.uuid))
         ],
+        **_fabric(node),
+    }
+
+
+def _fabric(node: pb.Node) -> dict[str, Any]:
+    """`fabric`: the node's RDMA fabric domain as hcsd reports it (hcsd.discovery.fabric),
+    left out when hcsd saw no RDMA port and was given no domain."""
+    if not (node.fabric_domain or node.fabric_ports or node.fabric_notes):
+        return {}
+    return {
+        "fabric": {
+            "domain": node.fabric_domain,
+            "source": node.fabric_source,
+            "ports": list(node.fabric_ports)[:FABRIC_PORTS_MAX],
+            "notes": [n[:REASON_MAX] for n in node.fabric_notes][:FABRIC_NOTES_MAX],
+        }
     }
 
 
@@ -249,6 +267,7 @@ class NodeView:
     generation: str = ""  # resourceVersion: a cheap "did anything change"
     models: frozenset[str] = field(default_factory=frozenset)
     key_ids: frozenset[str] | None = None  # status.assignmentKeys; None: not reported
+    fabric: str = ""  # spec.fabric.domain: the RDMA fabric domain; "": none reported
 
     def usage(self, extra: Iterable[PodHold] = ()) -> dict[str, Usage]:
         """Per-device usage from holds, local allocations and `extra` (assumed, not yet seen)."""
@@ -331,6 +350,7 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         generation=str(obj.get("metadata", {}).get("resourceVersion", "")),
         models=frozenset(d.model.lower() for d in devices),
         key_ids=_key_ids(status),
+        fabric=str((spec.get("fabric") or {}).get("domain") or ""),
     )
 
 

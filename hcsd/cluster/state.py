@@ -30,6 +30,7 @@ from typing import Any
 
 from hcsd.allocator import Usage
 from hcsd.cluster.compute_quota import Amounts, Quota, quota_of
+from hcsd.cluster.fabric_jobs import JobIndex
 from hcsd.cluster.heartbeats import Heartbeat, Heartbeats, NodeLease, node_lease
 from hcsd.cluster.holds import Holds, PodInfo, pod_info
 from hcsd.cluster.informer import Informer
@@ -109,6 +110,7 @@ class ClusterState:
         self._last: Snapshot | None = None  # None: something changed since it was made
         self._beats: Mapping[str, Heartbeat] = {}  # the heartbeats as the last Snapshot has them
         self._beats_moved = True  # a heartbeat was recorded since
+        self.jobs = JobIndex()  # job -> nodes of its pods, for fabric_placement (own lock)
         # --- the informers: each keeps its own cache and calls the handlers below ---
         self.nodes: Informer[NodeView] = Informer(
             kube, paths_for(API_VERSION, COMPUTE_NODES), _view,
@@ -167,11 +169,14 @@ class ClusterState:
         with self._lock:
             for info in (old, new):
                 if info is not None:
+                    self.jobs.drop(info.uid)
                     for node in self._holds.drop(info.uid):
                         self._touch(node)
             if new is not None and new.node:
                 for node in self._holds.put(new.uid, new.node, new.holds):
                     self._touch(node)
+                if new.job is not None:
+                    self.jobs.put(new.uid, new.job, new.node)
 
     def _quota_changed(self, key: str, old: Quota | None, new: Quota | None) -> None:
         with self._lock:
