@@ -17,6 +17,7 @@ from hcsd.api.client import Client
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster.syncer import Syncer, SyncerSettings
 from tests.cluster.controlplane import ControlPlane
+from tests.fakes.rdma import FakePort, make_rdma
 from tests.harness.daemon import Daemon
 from tests.harness.waiting import wait_for
 
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.slow
 
 NODES = "/apis/hcs.io/v1alpha1/computenodes/"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases/hcs-node-"
+GID = "fec0:0000:0000:0001:0002:c903:0031:7a51"
 
 
 @pytest.fixture
@@ -156,3 +158,32 @@ def test_an_older_crd_that_prunes_new_fields_does_not_make_it_rewrite(
         current = admin.get(CRD)
         original["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         admin.replace(CRD, original)
+
+
+def test_the_fabric_hcsd_discovers_reaches_the_computenode(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
+    """hcsd reads the RDMA ports in its sysfs, the syncer writes them into spec.fabric, and the
+    printer column shows the domain."""
+    sysfs = make_rdma(tmp_path / "sys", [FakePort("mlx5_0", gid0=GID)])
+    daemon = Daemon(tmp_path / "hcsd", settings={"discovery": {"sysfs": sysfs}})
+    daemon.start()
+    running = Running(plane, daemon, "fabric-node")
+    try:
+        assert running.syncer.synced.wait(15)
+        spec = running.admin.get(NODES + "fabric-node")["spec"]
+        assert spec["fabric"] == {
+            "domain": "ib:fec0:0000:0000:0001",
+            "source": "infiniband",
+            "ports": ["mlx5_0/1 InfiniBand 200 Gb/sec (4X HDR) subnet fec0:0000:0000:0001"],
+            "notes": [],
+        }
+        table = running.admin.request(
+            "GET", NODES + "fabric-node", accept="application/json;as=Table;v=v1;g=meta.k8s.io"
+        )
+        columns = [c["name"] for c in table["columnDefinitions"]]
+        row = table["rows"][0]["cells"]
+        assert row[columns.index("Fabric")] == "ib:fec0:0000:0000:0001"
+    finally:
+        running.stop()
+        daemon.close()
