@@ -41,6 +41,7 @@ REASON_MAX = 1024  # crds/computenodes.yaml: status.devices[].reason maxLength
 SUBHEALTH_MAX, SUBHEALTH_NAME_MAX = 16, 64  # status.devices[].subhealth maxItems, maxLength
 FABRIC_PORTS_MAX = 64  # crds/computenodes.yaml: spec.fabric.ports maxItems
 FABRIC_NOTES_MAX = 8  # spec.fabric.notes maxItems
+FABRIC_LINE_MAX = 256  # spec.fabric.ports[] maxLength
 
 
 def fingerprint_of(device: pb.Device) -> str:
@@ -96,7 +97,7 @@ def _fabric(node: pb.Node) -> dict[str, Any]:
         "fabric": {
             "domain": node.fabric_domain,
             "source": node.fabric_source,
-            "ports": list(node.fabric_ports)[:FABRIC_PORTS_MAX],
+            "ports": [p[:FABRIC_LINE_MAX] for p in node.fabric_ports][:FABRIC_PORTS_MAX],
             "notes": [n[:REASON_MAX] for n in node.fabric_notes][:FABRIC_NOTES_MAX],
         }
     }

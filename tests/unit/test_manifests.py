@@ -438,6 +438,31 @@ def test_the_syncers_compute_nodes_fit_the_schema(node: str) -> None:
     assert problems(obj, names.COMPUTE_NODES) == []
 
 
+def test_the_fabric_hcsd_reports_fits_the_schema() -> None:
+    """spec.fabric as the syncer writes it, at its caps: too many ports and notes, too long."""
+    info = pb.Node(
+        name="n", fabric_domain="ib:fec0:0000:0000:0001", fabric_source="infiniband",
+        fabric_ports=[f"mlx5_{i}/1 InfiniBand 400 Gb/sec (4X NDR) " + "x" * 300 for i in range(70)],
+        fabric_notes=["n" * 2000] * 9,
+    )  # fmt: skip
+    obj = compute_node("n", node_spec(info, NODES["mixed"][0]))
+    assert problems(obj, names.COMPUTE_NODES) == []
+    assert obj["spec"]["fabric"]["source"] == "infiniband"
+
+
+@pytest.mark.parametrize(
+    "text", ["", "ib:fec0:0000:0000:0001", "roce/pod-a_1.x", "-a", "a b", "a\nb", "x" * 64,
+             "x" * 65, "é"],
+)  # fmt: skip
+def test_the_fabric_domain_pattern_is_the_settings(text: str) -> None:
+    """What discovery.fabric_domain accepts, the CRD accepts, and nothing else."""
+    fabric = crd_schema(names.COMPUTE_NODES)["properties"]["spec"]["properties"]["fabric"]
+    domain = fabric["properties"]["domain"]
+    ours = text == "" or bool(names.FABRIC_DOMAIN.fullmatch(text))
+    theirs = bool(re.search(domain["pattern"], text)) and len(text) <= domain["maxLength"]
+    assert ours == theirs, text
+
+
 def test_the_validator_rejects_what_the_api_server_would_prune_or_refuse() -> None:
     """The check above is only as good as its validator: show it fails where it should."""
     devices, allocations = NODES["mixed"]
