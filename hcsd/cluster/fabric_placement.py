@@ -35,6 +35,7 @@ __all__ = ["CHOICE_SECONDS", "FabricPlacement", "lift", "room"]
 
 CHOICE_SECONDS = 30.0
 _CHOICES = 10_000  # first-pod choices remembered at most (expired ones are dropped first)
+_ROOMS = 50_000  # room() answers kept
 
 
 def room(demand: Demand, node: NodeSnapshot) -> int:
@@ -71,6 +72,9 @@ class FabricPlacement:
         self.clock = clock
         self._lock = threading.Lock()
         self._chosen: dict[JobKey, tuple[str, float]] = {}  # job -> (domain, until)
+        # room() by (node shape id, demand): a pure function of both, so equal nodes (most of
+        # a fleet) are counted once; racing threads can only store the same value twice.
+        self._rooms: dict[tuple[int, Demand], int] = {}
 
     def domain_of(self, job: JobKey, snapshot: Snapshot) -> str:
         """Where most of the job's pods hold accelerators (ties: the first name), else the
@@ -148,8 +152,14 @@ class FabricPlacement:
         then the first name), remembered for its next pods."""
         rooms: Counter[str] = Counter()
         nodes: Counter[str] = Counter()
+        if len(self._rooms) > _ROOMS:
+            self._rooms = {}
         for name, domain in fabric.items():
-            rooms[domain] += room(demand, snapshot.nodes[name])
+            node = snapshot.nodes[name]
+            found = self._rooms.get((node.shape_id, demand))
+            if found is None:
+                found = self._rooms[(node.shape_id, demand)] = room(demand, node)
+            rooms[domain] += found
             nodes[domain] += 1
         domain = min(nodes, key=lambda d: (-rooms[d], -nodes[d], d))
         now = self.clock()
