@@ -65,6 +65,7 @@ def test_compute_nodes_mirror_hcsd(cluster: Cluster) -> None:
         "VRAM-Free",  # -o wide
         "Health",  # -o wide
         "Phase",
+        "Fabric",  # -o wide
         "Age",
     ]
     rows = {row["cells"][0]: row["cells"] for row in table["rows"]}
