@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hcsd.cluster import planner
+from hcsd.cluster.bulk import Bulk, BulkVerdict, one_slice
 from hcsd.cluster.compute_quota import Amounts, Quota
 from hcsd.cluster.demand import Demand, demand_of
 from hcsd.cluster.extender_metrics import Metrics
@@ -81,6 +82,10 @@ def plan_amounts(found: Plan) -> Amounts:
     return Amounts(sum(g.vram_bytes for g in grants), found.reserved_tflops, len(grants))
 
 
+def _reason(found: Plan | Unfit) -> str | None:
+    return found.reason if isinstance(found, Unfit) else None
+
+
 def unusable(snapshot: Snapshot, name: str, now: float) -> str | None:
     """Why no pod may go to the node whatever it asks, or None."""
     node = snapshot.nodes.get(name)
@@ -121,6 +126,7 @@ class Decider:
         self._plans: OrderedDict[tuple[int, int], Plan | Unfit] = OrderedDict()
         self._verdicts: OrderedDict[tuple[int, int], Verdict] = OrderedDict()
         self._last: tuple[str, Mapping[str, int]] = ("", {})  # pod uid, its filter's scores
+        self._bulk = Bulk()
 
     def demand(self, pod: Mapping[str, Any]) -> Demand | None:
         """The pod's demand with model aliases resolved; DemandError when malformed."""
@@ -182,12 +188,46 @@ class Decider:
         used: Amounts = NOTHING,
         signing: str = "",
     ) -> Verdict:
+        want = one_slice(demand)
+        if want is not None:
+            now = time.monotonic()
+            nodes = snapshot.nodes
+            found = self._bulk.judge(
+                snapshot.fleet, demand, want, names, now,
+                unusable=lambda n: unusable(snapshot, n, now) or "node is not usable",
+                reason=lambda n: _reason(self._plan(nodes[n], demand, demand_id)),
+                key_refusal=(lambda n: lacks_key(nodes[n].view, signing)) if signing else None,
+                quota_refusal=over_quota(quotas, used, floor_of(demand)) if quotas else None,
+            )  # fmt: skip
+            if found.undecided:  # the reference disagreed: it decides those nodes itself
+                return self._checked(
+                    snapshot, demand, demand_id, found, quotas=quotas, used=used, signing=signing
+                )
+            return Verdict(snapshot.version, found.valid_until, found.failed, found.scores)
         failed: dict[str, str] = {}
         scores: dict[str, int] = {}
         valid_until = self._judge(
             snapshot, demand, demand_id, names,
             into=(failed, scores), valid_until=math.inf, quotas=quotas, used=used,
             signing=signing,
+        )  # fmt: skip
+        return Verdict(snapshot.version, valid_until, failed, scores)
+
+    def _checked(
+        self,
+        snapshot: Snapshot,
+        demand: Demand,
+        demand_id: int,
+        found: BulkVerdict,
+        *,
+        quotas: Sequence[Quota],
+        used: Amounts,
+        signing: str,
+    ) -> Verdict:
+        failed, scores = dict(found.failed), dict(found.scores)
+        valid_until = self._judge(
+            snapshot, demand, demand_id, found.undecided, into=(failed, scores),
+            valid_until=found.valid_until, quotas=quotas, used=used, signing=signing,
         )  # fmt: skip
         return Verdict(snapshot.version, valid_until, failed, scores)
 

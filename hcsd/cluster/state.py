@@ -31,6 +31,7 @@ from typing import Any
 from hcsd.allocator import Usage
 from hcsd.cluster.compute_quota import Amounts, Quota, quota_of
 from hcsd.cluster.fabric_jobs import JobIndex
+from hcsd.cluster.fleet import FleetIndex, FleetRows
 from hcsd.cluster.heartbeats import Heartbeat, Heartbeats, NodeLease, node_lease
 from hcsd.cluster.holds import Holds, PodInfo, pod_info
 from hcsd.cluster.informer import Informer
@@ -73,6 +74,7 @@ class Snapshot:
     nodes: Mapping[str, NodeSnapshot]
     heartbeats: Mapping[str, Heartbeat]
     quotas: tuple[Quota, ...]
+    fleet: FleetIndex  # the same nodes and heartbeats as arrays, for vectorised decisions
 
     def quotas_in(self, namespace: str) -> list[Quota]:
         return [q for q in self.quotas if q.namespace == namespace]
@@ -111,6 +113,7 @@ class ClusterState:
         self._beats: Mapping[str, Heartbeat] = {}  # the heartbeats as the last Snapshot has them
         self._beats_moved = True  # a heartbeat was recorded since
         self.jobs = JobIndex()  # job -> nodes of its pods, for fabric_placement (own lock)
+        self._fleet = FleetRows()  # kept with the node snapshots and heartbeats
         # --- the informers: each keeps its own cache and calls the handlers below ---
         self.nodes: Informer[NodeView] = Informer(
             kube, paths_for(API_VERSION, COMPUTE_NODES), _view,
@@ -201,6 +204,7 @@ class ClusterState:
             if self._heartbeats.record(new, time.monotonic()):
                 self._touch(new.node)
             if self._heartbeats.beats.get(new.node) is not before:  # not a relist's repeat
+                self._fleet.beat(new.node, self._heartbeats.beats.get(new.node))
                 self._beats_moved = True
                 self._last = None
 
@@ -208,6 +212,7 @@ class ClusterState:
         """Under the lock: a node without ComputeNode nor Lease is gone; keeping its last
         heartbeat would keep it (and its series) forever."""
         if self._heartbeats.beats.pop(node, None) is not None:
+            self._fleet.beat(node, None)
             self._beats_moved = True
             self._last = None
 
@@ -251,15 +256,19 @@ class ClusterState:
                     view = self._views.get(name)
                     if view is None:
                         nodes.pop(name, None)
+                        self._fleet.drop(name)
                     else:
-                        nodes[name] = self._node_snapshot(view)
+                        nodes[name] = built = self._node_snapshot(view)
+                        self._fleet.put(name, view, built.usage)
                 self._dirty.clear()
                 self._nodes = nodes
             if self._beats_moved:
                 self._beats = dict(self._heartbeats.beats)
                 self._beats_moved = False
             quotas = tuple(self._quotas.values())
-            self._last = Snapshot(self._version, self._nodes, self._beats, quotas)
+            self._last = Snapshot(
+                self._version, self._nodes, self._beats, quotas, self._fleet.freeze()
+            )
             return self._last
 
     def _node_snapshot(self, view: NodeView) -> NodeSnapshot:

@@ -144,11 +144,14 @@ def test_a_changed_node_is_the_only_one_decided_again() -> None:
         beat(e, name)
     assert len(passed(e, {"ai.compute/vram": "16Gi"}, names)) == 20
     before = e.state.snapshot()
-    assert all(len(node.answers) == 1 for node in before.nodes.values())  # the answer memo
+    # A one-slice demand is decided for all nodes at once (bulk.py): no per-node memo.
+    assert all(not node.answers for node in before.nodes.values())
     add_node(e, "n3", allocated={0: ("x", 80), 1: ("y", 80)}, version=2)
     answer = decided(e, {"ai.compute/vram": "16Gi"}, names, "u2")
     after = e.state.snapshot()
     assert [n for n in names if after.nodes[n] is not before.nodes[n]] == ["n3"]
+    # The verdict's refresh decided n3 alone, node by node (its answer memo).
+    assert [n for n in names if after.nodes[n].answers] == ["n3"]
     assert "n3" in answer[1] and len(answer[0]) == 19
     (verdict,) = e.decider._verdicts.values()  # one demand, one node list: one verdict
     assert verdict.version == after.version
