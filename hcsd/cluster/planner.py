@@ -247,7 +247,8 @@ def quick_fit(demand: Demand, summary: Summary) -> tuple[int, str] | None:
         position = bisect.bisect_left(items, (want,))
         if position < len(items):
             found = items[position]
-            if best is None or (found[0], found[1]) < (best[0], best[1]):
+            # The allocator's order across models too: least left, healthiest, lowest index.
+            if best is None or found[:3] < best[:3]:
                 best = found
     if best is None:
         if len(allowed) != 1:
@@ -261,4 +262,5 @@ def quick_fit(demand: Demand, summary: Summary) -> tuple[int, str] | None:
         )
     free, negative_health, _, _, vram = best
     packing = 1.0 - max(free - want, 0) / vram if vram else 0.0
-    return max(0, min(10, round((0.6 * packing + 0.4 * -negative_health / 100.0) * 10))), ""
+    value = 0.6 * packing + 0.4 * (-negative_health / 100.0)  # `_score`'s arithmetic exactly
+    return max(0, min(10, round(value * 10))), ""
