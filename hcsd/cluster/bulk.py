@@ -25,12 +25,11 @@ import numpy as np
 import numpy.typing as npt
 
 from hcsd.cluster.demand import Demand
-from hcsd.cluster.fleet import Bools, FleetIndex, Ints
+from hcsd.cluster.fleet import SHIFT, Bools, FleetIndex, Ints
 
 __all__ = ["Bulk", "BulkVerdict", "one_slice"]
 
 _BIG = np.iinfo(np.int64).max
-_SMALL = np.iinfo(np.int64).min
 _ROW_LISTS = 16  # node lists whose rows are remembered (kube-scheduler sends one or a few)
 
 
@@ -128,35 +127,34 @@ class Bulk:
 def _fit(
     fleet: FleetIndex, r: Ints, demand: Demand, want: int, usable: Bools
 ) -> tuple[Bools, Ints]:
-    """Per row: whether the pod fits, and its score where it does (the allocator's device:
-    least VRAM left, then healthiest, then lowest index, then the earliest group)."""
+    """Per row of `r`: whether the pod fits, and its score where it does. The smallest key at
+    or above the demand's is the allocator's device (see `fleet.py`)."""
     vendors = {v.value for v in demand.vendors}
     models = demand.models
-    admitted = np.array(
-        [
-            (not vendors or vendor in vendors) and (not models or model.lower() in models)
-            for vendor, model in fleet.groups
-        ]
-        + [False]  # group -1: no device, or not schedulable
-    )
-    free = fleet.free[r]
-    fit = admitted[fleet.group[r]] & (free >= want) & usable[:, None]
-    least = np.where(fit, free, _BIG).min(axis=1)
-    best = fit & (free == least[:, None])
-    health = fleet.health[r]
-    healthiest = np.where(best, health, _SMALL).max(axis=1)
-    best &= health == healthiest[:, None]
-    index = fleet.index[r]
-    lowest = np.where(best, index, _BIG).min(axis=1)
-    best &= index == lowest[:, None]
-    column = best.argmax(axis=1)  # the first: slots are in (vendor, model, index) order
-    vram = fleet.vram[r][np.arange(len(r)), column]
+    admitted = [
+        (not vendors or vendor in vendors) and (not models or model.lower() in models)
+        for vendor, model in fleet.groups
+    ]
+    whole = 2 * len(r) >= len(fleet.key)  # most of the fleet: no gather of the 2-D arrays
+    key = fleet.key if whole else fleet.key[r]
+    fit = key >= (want << SHIFT)
+    if not all(admitted):
+        group = fleet.group if whole else fleet.group[r]
+        fit &= np.array([*admitted, False])[group]  # group -1: key is -1, never fits anyway
+    best = np.where(fit, key, _BIG).min(axis=1) if key.shape[1] else np.full(len(key), _BIG)
+    if whole:
+        best = best[r]
+    fits = (best != _BIG) & usable
+    flat = r * fleet.key.shape[1] + (best & ((1 << SHIFT) - 1))
+    flat[~fits] = 0
+    vram = fleet.vram.ravel()[flat] if fleet.key.size else np.zeros(len(r), np.int64)
+    health = fleet.health.ravel()[flat] if fleet.key.size else np.zeros(len(r), np.int64)
     # `planner._score` for one grant, operation for operation (the same floats).
-    left = np.maximum(least - want, 0).astype(np.float64)
+    left = np.maximum((best >> SHIFT) - want, 0).astype(np.float64)
     leftover = np.divide(left, vram, out=np.zeros(len(r)), where=vram != 0)
-    value = 0.6 * (1.0 - leftover) + 0.4 * (healthiest / 100.0)
+    value = 0.6 * (1.0 - leftover) + 0.4 * (health / 100.0)
     score = np.clip(np.rint(value * 10), 0, 10).astype(np.int64)
-    return least != _BIG, score
+    return fits, score
 
 
 def _word(

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from hcsd.cluster import planner
 from hcsd.cluster.bulk import Bulk, BulkVerdict, one_slice
@@ -384,6 +384,9 @@ class Decider:
         last_uid, known = self._last
         if last_uid != uid:
             known = {}
+        filtered = list(map(known.get, names))
+        if None not in filtered:  # the names the filter passed, as kube-scheduler sends them
+            return list(zip(names, cast("list[int]", filtered), strict=True))
         taken: Snapshot | None = None
         scores = []
         for name in names:

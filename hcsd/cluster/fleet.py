@@ -7,8 +7,11 @@ assignment keys) in numpy arrays, and is kept current from the same events that 
 `NodeSnapshot` (under `ClusterState`'s lock). `freeze()` hands decisions a `FleetIndex`, a copy
 no event writes to again, so a decision over it needs no lock.
 
-Slots of a row are ordered by (vendor, model, index), the allocator's group order, so the
-first best slot of a row is the allocator's choice (`hcsd.cluster.bulk`). Each node also
+Slots of a row are ordered as the allocator breaks ties between devices with the same free
+VRAM (healthier, then lower index, then the earlier chip-model group), and each slot's *key*
+is its free VRAM shifted left past the slot's column: so the smallest key at or above the
+demand's (shifted) VRAM is the allocator's choice, found in one pass (`hcsd.cluster.bulk`).
+Each node also
 gets a *reason signature*: equal signatures mean equal failure reasons for any demand the bulk
 path decides (the devices' vendor, model, index and health, and per chip-model group the most
 free VRAM and the device holding it), so a failure reason is worded once per signature.
@@ -29,13 +32,14 @@ from hcsd.allocator import Usage
 from hcsd.cluster.heartbeats import Heartbeat
 from hcsd.cluster.objects import NodeView
 
-__all__ = ["FleetIndex", "FleetRows"]
+__all__ = ["SHIFT", "FleetIndex", "FleetRows"]
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 
-_SLOT_COLUMNS = ("free", "health", "index", "vram", "group")
+SHIFT = 16  # bits of a key below the free VRAM: the slot (devices on one node < 65,536)
+_SLOT_COLUMNS = ("key", "health", "vram", "group")
 _SIGNATURES = 100_000  # distinct reason signatures remembered before their ids are forgotten
 
 
@@ -45,11 +49,10 @@ class FleetIndex:
 
     rows: Mapping[str, int]  # node name -> row
     generation: int  # changes whenever `rows` does (a node added or removed)
-    free: Ints  # [row, slot]: VRAM free on the device
-    health: Ints  # health score
-    index: Ints  # the device's index on its node
+    key: Ints  # [row, slot]: free VRAM << SHIFT | slot; -1: no device, or not schedulable
+    health: Ints  # the device's health score
     vram: Ints  # the device's VRAM
-    group: Ints  # id into `groups`; -1: no device, or one that is not schedulable
+    group: Ints  # id into `groups` (-1 where key is -1)
     renewed: Floats  # [row]: the heartbeat's renewal (monotonic); NaN: no heartbeat
     duration: Floats  # [row]: the heartbeat's duration
     ready: Bools  # [row]: a ComputeNode whose phase is not NotReady
@@ -94,7 +97,7 @@ class FleetRows:
     def _resize(self, capacity: int, slots: int) -> None:
         old_capacity, old_slots = self._capacity, self._slots
         slot = {name: np.zeros((capacity, slots), np.int64) for name in _SLOT_COLUMNS}
-        slot["group"][:] = -1
+        slot["group"][:] = slot["key"][:] = -1
         row: dict[str, Any] = {
             "renewed": np.full(capacity, math.nan),
             "duration": np.zeros(capacity),
@@ -127,17 +130,18 @@ class FleetRows:
             self._resize(max(self._capacity, 2 * (row + 1)), width)
         self._frozen = None
         slot = self._slot
-        slot["group"][row] = -1
-        slot["free"][row] = slot["health"][row] = slot["index"][row] = slot["vram"][row] = 0
+        slot["group"][row] = slot["key"][row] = -1
+        slot["health"][row] = slot["vram"][row] = 0
         ordered = sorted(
-            enumerate(view.devices), key=lambda p: (p[1].vendor.value, p[1].model, p[1].index, p[0])
+            enumerate(view.devices),
+            key=lambda p: (-p[1].health_score, p[1].index, p[1].vendor.value, p[1].model, p[0]),
         )
         for column, (_, d) in enumerate(ordered):
-            slot["free"][row, column] = d.vram_bytes - usage.get(d.uuid, Usage()).vram_bytes
             slot["health"][row, column] = d.health_score
-            slot["index"][row, column] = d.index
             slot["vram"][row, column] = d.vram_bytes
-            if d.health_state.schedulable:
+            free = d.vram_bytes - usage.get(d.uuid, Usage()).vram_bytes
+            if d.health_state.schedulable and free >= 0:
+                slot["key"][row, column] = free << SHIFT | column
                 slot["group"][row, column] = self._id(self._groups, (d.vendor.value, d.model))
         self._row["ready"][row] = view.phase != "NotReady"
         self._row["keyset"][row] = self._id(self._keysets, view.key_ids)
@@ -156,7 +160,7 @@ class FleetRows:
             self._spare.append(row)
             self._generation += 1
             self._frozen = None
-            self._slot["group"][row] = -1
+            self._slot["group"][row] = self._slot["key"][row] = -1
             self._row["ready"][row] = False
 
     def beat(self, name: str, beat: Heartbeat | None) -> None:
@@ -184,8 +188,7 @@ class FleetRows:
             row = {name: array[:used].copy() for name, array in self._row.items()}
             self._frozen = FleetIndex(
                 rows=self._rows_copy[1], generation=self._generation,
-                free=slot["free"], health=slot["health"], index=slot["index"],
-                vram=slot["vram"], group=slot["group"],
+                key=slot["key"], health=slot["health"], vram=slot["vram"], group=slot["group"],
                 renewed=row["renewed"], duration=row["duration"], ready=row["ready"],
                 keyset=row["keyset"], signature=row["signature"],
                 groups=tuple(self._groups), keysets=tuple(self._keysets),
