@@ -9,15 +9,18 @@ the decision. A ComputeNode update arrives every 10 ms (100 a second, as at 100 
 second), decoded, turned into a NodeView and applied as the informer does, so caches stay
 honest.
 Pods of one job ask the same thing, so an unchanged node answers a demand it has seen from a
-cache; `vram-new-size-each-pod` shows the cold cost (a new demand every pod).
+cache; the `*-new-size-each-pod` cases show the cold cost (a demand never seen, every pod).
 Each sample is what kube-scheduler waits for: POST /filter with every node name, then
-POST /prioritize with the names that passed. Target: p99 < 20 ms at 5,000 nodes.
+POST /prioritize with the names that passed (the client reads and writes JSON with orjson,
+as kube-scheduler's Go would not spend Python's time on it). Targets at 5,000 nodes: p99 <
+10 ms for every case, < 5 ms where the demand repeats (pods of one job).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import random
 import socket
 import subprocess
@@ -27,6 +30,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -47,7 +52,8 @@ GiB = 2**30
 SIZES = (100, 1000, 5000)
 SAMPLES = 300
 CHURN_SECONDS = 0.01  # 100 ComputeNode updates a second, as at 100 binds a second
-TARGET_P99_MS = 20.0
+TARGET_P99_MS = 10.0  # every case
+TARGET_REPEATED_P99_MS = 5.0  # the cases whose demand repeats
 FLEET = [  # (share, vendor, model, count, vram GiB, tflops, link kind, GB/s)
     (0.50, "nvidia", "A100-SXM4-80GB", 8, 80, 312.0, "nvlink", 300.0),
     (0.25, "ascend", "Ascend910B3", 8, 64, 313.0, "hccs", 56.0),
@@ -56,7 +62,9 @@ FLEET = [  # (share, vendor, model, count, vram GiB, tflops, link kind, GB/s)
 ]
 
 
-def node_object(name: str, rng: random.Random) -> dict[str, Any]:
+def node_object(name: str, rng: random.Random, devices: int = 0) -> dict[str, Any]:
+    """A node of the mixed fleet; `devices`: that many of its model instead of the fleet's
+    count, linked in a ring (each to its two neighbours) rather than all to all."""
     pick, acc = rng.random(), 0.0
     chosen = FLEET[-1]
     for entry in FLEET:
@@ -65,6 +73,7 @@ def node_object(name: str, rng: random.Random) -> dict[str, Any]:
             chosen = entry
             break
     _, vendor, model, count, vram, tflops, kind, gbps = chosen
+    count = devices or count
     uuids = [f"{name}-{i}" for i in range(count)]
     devices, allocations = [], []
     for i, device_uuid in enumerate(uuids):
@@ -75,7 +84,8 @@ def node_object(name: str, rng: random.Random) -> dict[str, Any]:
             uuid=device_uuid, vendor=vendor, model=model, index=i, vram_bytes=vram * GiB,
             tflops_fp16=tflops, health_score=rng.choice([100] * 9 + [70]),
             health_state=pb.HEALTH_STATE_HEALTHY, vram_allocated_bytes=used,
-            links=[pb.Link(peer_uuid=p, kind=kind, gbps=gbps) for p in uuids if p != device_uuid],
+            links=[pb.Link(peer_uuid=p, kind=kind, gbps=gbps) for p in uuids
+                   if p != device_uuid and (not devices or p in ring(uuids, i))],
         ))  # fmt: skip
         if used:
             allocations.append(pb.Allocation(
@@ -87,6 +97,10 @@ def node_object(name: str, rng: random.Random) -> dict[str, Any]:
     obj["status"] = node_status(devices, allocations, previous={}, now="2026-01-01T00:00:00Z")
     obj["metadata"]["resourceVersion"] = str(rng.randrange(10**9))
     return obj
+
+
+def ring(uuids: list[str], i: int) -> tuple[str, str]:
+    return uuids[i - 1], uuids[(i + 1) % len(uuids)]
 
 
 def pod(limits: dict[str, str], annotations: dict[str, str]) -> dict[str, Any]:
@@ -109,21 +123,26 @@ def post(connection: http.client.HTTPConnection, verb: str, payload: bytes) -> A
     response = connection.getresponse()
     data = response.read()
     assert response.status == 200, data[:300]
-    return json.loads(data)
+    return orjson.loads(data)
 
 
 CASES = {
     "vram-16Gi": ({"ai.compute/vram": "16Gi"}, {}),
     # A VRAM size never asked before on every pod: no per-node answer can be reused.
     "vram-new-size-each-pod": ({"ai.compute/vram": "NEW"}, {}),
+    "vram-new-size-each-pod-pinned": ({"ai.compute/vram": "NEW"},
+                                      {"hcs.io/models": "A100-SXM4-80GB,Ascend910B3"}),
+    "vram-24Gi-vendor-pinned": ({"ai.compute/vram": "24Gi"}, {"hcs.io/vendors": "ascend"}),
+    "tflops-100": ({"ai.compute/tflops-fp16": "100"}, {}),
     "2-devices-linked": ({"ai.compute/devices": "2"},
                          {"hcs.io/topology-preference": "high-bandwidth"}),
     "tflops-200-substitution": ({"ai.compute/tflops-fp16": "200"},
                                 {"hcs.io/models": "A100", "hcs.io/allow-substitution": "true"}),
 }  # fmt: skip
+NEW_EACH_POD = [case for case, (limits, _) in CASES.items() if "NEW" in limits.values()]
 
 
-def serve_fleet(size: int) -> None:
+def serve_fleet(size: int, devices: int = 0) -> None:
     """The extender process: a fleet of `size` nodes, one of which changes every 10 ms."""
     rng = random.Random(size)
     extender = Extender(
@@ -131,7 +150,7 @@ def serve_fleet(size: int) -> None:
     )
     names = [f"node-{i:05d}" for i in range(size)]
     for name in names:
-        extender.state.nodes.apply(name, node_view(node_object(name, rng)))
+        extender.state.nodes.apply(name, node_view(node_object(name, rng, devices)))
         # A heartbeat that outlasts the run, as the leases informer delivers it.
         lease = NodeLease(name, micro_time(time.time()), 3600.0)
         extender.state.leases.apply(f"{NAMESPACE}/{NODE_LEASE_PREFIX}{name}", lease)
@@ -141,7 +160,7 @@ def serve_fleet(size: int) -> None:
     print(server.server_address[1], flush=True)
 
     # What the ComputeNode informer does per event: decode the object, make its NodeView.
-    pool = [json.dumps(node_object(f"node-{i:05d}", rng)) for i in range(200)]
+    pool = [json.dumps(node_object(f"node-{i:05d}", rng, devices)) for i in range(200)]
 
     def churn() -> None:
         while True:
@@ -153,9 +172,25 @@ def serve_fleet(size: int) -> None:
     server.serve_forever()
 
 
-def measure(size: int, rng: random.Random) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the process so far (/proc/PID/stat, clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(
+    size: int,
+    rng: random.Random,
+    cases: dict[str, tuple[dict[str, str], dict[str, str]]] = CASES,
+    *,
+    samples: int = SAMPLES,
+    devices: int = 0,
+) -> dict[str, Any]:
+    """p50/p99 of filter+prioritize per case against a fresh extender of `size` nodes, and
+    the extender's CPU time per pod (its churn's share, measured idle first, taken out): on a
+    machine shared with other work the wall times wait for the CPU, the CPU time much less."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.extender_bench", "--serve", str(size)],
+        [sys.executable, "-m", "bench.extender_bench", "--serve", str(size), str(devices)],
         stdout=subprocess.PIPE, cwd=ROOT,
     )  # fmt: skip
     assert process.stdout is not None
@@ -166,26 +201,35 @@ def measure(size: int, rng: random.Random) -> dict[str, Any]:
     connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as Go's client does
     result: dict[str, Any] = {"nodes": size}
     try:
-        for case, (limits, annotations) in CASES.items():
-            samples, passed_counts = [], []
-            for i in range(SAMPLES + 20):
+        churn_started, churn_cpu = time.perf_counter(), cpu_seconds(process.pid)
+        time.sleep(2.0)
+        churn_rate = (cpu_seconds(process.pid) - churn_cpu) / (time.perf_counter() - churn_started)
+        for case, (limits, annotations) in cases.items():
+            taken, passed_counts = [], []
+            cpu_from = wall_from = 0.0
+            for i in range(samples + 20):
+                if i == 20:  # after the warm-up
+                    cpu_from, wall_from = cpu_seconds(process.pid), time.perf_counter()
                 asked = dict(limits)
                 if asked.get("ai.compute/vram") == "NEW":
                     asked["ai.compute/vram"] = f"{rng.randrange(1024, 40 * 1024)}Mi"
                 body = pod(asked, annotations)
-                filter_body = json.dumps({"Pod": body, "NodeNames": names}).encode()
+                filter_body = orjson.dumps({"Pod": body, "NodeNames": names})
                 started = time.perf_counter()
                 answer = post(connection, "filter", filter_body)
-                prioritize_body = json.dumps({"Pod": body, "NodeNames": answer["NodeNames"]})
-                post(connection, "prioritize", prioritize_body.encode())
+                prioritize_body = orjson.dumps({"Pod": body, "NodeNames": answer["NodeNames"]})
+                post(connection, "prioritize", prioritize_body)
                 elapsed = time.perf_counter() - started
                 if i >= 20:  # warm-up
-                    samples.append(elapsed)
+                    taken.append(elapsed)
                     passed_counts.append(len(answer["NodeNames"]))
-            stats = summary_us(samples)
+            cpu = cpu_seconds(process.pid) - cpu_from
+            cpu -= churn_rate * (time.perf_counter() - wall_from)
+            stats = summary_us(taken)
             result[case] = {
                 "p50_ms": round(stats["p50_us"] / 1000, 2),
                 "p99_ms": round(stats["p99_us"] / 1000, 2),
+                "extender_cpu_ms_per_pod": round(max(cpu, 0.0) / samples * 1000, 2),
                 "nodes_passing_median": sorted(passed_counts)[len(passed_counts) // 2],
             }
     finally:
@@ -198,21 +242,28 @@ def measure(size: int, rng: random.Random) -> dict[str, Any]:
 def main() -> dict[str, Any]:
     rng = random.Random(42)
     rows = [measure(size, rng) for size in SIZES]
-    repeated = [case for case in CASES if case != "vram-new-size-each-pod"]
-    worst = max(rows[-1][case]["p99_ms"] for case in repeated)
-    cold = rows[-1]["vram-new-size-each-pod"]["p99_ms"]
-    out = {"samples_per_case": SAMPLES, "results": rows, "target_p99_ms_at_5000": TARGET_P99_MS,
+    largest = rows[-1]
+    repeated = [case for case in CASES if case not in NEW_EACH_POD]
+    worst = max(largest[case]["p99_ms"] for case in repeated)
+    cold = max(largest[case]["p99_ms"] for case in NEW_EACH_POD)
+    out = {"samples_per_case": SAMPLES, "results": rows,
+           "target_p99_ms_at_5000": TARGET_P99_MS,
+           "target_p99_ms_at_5000_repeated_demand": TARGET_REPEATED_P99_MS,
            "worst_p99_ms_at_5000_repeated_demand": worst,
-           "p99_ms_at_5000_new_demand_every_pod": cold,
-           "meets_target": worst < TARGET_P99_MS,
-           "meets_target_new_demand_every_pod": cold < TARGET_P99_MS}  # fmt: skip
+           "worst_p99_ms_at_5000_new_demand_every_pod": cold,
+           "meets_target_repeated_demand": worst < TARGET_REPEATED_P99_MS,
+           "meets_target_new_demand_every_pod": cold < TARGET_P99_MS,
+           "meets_target": worst < TARGET_REPEATED_P99_MS and cold < TARGET_P99_MS}  # fmt: skip
     for row in rows:
-        cells = "  ".join(
-            f"{c}: p50 {row[c]['p50_ms']} ms p99 {row[c]['p99_ms']} ms" for c in CASES
-        )
-        print(f"extender {row['nodes']:>5} nodes  {cells}")
+        for case in CASES:
+            print(
+                f"extender {row['nodes']:>5} nodes  {case:<32} p50 {row[case]['p50_ms']:>6} ms"
+                f"  p99 {row[case]['p99_ms']:>6} ms"
+                f"  extender CPU {row[case]['extender_cpu_ms_per_pod']:>5} ms/pod"
+            )
     print(
-        f"p99 at 5000 nodes, pods of a job (worst case): {worst} ms (target < {TARGET_P99_MS} ms)"
+        f"p99 at 5000 nodes, pods of a job (worst case): {worst} ms "
+        f"(target < {TARGET_REPEATED_P99_MS} ms)"
     )
     print(f"p99 at 5000 nodes, a new demand every pod: {cold} ms (target < {TARGET_P99_MS} ms)")
     write_result("extender", out)
@@ -220,7 +271,7 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
-        serve_fleet(int(sys.argv[2]))
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
+        serve_fleet(int(sys.argv[2]), int(sys.argv[3]))
     else:
         main()

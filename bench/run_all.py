@@ -12,6 +12,7 @@ from bench import (
     cluster_bench,
     discovery_bench,
     extender_bench,
+    extender_scaling,
     health_bench,
     idle,
     ledger_bench,
@@ -35,6 +36,7 @@ def main() -> int:
         "libhcs": libhcs_bench.main(),
         "watchdog": watchdog_bench.main(),
         "extender": extender_bench.main(),
+        "extender_scaling": extender_scaling.main(),
         "cluster": cluster_bench.main(),
     }
     write_result("summary", results)
