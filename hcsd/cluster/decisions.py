@@ -13,6 +13,10 @@ One decision, three cache levels, one name each:
   node list). kube-scheduler sends the same list pod after pod, and pods of one job ask the
   same thing, so the next pod's verdict re-answers only the nodes changed since.
 
+A verdict decided afresh for the common kind does not go node by node: `bulk.py` decides the
+whole list at once over the snapshot's `FleetIndex` (numpy arrays), with the allocator's rule,
+and asks `planner.plan` only once per distinct failure (reason signature) for its wording.
+
 The caches are memos of pure functions of immutable inputs, so threads racing on one can
 only compute the same value twice; each change to them is one dict operation (atomic under
 the GIL), and the ids they key on come from counters that never hand out a number twice.
