@@ -183,7 +183,9 @@ class FleetRows:
         if self._frozen is None:
             if self._rows_copy[0] != self._generation:
                 self._rows_copy = (self._generation, dict(self._rows))
-            used = len(self._rows) + len(self._spare)  # every row handed out so far
+            # Every row handed out so far, and at least one: a name without a row reads row 0
+            # (masked out as unknown), so an empty fleet needs a row too.
+            used = max(1, len(self._rows) + len(self._spare))
             slot = {name: array[:used].copy() for name, array in self._slot.items()}
             row = {name: array[:used].copy() for name, array in self._row.items()}
             self._frozen = FleetIndex(

@@ -198,3 +198,11 @@ def test_the_fast_paths_answer_what_the_allocator_answers(seed: int) -> None:
         extender.state.assume(f"q{round_}", names[20], assigned("q", names[20], (1, 4)).holds)
         check(extender, asked, signing, "a")
         check(extender, asked, signing, f"b{round_}")
+
+
+def test_an_empty_fleet_refuses_every_name_for_its_missing_computenode() -> None:
+    extender = Extender(Kube.__new__(Kube), lambda: Keyring({"k": b"k" * 32}, "k"), DB)
+    answer = extender.filter(pod({"ai.compute/vram": "1Gi"}), ["a", "b"])
+    assert not answer.passed
+    assert set(answer.failed) == {"a", "b"}
+    assert all("has no ComputeNode" in reason for reason in answer.failed.values())
