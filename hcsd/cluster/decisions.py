@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from hcsd.cluster import planner
-from hcsd.cluster.bulk import Bulk, BulkVerdict, one_slice
+from hcsd.cluster.bulk import Bulk, one_slice
 from hcsd.cluster.compute_quota import Amounts, Quota
 from hcsd.cluster.demand import Demand, demand_of
 from hcsd.cluster.extender_metrics import Metrics
@@ -192,8 +192,11 @@ class Decider:
         used: Amounts = NOTHING,
         signing: str = "",
     ) -> Verdict:
+        failed: dict[str, str] = {}
+        scores: dict[str, int] = {}
+        valid_until, rest = math.inf, names
         want = one_slice(demand)
-        if want is not None:
+        if want is not None:  # all at once (bulk.py); its maps are new, ours to fill
             now = time.monotonic()
             nodes = snapshot.nodes
             found = self._bulk.judge(
@@ -203,35 +206,12 @@ class Decider:
                 key_refusal=(lambda n: lacks_key(nodes[n].view, signing)) if signing else None,
                 quota_refusal=over_quota(quotas, used, floor_of(demand)) if quotas else None,
             )  # fmt: skip
-            if found.undecided:  # the reference disagreed: it decides those nodes itself
-                return self._checked(
-                    snapshot, demand, demand_id, found, quotas=quotas, used=used, signing=signing
-                )
-            return Verdict(snapshot.version, found.valid_until, found.failed, found.scores)
-        failed: dict[str, str] = {}
-        scores: dict[str, int] = {}
+            failed, scores, valid_until = found.failed, found.scores, found.valid_until
+            rest = found.undecided  # none, unless the reference disagreed: decided one by one
         valid_until = self._judge(
-            snapshot, demand, demand_id, names,
-            into=(failed, scores), valid_until=math.inf, quotas=quotas, used=used,
+            snapshot, demand, demand_id, rest,
+            into=(failed, scores), valid_until=valid_until, quotas=quotas, used=used,
             signing=signing,
-        )  # fmt: skip
-        return Verdict(snapshot.version, valid_until, failed, scores)
-
-    def _checked(
-        self,
-        snapshot: Snapshot,
-        demand: Demand,
-        demand_id: int,
-        found: BulkVerdict,
-        *,
-        quotas: Sequence[Quota],
-        used: Amounts,
-        signing: str,
-    ) -> Verdict:
-        failed, scores = dict(found.failed), dict(found.scores)
-        valid_until = self._judge(
-            snapshot, demand, demand_id, found.undecided, into=(failed, scores),
-            valid_until=found.valid_until, quotas=quotas, used=used, signing=signing,
         )  # fmt: skip
         return Verdict(snapshot.version, valid_until, failed, scores)
 
