@@ -1,9 +1,10 @@
 """What the node daemon's parts measure about themselves, for the metrics endpoint to export.
 
-One `Telemetry` per daemon, handed to the API server and the NRI plugin: latency histograms
-of the gRPC API and of the NRI hooks, and whether the NRI plugin is registered with its
-runtime. The histograms belong to no registry until the metrics endpoint registers this
-object, so two daemons in one process (tests) never share or clash over a name.
+One `Telemetry` per daemon, handed to the API server, the NRI plugin and the measurer: latency
+histograms of the gRPC API and of the NRI hooks, whether the NRI plugin is registered with its
+runtime, and how device measurements ended. These belong to no registry until the metrics
+endpoint registers this object, so two daemons in one process (tests) never share or clash
+over a name.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -42,6 +43,14 @@ class Telemetry(Collector):
             buckets=LATENCY_BUCKETS,
             registry=None,
         )
+        self.measurements = Counter(
+            "hcs_measurements",
+            "Device measurements (the FP16 GEMM fingerprint) by outcome: measured, skipped "
+            "(allocated, not healthy, no measurement for the vendor), failed (library, device "
+            "or time limit; the log says which) or aborted (an allocation took the device).",
+            ["outcome"],
+            registry=None,
+        )
         # Sessions registered with the runtime now (hcsd's own connection and the
         # pre-launched relay's run side by side); None: NRI is off, nothing to say.
         self.nri_sessions: int | None = None
@@ -62,6 +71,7 @@ class Telemetry(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self.api.collect()
         yield from self.nri.collect()
+        yield from self.measurements.collect()
         if self.nri_sessions is not None:
             yield GaugeMetricFamily(
                 "hcs_nri_registered",

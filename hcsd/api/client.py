@@ -77,6 +77,14 @@ class Client:
         request = pb.InstallKeysRequest(keyring=keyring)
         return self._call(self._stub.InstallKeys, request)  # type: ignore[no-any-return]
 
+    def measure(self, uuids: list[str], *, timeout: float) -> list[pb.MeasureResult]:
+        """Measure now; `timeout` rather than the client's: a pass takes seconds per device."""
+        try:
+            response = self._stub.Measure(pb.MeasureRequest(device_uuids=uuids), timeout=timeout)
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+        return list(response.results)
+
     def watch(self, *, send_initial: bool = True) -> Iterator[pb.Event]:
         try:
             yield from self._stub.Watch(pb.WatchRequest(send_initial=send_initial))

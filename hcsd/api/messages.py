@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.benchmarks import Outcome
 from hcsd.model import (
     Allocation,
     DeviceNode,
@@ -30,6 +31,7 @@ __all__ = [
     "allocation_to_pb",
     "device_to_pb",
     "event_to_pb",
+    "outcome_to_pb",
     "pb_to_allocation",
     "request_from_pb",
     "violation_to_pb",
@@ -213,4 +215,18 @@ def violation_to_pb(violation: VramViolation) -> pb.VramViolation:
         accounted_bytes=violation.accounted_bytes,
         pids=list(violation.pids),
         action=violation.action,
+    )
+
+
+def outcome_to_pb(outcome: Outcome) -> pb.MeasureResult:
+    """One device's outcome of `Measure`; figures 0 where there are none."""
+    m = outcome.measurement
+    return pb.MeasureResult(
+        uuid=outcome.uuid,
+        outcome=outcome.status,
+        message=outcome.message,
+        tflops_fp16=m.tflops_fp16 if m else 0.0,
+        ratio=(m.ratio or 0.0) if m else 0.0,
+        memory_bandwidth_gbps=(m.bandwidth_gbps or 0.0) if m else 0.0,
+        seconds=m.seconds if m else 0.0,
     )

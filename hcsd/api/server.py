@@ -27,10 +27,12 @@ from hcsd.api.messages import (
     allocation_to_pb,
     device_to_pb,
     event_to_pb,
+    outcome_to_pb,
     request_from_pb,
 )
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.api.v1 import hcsd_pb2_grpc as pb_grpc
+from hcsd.benchmarks import Measure
 from hcsd.contract.keyring import decode as decode_keyring
 from hcsd.contract.keyring_files import write_keyring
 from hcsd.contract.keys import AssignmentKeyError
@@ -63,9 +65,15 @@ class SocketInUse(Exception):
 
 
 class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
-    def __init__(self, service: NodeService, injector: Injector | None = None) -> None:
+    def __init__(
+        self,
+        service: NodeService,
+        injector: Injector | None = None,
+        measure: Measure | None = None,
+    ) -> None:
         self.service = service
         self.injector = injector
+        self.measure = measure
 
     async def GetNode(self, request: pb.GetNodeRequest, context: object) -> pb.Node:
         s = self.service
@@ -223,6 +231,16 @@ class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
             changed=changed, key_ids=sorted(keyring.keys), signing=keyring.signing
         )
 
+    async def Measure(
+        self, request: pb.MeasureRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MeasureResponse:
+        measure = self.measure
+        if measure is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this hcsd does not measure")
+            return pb.MeasureResponse()
+        outcomes = await measure(list(request.device_uuids))
+        return pb.MeasureResponse(results=[outcome_to_pb(o) for o in outcomes])
+
     async def Watch(
         self, request: pb.WatchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Event]:
@@ -351,6 +369,8 @@ class ApiServer:
         socket_path: str,
         injector: Injector | None = None,
         telemetry: Telemetry | None = None,
+        *,
+        measure: Measure | None = None,
     ) -> None:
         self.socket_path = socket_path
         self._server = grpc.aio.server(
@@ -361,7 +381,7 @@ class ApiServer:
             ]
         )
         self._server.add_generic_rpc_handlers(
-            (_handlers(HcsdServicer(service, injector), telemetry),)
+            (_handlers(HcsdServicer(service, injector, measure), telemetry),)
         )
 
     async def start(self) -> None:

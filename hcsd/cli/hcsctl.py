@@ -71,6 +71,14 @@ def cmd_status(client: Client, args: argparse.Namespace) -> None:
     _emit(args, _as_json(node), tables.status_lines(node, devices))
 
 
+def cmd_measure(client: Client, args: argparse.Namespace) -> None:
+    results = client.measure(args.device or [], timeout=args.wait)
+    text = "" if args.json else tables.measure_table(results, client.devices())
+    _emit(args, [_as_json(r) for r in results], text)
+    if any(r.outcome in ("failed", "aborted") for r in results):
+        raise MeasureFailed()
+
+
 def cmd_allocate(client: Client, args: argparse.Namespace) -> None:
     namespace, _, name = (args.pod or "").rpartition("/")
     if args.pod and (not namespace or not name):
@@ -108,6 +116,10 @@ def cmd_release(client: Client, args: argparse.Namespace) -> None:
 
 class UsageError(Exception):
     pass
+
+
+class MeasureFailed(Exception):
+    """A device's measurement failed or was aborted (the table says why): exit 1."""
 
 
 def _compute(text: str) -> int:
@@ -156,6 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
     allocate.add_argument("--pod-uid")
     allocate.add_argument("--container-name")
 
+    measure = commands.add_parser(
+        "measure",
+        help="measure devices now (dense FP16 GEMM through the vendor's math library)",
+        description="Measure the devices named (all when none) one after the other; a device "
+        "holding an allocation is skipped. Exit 1 when a measurement failed or was aborted.",
+    )
+    measure.add_argument("device", nargs="*", help="device uuid (default: every device)")
+    measure.add_argument(
+        "--wait", type=float, default=600.0, help="seconds to wait for the pass (default 600)"
+    )
+
     release = commands.add_parser("release", help="release a container's allocation")
     release.add_argument("container", help="container id")
     setup.add_parser(commands)
@@ -171,6 +194,7 @@ COMMANDS = {
     "status": cmd_status,
     "allocate": cmd_allocate,
     "release": cmd_release,
+    "measure": cmd_measure,
 }
 
 # Commands that work without a running hcsd: setup (the runtime's configuration), convert (the
@@ -196,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"hcsctl: {e}", file=sys.stderr)
         return 2
+    except MeasureFailed:
+        return 1
     except BrokenPipeError:
         return 0
     return 0

@@ -11,7 +11,14 @@ from hcsd.api.messages import HEALTH_NAMES
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.quantity import format_bytes
 
-__all__ = ["allocations_table", "devices_table", "health_table", "render", "status_lines"]
+__all__ = [
+    "allocations_table",
+    "devices_table",
+    "health_table",
+    "measure_table",
+    "render",
+    "status_lines",
+]
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -41,6 +48,18 @@ def _health(device: pb.Device) -> str:
     return f"{state} ({reasons})" if reasons else state
 
 
+def _measured(device: pb.Device) -> str:
+    """`97%`: FP16 TFLOPS measured on the node at 97% of the profile's (the FP16 column then
+    shows the measured figure); `yes` without a profile figure; `-`: the profile's figure."""
+    if device.attributes.get("fingerprint") != "measured":
+        return "-"
+    ratio = device.attributes.get("measured_ratio")
+    try:
+        return f"{float(ratio):.0%}" if ratio else "yes"
+    except ValueError:
+        return "yes"
+
+
 def devices_table(devices: Sequence[pb.Device]) -> str:
     index_of = {d.uuid: f"{d.vendor}/{d.index}" for d in devices}
     rows = []
@@ -59,6 +78,7 @@ def devices_table(devices: Sequence[pb.Device]) -> str:
                 f"{format_bytes(d.vram_allocated_bytes)}/{format_bytes(d.vram_bytes)}",
                 format_bytes(max(d.vram_bytes - d.vram_allocated_bytes, 0)),
                 _number(d.tflops_fp16),
+                _measured(d),
                 _health(d),
                 str(d.allocation_count),
                 links or "-",
@@ -73,6 +93,7 @@ def devices_table(devices: Sequence[pb.Device]) -> str:
         "VRAM USED/TOTAL",
         "FREE",
         "FP16 TFLOPS",
+        "MEASURED",
         "HEALTH",
         "ALLOCS",
         "LINKS",
@@ -155,3 +176,22 @@ def status_lines(node: pb.Node, devices: Sequence[pb.Device]) -> str:
     if node.orphaned_containers:
         lines.append(f"orphaned:    {', '.join(node.orphaned_containers)} (devices gone)")
     return "\n".join(lines) + "\n"
+
+
+def measure_table(results: Sequence[pb.MeasureResult], devices: Sequence[pb.Device]) -> str:
+    """`hcsctl measure`: one row per device, with the figures or why there are none."""
+    names = {d.uuid: f"{d.vendor}/{d.index}" for d in devices}
+    rows = [
+        [
+            names.get(r.uuid, "-"),
+            r.uuid,
+            r.outcome,
+            f"{r.tflops_fp16:.1f}" if r.tflops_fp16 else "-",
+            f"{r.ratio:.0%}" if r.ratio else "-",
+            f"{r.memory_bandwidth_gbps:.0f}" if r.memory_bandwidth_gbps else "-",
+            r.message if r.outcome != "measured" else "",
+        ]
+        for r in results
+    ]
+    headers = ["DEVICE", "UUID", "OUTCOME", "FP16 TFLOPS", "OF PROFILE", "GB/S", "WHY"]
+    return render(headers, rows)

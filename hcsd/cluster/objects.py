@@ -24,6 +24,7 @@ __all__ = [
     "acu",
     "compute_node",
     "fingerprint_of",
+    "measured_of",
     "node_spec",
     "node_status",
     "node_view",
@@ -49,6 +50,26 @@ def fingerprint_of(device: pb.Device) -> str:
     fingerprint attribute hcsd.profiles.fingerprint sets), else `profile` (the database, or
     what the backend reported)."""
     return "measured" if device.attributes.get("fingerprint") == "measured" else "profile"
+
+
+def measured_of(device: pb.Device) -> dict[str, Any] | None:
+    """The node's own measurement of the device (hcsd.benchmarks' attributes), or None: its FP16
+    TFLOPS, the ratio to the profile's figure (the sub-health check's input), its memory
+    bandwidth, and when."""
+    attributes = device.attributes
+    if "measured_tflops_fp16" not in attributes:
+        return None
+    found: dict[str, Any] = {"at": attributes.get("measured_at", "")}
+    for key, name in (
+        ("measured_tflops_fp16", "tflopsFP16"),
+        ("measured_ratio", "ratio"),
+        ("measured_bandwidth_gbps", "memoryBandwidthGBps"),
+    ):
+        try:
+            found[name] = round(float(attributes[key]), 4)
+        except (KeyError, ValueError):
+            continue
+    return found
 
 
 def acu(tflops_fp16: float) -> float:
@@ -77,6 +98,7 @@ def node_spec(node: pb.Node, devices: Sequence[pb.Device]) -> dict[str, Any]:
                 "tflopsFP32": round(d.tflops_fp32, 3),
                 "topsINT8": round(d.tops_int8, 3),
                 "fingerprint": fingerprint_of(d),
+                **({"measured": m} if (m := measured_of(d)) else {}),
                 "links": [
                     {"peer": link.peer_uuid, "kind": link.kind, "gbps": round(link.gbps, 3)}
                     for link in sorted(d.links, key=lambda link: link.peer_uuid)

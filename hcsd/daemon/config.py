@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hcsd.allocator import AllocatorSection
+from hcsd.benchmarks import MeasureSection
 from hcsd.contract import paths
 from hcsd.daemon.metrics import MetricsSection
 from hcsd.discovery.settings import DiscoverySection
@@ -121,6 +122,11 @@ class Config(Section):
         WatchdogSection, "The VRAM watchdog: the drivers' per-process figures against grants."
     )
     ledger: LedgerSection = section(LedgerSection, "The allocation ledger.")
+    measure: MeasureSection = section(
+        MeasureSection,
+        "The measured fingerprint: a dense FP16 GEMM per idle device through the vendor's "
+        "math library; measured figures win over the profile's.",
+    )
     source: str = field(default="<defaults>", compare=False)  # the file it was read from
 
     def restart_needed(self, new: Config) -> list[str]:

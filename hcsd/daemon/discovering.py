@@ -124,10 +124,14 @@ def build_backends(
 
 
 def hotplug_watcher(
-    settings: DiscoverySection, service: NodeService, backends: Sequence[DiscoveryBackend]
+    settings: DiscoverySection,
+    service: NodeService,
+    backends: Sequence[DiscoveryBackend],
+    refine: Callable[[Device], Device] = lambda device: device,
 ) -> HotplugWatcher | None:
     """A watcher of PCI removals, when enabled and a real backend runs (simulated devices sit
-    at made-up addresses that the kernel never reports)."""
+    at made-up addresses that the kernel never reports). `refine` turns a rediscovered device
+    into what the daemon serves (its measured figures applied)."""
     if not settings.hotplug or not any(b.name in VENDOR_BACKENDS for b in backends):
         return None
     try:
@@ -138,6 +142,6 @@ def hotplug_watcher(
     log.info("hot-plug: watching PCI uevents from %s", monitor.source)
 
     def rediscover() -> Sequence[Device]:
-        return discover_all(service.node_name, backends).devices
+        return [refine(d) for d in discover_all(service.node_name, backends).devices]
 
     return HotplugWatcher(service, monitor, rediscover)

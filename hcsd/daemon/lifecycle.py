@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hcsd import __version__
 from hcsd.api.server import ApiServer, SocketInUse
+from hcsd.benchmarks.store import MeasuredStore
 from hcsd.contract.keyring_files import KeyringFile
 from hcsd.contract.keys import AssignmentKeyError
 from hcsd.daemon import notify
@@ -29,13 +30,16 @@ from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config
 from hcsd.daemon.devicecheck import open_device_nodes
 from hcsd.daemon.discovering import build_backends, hotplug_watcher, plan
 from hcsd.daemon.logs import configure_logging, set_level
+from hcsd.daemon.measuring import Measurer
 from hcsd.daemon.metrics import MetricsServer
 from hcsd.daemon.reference import render_default_config
 from hcsd.daemon.vram import vram_watchdog
 from hcsd.discovery import DiscoveryBackend, DiscoveryError, Inventory, discover_all
 from hcsd.discovery.fabric import discover_fabric
+from hcsd.discovery.settings import VENDOR_BACKENDS
 from hcsd.health.watching import HealthWatcher
 from hcsd.ledger import Ledger, LedgerError
+from hcsd.model import Vendor
 from hcsd.runtime.cdi import keep_spec_current, publish_spec
 from hcsd.runtime.edits import ContainerEdits
 from hcsd.runtime.injector import Injector, InjectorSettings
@@ -64,6 +68,7 @@ class Daemon:
         self.backends: list[DiscoveryBackend] = []
         self._cdi_preload: ContainerEdits | None = None  # libhcs in every CDI spec entry
         self.injector: Injector | None = None
+        self.measurer: Measurer | None = None
         self.telemetry = Telemetry()
 
     def _open_state(self) -> tuple[Inventory, Ledger]:
@@ -117,8 +122,11 @@ class Daemon:
             )
         )
         injector = self._injector(service)
+        measurer = self._measurer(service)
         vram = vram_watchdog(config.watchdog, config.discovery, service, config.daemon.run_dir)
-        api = ApiServer(service, config.daemon.socket, injector, self.telemetry)
+        api = ApiServer(
+            service, config.daemon.socket, injector, self.telemetry, measure=measurer.measure
+        )
         metrics = (
             MetricsServer(service, config.metrics, watcher, vram, self.telemetry)
             if config.metrics.listen
@@ -186,7 +194,10 @@ class Daemon:
                 runtime.cdi_dir, service, runtime.driver_paths, self._cdi_preload
             )
             tasks.append(supervise(cdi, "cdi"))
-        hotplug = hotplug_watcher(config.discovery, service, self.backends)
+        if self.measurer is not None:
+            tasks.append(supervise(self.measurer.run(), "measure"))
+        refine = self.measurer.refine if self.measurer is not None else lambda d: d
+        hotplug = hotplug_watcher(config.discovery, service, self.backends, refine)
         if hotplug is not None:
             tasks.append(supervise(hotplug.run(), "hotplug"))
         if vram is not None:
@@ -202,6 +213,19 @@ class Daemon:
         if (interval := notify.watchdog_interval()) is not None:
             tasks.append(supervise(self._watchdog(interval), "watchdog"))
         return tasks
+
+    def _measurer(self, service: NodeService) -> Measurer:
+        """The measured fingerprint: the figures on file applied now, before the API serves
+        the devices; the measuring itself runs as a task."""
+        settings = self.config.measure
+        path = settings.file or os.path.join(self.config.daemon.state_dir, "measured.json")
+        vendors = [Vendor(b.name) for b in self.backends if b.name in VENDOR_BACKENDS]
+        measurer = Measurer(
+            service, settings, MeasuredStore(path), vendors=vendors, telemetry=self.telemetry
+        )
+        measurer.restore()
+        self.measurer = measurer
+        return measurer
 
     def _injector(self, service: NodeService) -> Injector:
         """Container injection, shared by the NRI plugin and the front ends' API calls."""

@@ -36,6 +36,40 @@ def _device_labels(device: Device) -> list[str]:
     return [device.uuid, device.vendor.value, device.model, str(device.index)]
 
 
+def _measured_families() -> list[tuple[GaugeMetricFamily, str, float]]:
+    """The measured fingerprint's figures, from the device attributes hcsd.benchmarks sets:
+    (family, attribute, scale to the family's unit)."""
+    return [
+        (
+            GaugeMetricFamily(
+                "hcs_device_measured_tflops",
+                "Dense FP16 TFLOPS measured on the node (a GEMM through the vendor's library).",
+                labels=DEVICE_LABELS,
+            ),
+            "measured_tflops_fp16",
+            1.0,
+        ),
+        (
+            GaugeMetricFamily(
+                "hcs_device_measured_ratio",
+                "Measured FP16 TFLOPS over the profile's (1 = as the profile says).",
+                labels=DEVICE_LABELS,
+            ),
+            "measured_ratio",
+            1.0,
+        ),
+        (
+            GaugeMetricFamily(
+                "hcs_device_measured_memory_bandwidth_bytes_per_second",
+                "Device memory bandwidth measured with a device-to-device copy (read + write).",
+                labels=DEVICE_LABELS,
+            ),
+            "measured_bandwidth_gbps",
+            1e9,
+        ),
+    ]
+
+
 class NodeCollector(Collector):
     def __init__(
         self,
@@ -121,8 +155,13 @@ class NodeCollector(Collector):
             "Compute of the device in ACU, from its profile and, where taken, measured here.",
             labels=[*DEVICE_LABELS, "source"],
         )
+        measured = _measured_families()
         for s in statuses:
             labels = _device_labels(s.device)
+            attributes = dict(s.device.attributes)
+            for family, key, scale in measured:
+                if key in attributes:
+                    family.add_metric(labels, float(attributes[key]) * scale)
             capacity.add_metric(labels, s.device.vram_bytes)
             allocated.add_metric(labels, s.vram_allocated)
             compute.add_metric(labels, s.compute_allocated)
@@ -135,6 +174,7 @@ class NodeCollector(Collector):
                     [*labels, "measured"], s.device.tflops_fp16 / self.profiles.acu_tflops
                 )
         yield from (capacity, allocated, compute, holders, acu)
+        yield from (family for family, _, _ in measured)
 
     def _health(self) -> Iterator[Metric]:
         statuses = self.service.devices()

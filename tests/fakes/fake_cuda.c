@@ -10,8 +10,16 @@
  * The current device is ordinal FAKE_CUDA_DEVICE (default 0); ordinal i is the i-th entry of
  * CUDA_VISIBLE_DEVICES (a GPU uuid, or an index written as `index:N`), as the driver maps them.
  * No memory is touched: a pointer is a counter, so tests may "allocate" terabytes.
+ *
+ * For the GEMM measurement (hcsd/benchmarks) it also plays a stream: work is queued by
+ * `fake_cuda_enqueue` (the fake cuBLAS calls it with the time a GEMM takes at the configured
+ * speed) and by cuMemcpyDtoD_v2 (at FAKE_CUDA_COPY_GBPS GB/s, read + write counted), and
+ * cuCtxSynchronize sleeps until the queue is done, as the real call blocks until the device
+ * is idle. `fake_cuda_block` tells the fake cuBLAS whether a pointer is a live allocation of
+ * at least some size, so it can refuse pointers this driver never handed out.
  */
 #include <pthread.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,5 +159,59 @@ API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
     *total_bytes = (size_t)capacity();
     *free_bytes = (size_t)(capacity() - used[current()]);
     pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+/* -- the stream, for the GEMM measurement ------------------------------------------------- */
+static double busy_until; /* CLOCK_MONOTONIC seconds when the queued work is done */
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Not a CUDA symbol: the fake cuBLAS queues a GEMM's duration here. */
+API void fake_cuda_enqueue(double seconds) {
+    pthread_mutex_lock(&lock);
+    double now = now_seconds();
+    busy_until = (busy_until > now ? busy_until : now) + seconds;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Not a CUDA symbol: 1 when [ptr, ptr + size) lies inside one live allocation. */
+API int fake_cuda_block(CUdeviceptr ptr, size_t size) {
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_BLOCKS && !found; i++)
+        if (blocks[i].ptr && ptr >= blocks[i].ptr && ptr + size <= blocks[i].ptr + blocks[i].size)
+            found = 1;
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+API CUresult cuCtxSynchronize(void) {
+    pthread_mutex_lock(&lock);
+    double wait = busy_until - now_seconds();
+    pthread_mutex_unlock(&lock);
+    if (wait > 0) {
+        struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    return CUDA_SUCCESS;
+}
+API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+    return device >= 0 && device < MAX_ORDINALS ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+API CUresult cuMemsetD8_v2(CUdeviceptr ptr, unsigned char value, size_t count) {
+    (void)value;
+    return fake_cuda_block(ptr, count) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t count) {
+    if (!count || !fake_cuda_block(dst, count) || !fake_cuda_block(src, count))
+        return CUDA_ERROR_INVALID_VALUE;
+    const char *text = getenv("FAKE_CUDA_COPY_GBPS");
+    double gbps = text ? atof(text) : 1000.0;
+    if (gbps > 0) fake_cuda_enqueue(2.0 * (double)count / (gbps * 1e9));
     return CUDA_SUCCESS;
 }

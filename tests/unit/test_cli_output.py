@@ -39,6 +39,7 @@ def test_devices_table(mixed_inventory: Inventory, ledger: Ledger) -> None:
         "FREE",
         "FP16",
         "TFLOPS",
+        "MEASURED",
         "HEALTH",
         "ALLOCS",
         "LINKS",

@@ -20,6 +20,36 @@ HEALTH_STATE_DEGRADED: HealthState
 HEALTH_STATE_UNHEALTHY: HealthState
 HEALTH_STATE_LOST: HealthState
 
+class MeasureRequest(_message.Message):
+    __slots__ = ("device_uuids",)
+    DEVICE_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    device_uuids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, device_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MeasureResult(_message.Message):
+    __slots__ = ("uuid", "outcome", "message", "tflops_fp16", "ratio", "memory_bandwidth_gbps", "seconds")
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TFLOPS_FP16_FIELD_NUMBER: _ClassVar[int]
+    RATIO_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BANDWIDTH_GBPS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    uuid: str
+    outcome: str
+    message: str
+    tflops_fp16: float
+    ratio: float
+    memory_bandwidth_gbps: float
+    seconds: float
+    def __init__(self, uuid: _Optional[str] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ..., tflops_fp16: _Optional[float] = ..., ratio: _Optional[float] = ..., memory_bandwidth_gbps: _Optional[float] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class MeasureResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[MeasureResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[MeasureResult, _Mapping]]] = ...) -> None: ...
+
 class InstallKeysRequest(_message.Message):
     __slots__ = ("keyring",)
     KEYRING_FIELD_NUMBER: _ClassVar[int]

@@ -79,6 +79,11 @@ class HcsdStub:
                 request_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysRequest.SerializeToString,
                 response_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysResponse.FromString,
                 _registered_method=True)
+        self.Measure = channel.unary_unary(
+                '/hcsd.v1.Hcsd/Measure',
+                request_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureRequest.SerializeToString,
+                response_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureResponse.FromString,
+                _registered_method=True)
 
 
 class HcsdServicer:
@@ -153,6 +158,17 @@ class HcsdServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Measure(self, request, context):
+        """Measure devices now (all of them when none is named), one after the other: a dense FP16
+        GEMM through the vendor's math library. A device holding an allocation is skipped, and
+        one allocated meanwhile is aborted. Returns when every device has its outcome (each
+        bounded by measure.timeout); the figures are applied to the devices as they come.
+        FAILED_PRECONDITION when this hcsd does not measure.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HcsdServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -200,6 +216,11 @@ def add_HcsdServicer_to_server(servicer, server):
                     servicer.InstallKeys,
                     request_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysRequest.FromString,
                     response_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysResponse.SerializeToString,
+            ),
+            'Measure': grpc.unary_unary_rpc_method_handler(
+                    servicer.Measure,
+                    request_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureRequest.FromString,
+                    response_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -445,6 +466,33 @@ class Hcsd:
             '/hcsd.v1.Hcsd/InstallKeys',
             hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysRequest.SerializeToString,
             hcsd_dot_api_dot_v1_dot_hcsd__pb2.InstallKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Measure(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hcsd.v1.Hcsd/Measure',
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureRequest.SerializeToString,
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureResponse.FromString,
             options,
             channel_credentials,
             insecure,

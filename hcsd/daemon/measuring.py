@@ -1,0 +1,235 @@
+"""When hcsd measures its devices (`[measure]`): at start, on demand, and on a schedule while a
+device is idle; never on a device that holds an allocation.
+
+The rule between a measurement and an allocation: the allocation wins. A device holding an
+allocation is skipped, checked right before its worker starts; while the worker runs, the
+ledger is asked every 20 ms whether an allocation arrived, and if one did the worker is killed
+at once (its context and buffers go with the process) and the outcome is `aborted`, with no
+figure. A container is therefore never refused or delayed for a measurement; the price is that
+its first ~20 ms on the device may overlap the worker's last GEMM, while the container is still
+being created.
+
+Measurements run one at a time (a device's figure is not disturbed by its neighbours' power
+draw). A figure is recorded in the measured-figures file first and then applied to the device
+(the service publishes the change: API watchers, the syncer's ComputeNode, the metrics). A
+vendor whose library is missing or too old (a permanent error) is left out of scheduled runs
+until hcsd restarts, after one warning; `hcsctl measure` always tries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from hcsd.benchmarks import Measurement, MeasureSection, Outcome, apply_measurement
+from hcsd.benchmarks.libraries import BenchmarkError
+from hcsd.benchmarks.request import GemmRequest
+from hcsd.benchmarks.running import MEASURABLE, Interrupted, run_worker
+from hcsd.benchmarks.store import MeasuredStore
+from hcsd.model import Device, Vendor
+from hcsd.profiles import ProfileDatabase, default_database
+from hcsd.service import NodeService
+from hcsd.telemetry import Telemetry
+
+__all__ = ["Measurer"]
+
+log = logging.getLogger(__name__)
+
+RunWorker = Callable[..., Any]
+
+
+class Measurer:
+    def __init__(
+        self,
+        service: NodeService,
+        settings: MeasureSection,
+        store: MeasuredStore,
+        *,
+        vendors: Collection[Vendor],
+        profiles: ProfileDatabase | None = None,
+        clock: Callable[[], float] = time.time,
+        run: RunWorker = run_worker,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self.service = service
+        self.settings = settings
+        self.store = store
+        self.vendors = frozenset(vendors)  # whose real backend runs (not simulated devices)
+        self.profiles = profiles or default_database()
+        self.clock = clock
+        self._run = run
+        self.telemetry = telemetry
+        self._lock = asyncio.Lock()
+        self._stored: dict[str, Measurement] = {}
+        self._last: dict[str, float] = {}  # uuid -> when last tried
+        self._busy: dict[str, float] = {}  # uuid -> when last seen holding an allocation
+        self._broken: dict[Vendor, str] = {}  # a permanent failure: out of scheduled runs
+        self.counts: Counter[str] = Counter()  # outcomes by status (hcs_measurements_total)
+        self.current: str | None = None  # the device being measured
+
+    # -- the figures on file --------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Apply the measurements on file to the devices (before the API serves them)."""
+        self._stored = self.store.load()
+        for measurement in self._stored.values():
+            self._last[measurement.uuid] = measurement.at
+            device = self.service.device(measurement.uuid)
+            if device is not None:
+                self.service.set_device(apply_measurement(device, measurement))
+        if self._stored:
+            log.info("measure: %d device figure(s) from %s", len(self._stored), self.store.path)
+
+    def refine(self, device: Device) -> Device:
+        """A rediscovered device (hot-plug) with its measurement on file, if any."""
+        measurement = self._stored.get(device.uuid)
+        return apply_measurement(device, measurement) if measurement else device
+
+    # -- passes ---------------------------------------------------------------------------
+
+    async def measure(self, uuids: Sequence[str] = ()) -> list[Outcome]:
+        """Measure the devices named (all when none), one after the other: `hcsctl measure`."""
+        targets = list(uuids) or [s.device.uuid for s in self.service.devices()]
+        async with self._lock:
+            return [await self._one(uuid, scheduled=False) for uuid in targets]
+
+    async def run(self) -> None:
+        """The supervised task: the start pass, then the schedule, until cancelled."""
+        if self.settings.at_start:
+            async with self._lock:
+                for status in self.service.devices():
+                    await self._one(status.device.uuid, scheduled=True)
+        while True:
+            await asyncio.sleep(self.settings.check_interval)
+            for uuid in self.due():
+                async with self._lock:
+                    await self._one(uuid, scheduled=True)
+
+    def due(self) -> list[str]:
+        """The devices the schedule measures now: idle for `idle_for`, last tried `interval`
+        ago or longer. Also notes which devices hold allocations (the idle clock)."""
+        now = self.clock()
+        for status in self.service.devices():
+            if status.allocations:
+                self._busy[status.device.uuid] = now
+        if self.settings.interval <= 0:
+            return []
+        return [
+            s.device.uuid
+            for s in self.service.devices()
+            if not s.allocations
+            and now - self._busy.get(s.device.uuid, float("-inf")) >= self.settings.idle_for
+            and now - self._last.get(s.device.uuid, float("-inf")) >= self.settings.interval
+            and self._why_not(s.device, scheduled=True) is None
+        ]
+
+    # -- one device -----------------------------------------------------------------------
+
+    def _why_not(self, device: Device, *, scheduled: bool) -> str | None:
+        if not device.health_state.schedulable:
+            return f"device is {device.health_state.value}"
+        if device.vendor not in MEASURABLE:
+            return f"no GEMM measurement for {device.vendor.value} devices yet"
+        if device.vendor not in self.vendors:
+            return f"no {device.vendor.value} discovery backend runs (a simulated device)"
+        if scheduled and device.vendor in self._broken:
+            return f"{self._broken[device.vendor]} (until hcsd restarts; hcsctl measure retries)"
+        return None
+
+    def _taken(self, uuid: str) -> str | None:
+        holders = self.service.holders(uuid)
+        if not holders:
+            return None
+        who = holders[0]
+        name = f"{who.pod}/{who.container_name}" if who.pod.name else who.container_id
+        return f"{name} was allocated the device"
+
+    async def _one(self, uuid: str, *, scheduled: bool) -> Outcome:
+        device = self.service.device(uuid)
+        if device is None:
+            return self._outcome(Outcome(uuid, "skipped", "no such device on this node"))
+        label = f"{device.vendor.value}/{device.index} ({uuid})"
+        why = self._why_not(device, scheduled=scheduled) or self._taken(uuid)
+        if why is not None:
+            log.debug("measure: %s: skipped: %s", label, why)
+            return self._outcome(Outcome(uuid, "skipped", why))
+        s = self.settings
+        request = GemmRequest(
+            vendor=device.vendor.value,
+            size=s.size,
+            duration=s.duration,
+            compute=s.accumulate,
+            bandwidth=s.copy_mib > 0,
+            copy_bytes=s.copy_mib << 20,
+            library_path=s.library_path,
+        )
+        self.current = uuid
+        self._last[uuid] = self.clock()
+        try:
+            result = await self._run(
+                device, request, timeout=s.timeout, interrupt=lambda: self._taken(uuid)
+            )
+            measurement = self._measurement(device, result)
+            await asyncio.to_thread(self.store.put, measurement)
+        except Interrupted as e:
+            log.warning("measure: %s: %s; no figure recorded", label, e)
+            return self._outcome(Outcome(uuid, "aborted", str(e)))
+        except BenchmarkError as e:
+            log.warning("measure: %s: failed: %s; no figure recorded", label, e)
+            if e.permanent and device.vendor not in self._broken:
+                self._broken[device.vendor] = str(e)
+            return self._outcome(Outcome(uuid, "failed", str(e)))
+        except OSError as e:
+            log.error("measure: %s: failed to record in %s: %s", label, self.store.path, e)
+            return self._outcome(Outcome(uuid, "failed", f"failed to record: {e}"))
+        finally:
+            self.current = None
+        self._broken.pop(device.vendor, None)
+        self._stored[uuid] = measurement
+        current = self.service.device(uuid)
+        if current is not None:
+            self.service.set_device(apply_measurement(current, measurement))
+        log.info("measure: %s: %s", label, describe(measurement))
+        return self._outcome(Outcome(uuid, "measured", describe(measurement), measurement))
+
+    def _measurement(self, device: Device, result: dict[str, Any]) -> Measurement:
+        profile = self.profiles.lookup(device.vendor, device.model)
+        try:
+            return Measurement(
+                uuid=device.uuid,
+                tflops_fp16=float(result["tflops"]),
+                profile_tflops_fp16=profile.figure("tflops_fp16") if profile else 0.0,
+                bandwidth_gbps=(
+                    float(result["bandwidth_gbps"]) if result.get("bandwidth_gbps") else None
+                ),
+                seconds=float(result["seconds"]),
+                iterations=int(result["iterations"]),
+                size=int(result["size"]),
+                library=str(result["library"]),
+                at=self.clock(),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise BenchmarkError(f"worker result without a usable figure: {e}") from e
+
+    def _outcome(self, outcome: Outcome) -> Outcome:
+        self.counts[outcome.status] += 1
+        if self.telemetry is not None:
+            self.telemetry.measurements.labels(outcome.status).inc()
+        return outcome
+
+
+def describe(m: Measurement) -> str:
+    """`301.2 FP16 TFLOPS (0.97 of the profile's 312), 1650.0 GB/s; 48 GEMMs of 8192^3 in 1.00 s
+    through libcublas.so.12`."""
+    text = f"{m.tflops_fp16:.1f} FP16 TFLOPS"
+    if m.ratio is not None:
+        text += f" ({m.ratio:.2f} of the profile's {m.profile_tflops_fp16:g})"
+    else:
+        text += " (no profile figure to compare)"
+    if m.bandwidth_gbps is not None:
+        text += f", {m.bandwidth_gbps:.1f} GB/s"
+    return text + f"; {m.iterations} GEMMs of {m.size}^3 in {m.seconds:.2f} s through {m.library}"
