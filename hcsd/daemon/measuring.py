@@ -199,14 +199,14 @@ class Measurer:
     def _measurement(self, device: Device, result: dict[str, Any]) -> Measurement:
         profile = self.profiles.lookup(device.vendor, device.model)
         try:
+            bandwidth = result.get("bandwidth_gbps")
+            # rounded as the file keeps them, so a restart applies exactly the same figures
             return Measurement(
                 uuid=device.uuid,
-                tflops_fp16=float(result["tflops"]),
+                tflops_fp16=round(float(result["tflops"]), 3),
                 profile_tflops_fp16=profile.figure("tflops_fp16") if profile else 0.0,
-                bandwidth_gbps=(
-                    float(result["bandwidth_gbps"]) if result.get("bandwidth_gbps") else None
-                ),
-                seconds=float(result["seconds"]),
+                bandwidth_gbps=round(float(bandwidth), 1) if bandwidth else None,
+                seconds=round(float(result["seconds"]), 6),
                 iterations=int(result["iterations"]),
                 size=int(result["size"]),
                 library=str(result["library"]),

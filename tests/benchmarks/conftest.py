@@ -1,0 +1,61 @@
+"""The GEMM measurement against the fake vendor math libraries (tests/fakes/fake_cublas.c over
+fake_cuda.c): they follow cuBLAS's and the driver's ABI, refuse arguments a real library would
+(and pointers the driver never handed out), and take the time the configured speed gives, so
+the measured TFLOPS is known in advance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hcsd.benchmarks.request import GemmRequest
+from hcsd.model import Device, Vendor
+
+GiB = 2**30
+UUIDS = [f"GPU-00000000-0000-0000-0000-{i:012x}" for i in range(4)]
+
+
+@dataclass
+class FakeBlas:
+    build: Path
+    log: Path
+
+    def request(self, **fields: object) -> GemmRequest:
+        """A short measurement that finds the fakes first."""
+        values: dict[str, object] = {
+            "vendor": "nvidia",
+            "size": 1024,
+            "duration": 0.2,
+            "copy_bytes": 64 << 20,
+            "library_path": (str(self.build),),
+        }
+        values.update(fields)
+        return GemmRequest(**values)  # type: ignore[arg-type]
+
+    def calls(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+@pytest.fixture
+def fake_blas(fake_libs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeBlas:
+    """The fakes' settings in this process's environment, which the worker inherits."""
+    log = tmp_path / "cublas.log"
+    monkeypatch.setenv("FAKE_CUBLAS_LOG", str(log))
+    monkeypatch.setenv("FAKE_CUBLAS_TFLOPS", "40")
+    monkeypatch.setenv("FAKE_CUDA_COPY_GBPS", "500")
+    monkeypatch.delenv("FAKE_CUBLAS_STATUS", raising=False)
+    return FakeBlas(fake_libs, log)
+
+
+def nvidia(index: int, model: str = "A100-SXM4-80GB") -> Device:
+    return Device(
+        uuid=UUIDS[index],
+        vendor=Vendor.NVIDIA,
+        model=model,
+        index=index,
+        pci_bus_id=f"0000:{0x17 + 0x10 * index:02x}:00.0",
+        vram_bytes=80 * GiB,
+        tflops_fp16=312.0,
+    )

@@ -1,0 +1,167 @@
+"""One measurement in its worker process, through the fake cuBLAS and driver."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes.util
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hcsd.benchmarks.libraries import BenchmarkError
+from hcsd.benchmarks.running import Interrupted, run_worker
+from hcsd.model import Vendor
+from tests.benchmarks.conftest import UUIDS, FakeBlas, nvidia
+
+
+async def test_measures_the_configured_speed(fake_blas: FakeBlas) -> None:
+    result = await run_worker(nvidia(0), fake_blas.request(), timeout=30)
+    # sleeps only ever run late: the figure is at most the configured 40, and close to it
+    assert 0.8 * 40 <= result["tflops"] <= 40.5
+    assert 0.8 * 500 <= result["bandwidth_gbps"] <= 505
+    assert result["library"] == "libcublas.so.12" and result["size"] == 1024
+    first, count = fake_blas.calls()
+    # the arguments cuBLAS got: column-major A·B, FP16 in and out, FP32 accumulate (68),
+    # the default algorithm, leading dimensions as stored
+    assert first == (
+        "gemm transa=0 transb=0 m=1024 n=1024 k=1024 types=2,2,2 lda=1024 ldb=1024 ldc=1024 "
+        "compute=68 algo=-1"
+    )
+    assert count == f"gemms={result['iterations'] + 2}"  # warm-up and sizing calls too
+
+
+async def test_fp16_accumulate_passes_half_scalars(fake_blas: FakeBlas) -> None:
+    result = await run_worker(nvidia(0), fake_blas.request(compute="fp16"), timeout=30)
+    assert result["tflops"] > 0
+    assert "compute=64" in fake_blas.calls()[0]  # CUBLAS_COMPUTE_16F; alpha/beta checked as halves
+
+
+async def test_the_worker_sees_only_its_device(
+    fake_blas: FakeBlas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CUDA_VISIBLE_DEVICES is the device's UUID: the fake driver names the usage it publishes
+    after it, so the buffers were allocated on that GPU."""
+    state = tmp_path / "gpu-state"
+    state.mkdir()
+    monkeypatch.setenv("FAKE_GPU_STATE", str(state))
+    monkeypatch.setenv("FAKE_CUBLAS_TFLOPS", "0.0005")  # long enough to look while it runs
+    seen: list[str] = []
+
+    def look() -> str | None:
+        seen.extend(f.read_text() for f in state.iterdir() if not f.name.endswith(".tmp"))
+        return "seen" if seen else None
+
+    with pytest.raises(Interrupted):
+        await run_worker(nvidia(1), fake_blas.request(size=512), timeout=30, interrupt=look)
+    three, two = 3 * 512 * 512 * 2, 2 * (64 << 20)
+    assert seen[0].split() == [UUIDS[1], str(three + two)]
+
+
+@pytest.mark.parametrize(
+    ("environment", "library_dir", "error", "permanent"),
+    [
+        pytest.param(
+            {"FAKE_CUBLAS_STATUS": "13"},
+            "",
+            "cublasGemmEx returned CUBLAS_STATUS_EXECUTION_FAILED (13)",
+            False,
+            id="error-status",
+        ),
+        pytest.param(
+            {}, "nogemm", "libcublas.so.12 has no symbol cublasGemmEx", True, id="missing-symbol"
+        ),
+    ],
+)
+async def test_a_failing_library_gives_a_clear_error(
+    fake_blas: FakeBlas,
+    monkeypatch: pytest.MonkeyPatch,
+    environment: dict[str, str],
+    library_dir: str,
+    error: str,
+    permanent: bool,
+) -> None:
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
+    path = (str(fake_blas.build / library_dir), str(fake_blas.build))
+    with pytest.raises(BenchmarkError) as raised:
+        await run_worker(nvidia(0), fake_blas.request(library_path=path), timeout=30)
+    assert str(raised.value) == error
+    assert raised.value.permanent is permanent
+
+
+async def test_a_missing_library_is_permanent(fake_blas: FakeBlas, tmp_path: Path) -> None:
+    if ctypes.util.find_library("cublas"):
+        pytest.skip("this machine has a real cuBLAS on the loader's path")
+    only_driver = tmp_path / "driver"
+    only_driver.mkdir()
+    (only_driver / "libcuda.so.1").symlink_to(fake_blas.build / "libcuda.so.1")
+    request = fake_blas.request(library_path=(str(only_driver),))
+    with pytest.raises(BenchmarkError) as raised:
+        await run_worker(nvidia(0), request, timeout=30)
+    assert str(raised.value).startswith("failed to load libcublas.so.12 or libcublas.so.11: ")
+    assert raised.value.permanent
+
+
+async def test_the_time_limit_kills_the_worker(
+    fake_blas: FakeBlas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_CUBLAS_TFLOPS", "0.000001")  # one GEMM: about half an hour
+    started = time.monotonic()
+    with pytest.raises(BenchmarkError, match=r"^no result within 2s: the worker was killed$"):
+        await run_worker(nvidia(0), fake_blas.request(), timeout=2)
+    assert time.monotonic() - started < 4
+
+
+async def test_an_interrupt_stops_the_worker_at_once(
+    fake_blas: FakeBlas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_CUBLAS_TFLOPS", "0.000001")
+    loop = asyncio.get_running_loop()
+    wanted_at = loop.time() + 0.5
+    with pytest.raises(Interrupted, match=r"^stopped: ns/pod/main was allocated the device$"):
+        await run_worker(
+            nvidia(0),
+            fake_blas.request(),
+            timeout=30,
+            interrupt=lambda: (
+                "ns/pod/main was allocated the device" if loop.time() >= wanted_at else None
+            ),
+        )
+    assert loop.time() - wanted_at < 0.5
+
+
+async def test_vendors_without_a_measurement_say_so(fake_blas: FakeBlas) -> None:
+    ascend = replace(nvidia(0), vendor=Vendor.ASCEND)
+    with pytest.raises(BenchmarkError, match=r"^no GEMM measurement for ascend devices yet$"):
+        await run_worker(ascend, fake_blas.request(), timeout=5)
+
+
+def test_the_fake_refuses_what_cublas_would(fake_blas: FakeBlas) -> None:
+    """The fake's checks can fail: a pointer the driver never handed out, a wrong data type."""
+    script = f"""
+import ctypes
+cuda = ctypes.CDLL("{fake_blas.build / "libcuda.so.1"}")
+blas = ctypes.CDLL("{fake_blas.build / "libcublas.so.12"}")
+handle = ctypes.c_void_p()
+assert blas.cublasCreate_v2(ctypes.byref(handle)) == 0
+p = ctypes.c_uint64()
+assert cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(3 * 64 * 64 * 2)) == 0
+a = ctypes.c_void_p(p.value)
+one, zero = ctypes.c_float(1), ctypes.c_float(0)
+def gemm(A, atype):
+    return blas.cublasGemmEx(handle, 0, 0, 64, 64, 64, ctypes.byref(one), A, atype, 64, a, 2,
+                             64, ctypes.byref(zero), a, 2, 64, 68, -1)
+print(gemm(a, 2), gemm(ctypes.c_void_p(0x1234), 2), gemm(a, 0))
+"""
+    env = {**os.environ, "FAKE_CUBLAS_TFLOPS": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.split() == ["0", "7", "7"]  # CUBLAS_STATUS_INVALID_VALUE
+    assert "A=0x1234 is not a device allocation" in done.stderr
+    assert "A, B and C must be CUDA_R_16F" in done.stderr
