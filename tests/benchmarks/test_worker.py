@@ -165,3 +165,27 @@ print(gemm(a, 2), gemm(ctypes.c_void_p(0x1234), 2), gemm(a, 0))
     assert done.stdout.split() == ["0", "7", "7"]  # CUBLAS_STATUS_INVALID_VALUE
     assert "A=0x1234 is not a device allocation" in done.stderr
     assert "A, B and C must be CUDA_R_16F" in done.stderr
+
+
+async def test_hygon_through_rocblas(
+    fake_blas: FakeBlas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The DCU path: rocblas_gemm_ex over the HIP runtime (tests/fakes/fake_rocblas.c and
+    fake_hip.c), D written over C, the DCU shown to the worker by HIP_VISIBLE_DEVICES."""
+    log = tmp_path / "rocblas.log"
+    monkeypatch.setenv("FAKE_ROCBLAS_LOG", str(log))
+    monkeypatch.setenv("FAKE_ROCBLAS_TFLOPS", "30")
+    monkeypatch.setenv("FAKE_HIP_COPY_GBPS", "400")
+    dcu = replace(nvidia(2), vendor=Vendor.HYGON, model="K100-AI", uuid="hygon-2")
+    result = await run_worker(dcu, fake_blas.request(vendor="hygon"), timeout=30)
+    assert 0.8 * 30 <= result["tflops"] <= 30.5 and 0.8 * 400 <= result["bandwidth_gbps"] <= 405
+    assert result["library"] == "librocblas.so"
+    assert log.read_text().splitlines() == [
+        "gemm m=1024 n=1024 k=1024 types=150,150,150,150 lds=1024,1024,1024,1024 compute=151 "
+        "inplace=1"
+    ]
+    monkeypatch.setenv("FAKE_ROCBLAS_STATUS", "5")
+    with pytest.raises(
+        BenchmarkError, match=r"^rocblas_gemm_ex returned rocblas_status_memory_error \(5\)$"
+    ):
+        await run_worker(dcu, fake_blas.request(vendor="hygon"), timeout=30)
