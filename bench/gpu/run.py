@@ -9,7 +9,11 @@ What it checks and measures on device 0, with a 16Gi quota written the way hcsd 
   torch.cuda.mem_get_info() reports the quota;
 - nvidia-smi under the preload reports the quota as total memory (NVML hook);
 - cost: median ns per cuMemAlloc_v2 + cuMemFree_v2 pair with and without libhcs;
-- hcsd's NVML discovery backend: the devices it reports (model, memory, bus id, links).
+- hcsd's NVML discovery backend: the devices it reports (model, memory, bus id, links);
+- hcsd's measured fingerprint on device 0 (hcsd/benchmarks: a dense FP16 GEMM through the real
+  cuBLAS in hcsd's worker process, FP32 and FP16 accumulation, and a device-to-device copy):
+  TFLOPS, ratio to the profile's figure, GB/s. cuBLAS is looked for in the CUDA toolkit's
+  lib64 and in the nvidia-cublas-cu12 wheel that PyTorch installs.
 Prints the figures and writes bench/out/gpu.json (and $OUT/gpu.json when OUT is set).
 """
 
@@ -127,6 +131,50 @@ def discovery() -> list[dict[str, object]]:
     ]
 
 
+def cublas_dirs() -> tuple[str, ...]:
+    """Where cuBLAS may be: hcsd's default library path, and the pip wheel's directory."""
+    from hcsd.benchmarks.settings import DEFAULT_LIBRARY_PATH
+
+    found = list(DEFAULT_LIBRARY_PATH)
+    try:
+        import nvidia.cublas  # type: ignore[import-not-found]
+
+        found += [str(Path(p) / "lib") for p in nvidia.cublas.__path__]
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def measurement(uuid: str) -> dict[str, object]:
+    """hcsd's measurement of the GPU, run exactly as the daemon runs it (run_worker)."""
+    import asyncio
+
+    from hcsd.benchmarks.request import GemmRequest
+    from hcsd.benchmarks.running import run_worker
+    from hcsd.model import Device, Vendor
+    from hcsd.profiles import default_database
+
+    found = discovery()
+    model = str(next((d["model"] for d in found if d["uuid"] == uuid), ""))
+    profile = default_database().lookup(Vendor.NVIDIA, model)
+    reference = profile.figure("tflops_fp16") if profile else 0.0
+    device = Device(uuid, Vendor.NVIDIA, model, index=0, pci_bus_id="", vram_bytes=0)
+    figures: dict[str, object] = {"model": model, "profile_tflops_fp16": reference}
+    for accumulate in ("fp32", "fp16"):
+        request = GemmRequest(vendor="nvidia", compute=accumulate, library_path=cublas_dirs())
+        started = time.monotonic()
+        try:
+            result = asyncio.run(run_worker(device, request, timeout=120))
+        except Exception as e:  # report, do not hide
+            figures[accumulate] = f"failed: {e}"
+            continue
+        result["wall_seconds"] = round(time.monotonic() - started, 2)
+        if reference:
+            result["ratio"] = round(float(result["tflops"]) / reference, 3)
+        figures[accumulate] = result
+    return figures
+
+
 def main() -> int:
     result: dict[str, object] = {"benchmark": "gpu", "time": time.strftime("%FT%TZ", time.gmtime())}
     with tempfile.TemporaryDirectory() as directory:
@@ -169,6 +217,10 @@ def main() -> int:
         result["discovery"] = discovery()
     except Exception as e:  # report, do not hide: the figures above still count
         result["discovery"] = f"failed: {e!r}"
+    try:
+        result["measured_fingerprint"] = measurement(str(result["gpu_uuid"]))
+    except Exception as e:
+        result["measured_fingerprint"] = f"failed: {e!r}"
     text = json.dumps(result, indent=2, default=str)
     print(text)
     for out in [OUT, Path(os.environ["OUT"]) if os.environ.get("OUT") else None]:
