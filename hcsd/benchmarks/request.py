@@ -17,6 +17,7 @@ class GemmRequest:
     bandwidth: bool = True
     copy_bytes: int = 256 << 20
     library_path: tuple[str, ...] = ()  # directories searched before the loader's path
+    ascend_op_models: str = ""  # aclopSetModelDir's directory (Ascend)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

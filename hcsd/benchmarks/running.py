@@ -1,7 +1,8 @@
 """Starting one measurement's worker process and bounding it.
 
 The worker sees only its device, through the vendor's visibility variable (the GPU's UUID for
-CUDA; the index for HIP, whose ordinals follow the same PCI order hy-smi reports). While it runs,
+CUDA; the index for HIP, whose ordinals follow the same PCI order hy-smi reports, and for
+AscendCL, whose logical ids are the NPU ids npu-smi and DCMI report). While it runs,
 `interrupt` is asked every `poll` seconds whether to stop (an allocation took the device); the
 worker is then killed, as it is when `timeout` passes. Only this process's own child is ever
 signalled, and it runs in a session of its own so nothing else shares its fate.
@@ -28,6 +29,7 @@ __all__ = ["MEASURABLE", "Interrupted", "run_worker"]
 MEASURABLE: dict[Vendor, Callable[[Device], dict[str, str]]] = {
     Vendor.NVIDIA: lambda d: {"CUDA_VISIBLE_DEVICES": d.uuid},
     Vendor.HYGON: lambda d: {"HIP_VISIBLE_DEVICES": str(d.index)},
+    Vendor.ASCEND: lambda d: {"ASCEND_RT_VISIBLE_DEVICES": str(d.index)},
 }
 
 

@@ -94,9 +94,16 @@ class MeasureSection(Section):
         "The measured-figures file; empty = measured.json in daemon.state_dir.",
         checks.path_or_empty,
     )
+    ascend_op_models: str = setting(
+        "",
+        "Ascend: the directory of compiled GEMM single-operator models (ATC) that "
+        "aclblasGemmEx runs; empty = none, and Ascend devices fail with ACL_ERROR_OP_NOT_FOUND "
+        "(docs/discovery.md says how to compile one).",
+        checks.path_or_empty,
+    )
     library_path: tuple[str, ...] = setting(
         DEFAULT_LIBRARY_PATH,
-        "Directories searched for the vendors' math libraries (libcublas, librocblas) before "
-        "the loader's path.",
+        "Directories searched for the vendors' math libraries (libcublas, librocblas, "
+        "libacl_cblas) before the loader's path.",
         checks.path_list,
     )

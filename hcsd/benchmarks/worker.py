@@ -32,6 +32,10 @@ def _kernel(request: GemmRequest) -> Any:
         from hcsd.benchmarks.hygon import RocblasGemm
 
         return RocblasGemm(request)
+    if request.vendor == "ascend":
+        from hcsd.benchmarks.ascend import AclblasGemm
+
+        return AclblasGemm(request)
     raise BenchmarkError(f"no GEMM measurement for {request.vendor} devices yet")
 
 

@@ -166,6 +166,7 @@ class Measurer:
             bandwidth=s.copy_mib > 0,
             copy_bytes=s.copy_mib << 20,
             library_path=s.library_path,
+            ascend_op_models=s.ascend_op_models,
         )
         self.current = uuid
         self._last[uuid] = self.clock()

@@ -38,9 +38,9 @@ def hcsd(tmp_path: Path, fake_blas: FakeBlas, monkeypatch: pytest.MonkeyPatch) -
                 "hotplug": False,
             },
             "measure": {
-                "size": 1024,
+                "size": 4096,
                 "duration": 0.2,
-                "copy_mib": 64,
+                "copy_mib": 1024,
                 "timeout": 3,
                 "interval": 0,
                 "library_path": [str(fake_blas.build)],
@@ -74,7 +74,7 @@ def test_measured_at_start_kept_across_a_restart(
     found = wait_measured(hcsd, 2)
     for uuid in UUIDS[:2]:
         tflops = float(found[uuid]["tflops_fp16"])  # type: ignore[arg-type]
-        assert 32 <= tflops <= 40.5  # the fake's 40, not the profile's 312
+        assert 24 <= tflops <= 40.4  # the fake's 40, not the profile's 312
         assert found[uuid]["attributes"]["measured_ratio"] == f"{tflops / 312:.4f}"  # type: ignore[index]
     logs = hcsd.logs()
     assert f"measure: nvidia/0 ({UUIDS[0]}): " in logs and "of the profile's 312)" in logs
@@ -82,7 +82,7 @@ def test_measured_at_start_kept_across_a_restart(
     assert sorted(on_file) == UUIDS[:2]
     table = hcsd.hcsctl("devices").stdout.splitlines()
     column = table[0].index("MEASURED")
-    assert all(row[column:].split()[0] in ("11%", "12%", "13%") for row in table[1:])  # of 312
+    assert all(8 <= int(row[column:].split()[0].rstrip("%")) <= 13 for row in table[1:])  # of 312
     assert hcsd.stop() == 0
 
     # restarted without the start pass, and with a GEMM that would never end: the figures

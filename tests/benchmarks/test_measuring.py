@@ -32,9 +32,9 @@ class Node:
         self.service = NodeService(Inventory("n1", devices, ("nvidia",)), self.ledger)
         self.path = directory / "state" / "measured.json"
         self.settings = MeasureSection(
-            size=1024,
+            size=4096,  # milliseconds per GEMM at the fake's speed: the launches never lag
             duration=0.2,
-            copy_mib=64,
+            copy_mib=1024,
             library_path=(str(fake_blas.build),),
             **settings,  # type: ignore[arg-type]
         )
@@ -77,11 +77,11 @@ async def test_a_pass_measures_idle_devices_and_skips_allocated_ones(
     measured = node.service.device(UUIDS[0])
     assert measured is not None
     # the measured figure wins over the profile's 312, and says how it compares
-    assert 32 <= measured.tflops_fp16 <= 40.5
+    assert 24 <= measured.tflops_fp16 <= 40.4
     attributes = dict(measured.attributes)
     assert attributes["fingerprint"] == "measured"
     assert measured_ratio(measured) == pytest.approx(measured.tflops_fp16 / 312, abs=1e-3)
-    assert 400 <= float(attributes["measured_bandwidth_gbps"]) <= 505
+    assert 300 <= float(attributes["measured_bandwidth_gbps"]) <= 505
     assert node.service.device(UUIDS[1]) == nvidia(1)  # untouched
     entry = node.on_file()[UUIDS[0]]
     assert entry["tflops_fp16"] == pytest.approx(measured.tflops_fp16, abs=1e-3)

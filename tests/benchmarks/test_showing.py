@@ -90,7 +90,7 @@ async def test_measure_over_the_api(served: tuple[Node, str]) -> None:
         response = await pb_grpc.HcsdStub(channel).Measure(pb.MeasureRequest())
     first, second = response.results
     assert (first.uuid, first.outcome) == (UUIDS[0], "measured")
-    assert 32 <= first.tflops_fp16 <= 40.5
+    assert 24 <= first.tflops_fp16 <= 40.4
     assert first.ratio == pytest.approx(first.tflops_fp16 / 312)
     assert first.memory_bandwidth_gbps > 0 and first.seconds > 0
     assert (second.outcome, second.message) == (

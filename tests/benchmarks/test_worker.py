@@ -20,16 +20,17 @@ from tests.benchmarks.conftest import UUIDS, FakeBlas, nvidia
 
 
 async def test_measures_the_configured_speed(fake_blas: FakeBlas) -> None:
-    result = await run_worker(nvidia(0), fake_blas.request(), timeout=30)
-    # sleeps only ever run late: the figure is at most the configured 40, and close to it
-    assert 0.8 * 40 <= result["tflops"] <= 40.5
-    assert 0.8 * 500 <= result["bandwidth_gbps"] <= 505
-    assert result["library"] == "libcublas.so.12" and result["size"] == 1024
+    result = await run_worker(nvidia(0), fake_blas.request(duration=0.4), timeout=30)
+    # sleeps only ever run late (on a loaded machine, by milliseconds): the figure is at most
+    # the configured one and near it; a factor wrong in the formula lands outside
+    assert 0.6 * 40 <= result["tflops"] <= 40.4
+    assert 0.6 * 500 <= result["bandwidth_gbps"] <= 505
+    assert result["library"] == "libcublas.so.12" and result["size"] == 4096
     first, count = fake_blas.calls()
     # the arguments cuBLAS got: column-major A·B, FP16 in and out, FP32 accumulate (68),
     # the default algorithm, leading dimensions as stored
     assert first == (
-        "gemm transa=0 transb=0 m=1024 n=1024 k=1024 types=2,2,2 lda=1024 ldb=1024 ldc=1024 "
+        "gemm transa=0 transb=0 m=4096 n=4096 k=4096 types=2,2,2 lda=4096 ldb=4096 ldc=4096 "
         "compute=68 algo=-1"
     )
     assert count == f"gemms={result['iterations'] + 2}"  # warm-up and sizing calls too
@@ -50,16 +51,16 @@ async def test_the_worker_sees_only_its_device(
     state.mkdir()
     monkeypatch.setenv("FAKE_GPU_STATE", str(state))
     monkeypatch.setenv("FAKE_CUBLAS_TFLOPS", "0.0005")  # long enough to look while it runs
+    everything = str(3 * 512 * 512 * 2 + 2 * (1 << 30))  # A, B, C and the copy buffers
     seen: list[str] = []
 
     def look() -> str | None:
-        seen.extend(f.read_text() for f in state.iterdir() if not f.name.endswith(".tmp"))
-        return "seen" if seen else None
+        seen[:] = [f.read_text() for f in state.iterdir() if not f.name.endswith(".tmp")]
+        return "all allocated" if seen and seen[0].split()[-1] == everything else None
 
     with pytest.raises(Interrupted):
         await run_worker(nvidia(1), fake_blas.request(size=512), timeout=30, interrupt=look)
-    three, two = 3 * 512 * 512 * 2, 2 * (64 << 20)
-    assert seen[0].split() == [UUIDS[1], str(three + two)]
+    assert seen[0].split() == [UUIDS[1], everything]
 
 
 @pytest.mark.parametrize(
@@ -136,9 +137,9 @@ async def test_an_interrupt_stops_the_worker_at_once(
 
 
 async def test_vendors_without_a_measurement_say_so(fake_blas: FakeBlas) -> None:
-    ascend = replace(nvidia(0), vendor=Vendor.ASCEND)
-    with pytest.raises(BenchmarkError, match=r"^no GEMM measurement for ascend devices yet$"):
-        await run_worker(ascend, fake_blas.request(), timeout=5)
+    mlu = replace(nvidia(0), vendor=Vendor.CAMBRICON)
+    with pytest.raises(BenchmarkError, match=r"^no GEMM measurement for cambricon devices yet$"):
+        await run_worker(mlu, fake_blas.request(), timeout=5)
 
 
 def test_the_fake_refuses_what_cublas_would(fake_blas: FakeBlas) -> None:
@@ -178,10 +179,10 @@ async def test_hygon_through_rocblas(
     monkeypatch.setenv("FAKE_HIP_COPY_GBPS", "400")
     dcu = replace(nvidia(2), vendor=Vendor.HYGON, model="K100-AI", uuid="hygon-2")
     result = await run_worker(dcu, fake_blas.request(vendor="hygon"), timeout=30)
-    assert 0.8 * 30 <= result["tflops"] <= 30.5 and 0.8 * 400 <= result["bandwidth_gbps"] <= 405
+    assert 0.6 * 30 <= result["tflops"] <= 30.3 and 0.6 * 400 <= result["bandwidth_gbps"] <= 404
     assert result["library"] == "librocblas.so"
     assert log.read_text().splitlines() == [
-        "gemm m=1024 n=1024 k=1024 types=150,150,150,150 lds=1024,1024,1024,1024 compute=151 "
+        "gemm m=4096 n=4096 k=4096 types=150,150,150,150 lds=4096,4096,4096,4096 compute=151 "
         "inplace=1"
     ]
     monkeypatch.setenv("FAKE_ROCBLAS_STATUS", "5")
@@ -189,3 +190,34 @@ async def test_hygon_through_rocblas(
         BenchmarkError, match=r"^rocblas_gemm_ex returned rocblas_status_memory_error \(5\)$"
     ):
         await run_worker(dcu, fake_blas.request(vendor="hygon"), timeout=30)
+
+
+async def test_ascend_through_aclblas(
+    fake_blas: FakeBlas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The NPU path: aclblasGemmEx on a stream of AscendCL (tests/fakes/fake_acl_cblas.c and
+    fake_ascendcl.c): FP16 in, FP32 C, reserved leading dimensions, the op model directory."""
+    log = tmp_path / "aclblas.log"
+    monkeypatch.setenv("FAKE_ACL_LOG", str(log))
+    monkeypatch.setenv("FAKE_ACL_TFLOPS", "60")
+    monkeypatch.setenv("FAKE_ACL_COPY_GBPS", "700")
+    monkeypatch.setenv("FAKE_ACL_REQUIRE_OP_MODELS", "1")
+    npu = replace(nvidia(3), vendor=Vendor.ASCEND, model="910B3", uuid="npu-3")
+    models = str(tmp_path / "op_models")
+    result = await run_worker(
+        npu, fake_blas.request(vendor="ascend", ascend_op_models=models), timeout=30
+    )
+    assert 0.6 * 60 <= result["tflops"] <= 60.6 and 0.6 * 700 <= result["bandwidth_gbps"] <= 707
+    assert result["library"] == "libacl_cblas.so"
+    assert log.read_text().splitlines() == [
+        f"gemm trans=0,0,0 m=4096 n=4096 k=4096 lds=-1,-1,-1 types=1,1,0 compute=0 models={models}"
+    ]
+    # without a compiled GEMM model CANN answers ACL_ERROR_OP_NOT_FOUND: a setting to fix
+    with pytest.raises(BenchmarkError) as raised:
+        await run_worker(npu, fake_blas.request(vendor="ascend"), timeout=30)
+    assert str(raised.value) == (
+        "aclblasGemmEx returned ACL_ERROR_OP_NOT_FOUND (100024): no compiled GEMM "
+        "single-operator model for 4096x4096x4096 (measure.ascend_op_models is empty); "
+        "compile one with ATC (docs/discovery.md)"
+    )
+    assert raised.value.permanent
