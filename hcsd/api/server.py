@@ -66,10 +66,7 @@ class SocketInUse(Exception):
 
 class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
     def __init__(
-        self,
-        service: NodeService,
-        injector: Injector | None = None,
-        measure: Measure | None = None,
+        self, service: NodeService, injector: Injector | None = None, measure: Measure | None = None
     ) -> None:
         self.service = service
         self.injector = injector

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from hcsd import __version__
 from hcsd.api.server import ApiServer, SocketInUse
-from hcsd.benchmarks.store import MeasuredStore
 from hcsd.contract.keyring_files import KeyringFile
 from hcsd.contract.keys import AssignmentKeyError
 from hcsd.daemon import notify
@@ -30,16 +29,14 @@ from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config
 from hcsd.daemon.devicecheck import open_device_nodes
 from hcsd.daemon.discovering import build_backends, hotplug_watcher, plan
 from hcsd.daemon.logs import configure_logging, set_level
-from hcsd.daemon.measuring import Measurer
+from hcsd.daemon.measuring import Measurer, build_measurer
 from hcsd.daemon.metrics import MetricsServer
 from hcsd.daemon.reference import render_default_config
 from hcsd.daemon.vram import vram_watchdog
 from hcsd.discovery import DiscoveryBackend, DiscoveryError, Inventory, discover_all
 from hcsd.discovery.fabric import discover_fabric
-from hcsd.discovery.settings import VENDOR_BACKENDS
 from hcsd.health.watching import HealthWatcher
 from hcsd.ledger import Ledger, LedgerError
-from hcsd.model import Vendor
 from hcsd.runtime.cdi import keep_spec_current, publish_spec
 from hcsd.runtime.edits import ContainerEdits
 from hcsd.runtime.injector import Injector, InjectorSettings
@@ -215,17 +212,9 @@ class Daemon:
         return tasks
 
     def _measurer(self, service: NodeService) -> Measurer:
-        """The measured fingerprint: the figures on file applied now, before the API serves
-        the devices; the measuring itself runs as a task."""
-        settings = self.config.measure
-        path = settings.file or os.path.join(self.config.daemon.state_dir, "measured.json")
-        vendors = [Vendor(b.name) for b in self.backends if b.name in VENDOR_BACKENDS]
-        measurer = Measurer(
-            service, settings, MeasuredStore(path), vendors=vendors, telemetry=self.telemetry
-        )
-        measurer.restore()
-        self.measurer = measurer
-        return measurer
+        """The figures on file applied now, before the API serves the devices."""
+        self.measurer = build_measurer(self.config, service, self.backends, self.telemetry)
+        return self.measurer
 
     def _injector(self, service: NodeService) -> Injector:
         """Container injection, shared by the NRI plugin and the front ends' API calls."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
@@ -30,12 +31,15 @@ from hcsd.benchmarks.libraries import BenchmarkError
 from hcsd.benchmarks.request import GemmRequest
 from hcsd.benchmarks.running import MEASURABLE, Interrupted, run_worker
 from hcsd.benchmarks.store import MeasuredStore
+from hcsd.daemon.config import Config
+from hcsd.discovery import DiscoveryBackend
+from hcsd.discovery.settings import VENDOR_BACKENDS
 from hcsd.model import Device, Vendor
 from hcsd.profiles import ProfileDatabase, default_database
 from hcsd.service import NodeService
 from hcsd.telemetry import Telemetry
 
-__all__ = ["Measurer"]
+__all__ = ["Measurer", "build_measurer"]
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +225,24 @@ class Measurer:
         if self.telemetry is not None:
             self.telemetry.measurements.labels(outcome.status).inc()
         return outcome
+
+
+def build_measurer(
+    config: Config,
+    service: NodeService,
+    backends: Sequence[DiscoveryBackend],
+    telemetry: Telemetry | None = None,
+) -> Measurer:
+    """The daemon's measurer: `[measure]`, its file (default: in the state directory), the
+    vendors whose real backend runs, and the measurements on file applied to the devices."""
+    settings = config.measure
+    path = settings.file or os.path.join(config.daemon.state_dir, "measured.json")
+    vendors = [Vendor(b.name) for b in backends if b.name in VENDOR_BACKENDS]
+    measurer = Measurer(
+        service, settings, MeasuredStore(path), vendors=vendors, telemetry=telemetry
+    )
+    measurer.restore()
+    return measurer
 
 
 def describe(m: Measurement) -> str:
