@@ -384,7 +384,13 @@ NODES: dict[str, tuple[list[pb.Device], list[pb.Allocation]]] = {
                 vram_allocated_bytes=16 * 2**30,
                 compute_allocated_percent=50,
                 allocation_count=2,
-                attributes={"fingerprint": "measured"},
+                attributes={  # measured on the node (hcsd.benchmarks): spec.devices[].measured
+                    "fingerprint": "measured",
+                    "measured_tflops_fp16": "296.400",
+                    "measured_ratio": "0.9500",
+                    "measured_bandwidth_gbps": "1650.0",
+                    "measured_at": "2026-01-01T00:00:00Z",
+                },
             ),
             device(
                 1,
