@@ -24,11 +24,17 @@ A directory with more than `max_entries` entries is not judged at all: resuming 
 that only looks newest among those seen could go back in training without anyone noticing.
 At most `max_checked` directories, newest first, are opened to look for a marker: a tenant's
 thousands of unfinished directories cost a few milliseconds, not a second of root's time.
+
+The work per name is bounded too: a name with more than MAX_GROUPS numbers, or a number longer
+than MAX_DIGITS digits, is not a candidate (`step-9-9-…-9` with a hundred groups would make
+every comparison a long one), and the newest `max_checked` are picked with a heap, never by
+sorting every candidate.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import heapq
 import os
 import re
 import stat
@@ -38,14 +44,23 @@ from typing import Any
 from hcsd.runtime.dirfd import opened_dir, read_file
 from hcsd.sections import Section, checks, setting
 
-__all__ = ["CheckpointError", "CheckpointSection", "newest_complete"]
+__all__ = ["MAX_TIMEOUT", "CheckpointError", "CheckpointSection", "newest_complete", "numbers_of"]
 
 _NUMBER = re.compile(r"[0-9]+")
 NAME_MAX = 255
+MAX_GROUPS = 8  # numbers in a checkpoint's name (`step-10-of-3` has two)
+MAX_DIGITS = 20  # digits in one of them (a 64-bit step counter has at most 20)
+# Upper bounds of the settings: past them a scan is no longer "a few milliseconds"
+MAX_ENTRIES = 1_000_000
+MAX_CHECKED = 10_000
+MAX_POINTER_BYTES = 64 * 1024
+MAX_TIMEOUT = 1.0  # the runtime waits 2 s for the whole CreateContainer
 
 
-class CheckpointError(Exception):
-    """The directory cannot be judged (too many entries, unreadable); the message says why."""
+class CheckpointError(ValueError):
+    """The tenant's directory cannot be judged as it is (more entries than allowed): permanent
+    until the tenant changes it, so the creation goes on without resume. Failures to read
+    (unreadable, removed, an I/O error) stay OSErrors: they may pass."""
 
 
 def _file_name(value: Any) -> str:
@@ -66,6 +81,30 @@ def _file_names(value: Any) -> tuple[str, ...]:
 file_names = checks.Check(
     "a list of file names (no '/', not '.' or '..', at most 255 printable characters)",
     _file_names,
+)
+
+
+def _up_to(high: int) -> checks.Check[int]:
+    def convert(value: Any) -> int:
+        number = checks.positive_int(value)
+        if number > high:
+            raise ValueError
+        return number
+
+    return checks.Check(f"a positive integer up to {high:_}".replace("_", ","), convert)
+
+
+def _timeout(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError
+    if not 0 < value <= MAX_TIMEOUT:
+        raise ValueError
+    return float(value)
+
+
+timeout_seconds = checks.Check(
+    f"a number of seconds in (0, {MAX_TIMEOUT:g}] (the runtime waits 2 s for the whole creation)",
+    _timeout,
 )
 
 
@@ -102,22 +141,22 @@ class CheckpointSection(Section):
         10_000,
         "Entries of the checkpoint directory looked at; a directory with more is not judged "
         "(nothing is injected, a warning is logged).",
-        checks.positive_int,
+        _up_to(MAX_ENTRIES),
     )
     max_checked: int = setting(
         100,
         "Checkpoint directories looked into for a marker, newest first; when none of them is "
         "complete the older ones are not looked at (nothing is injected, a warning is logged).",
-        checks.positive_int,
+        _up_to(MAX_CHECKED),
     )
     max_pointer_bytes: int = setting(
-        4096, "Largest pointer file read; a larger one is ignored.", checks.positive_int
+        4096, "Largest pointer file read; a larger one is ignored.", _up_to(MAX_POINTER_BYTES)
     )
     timeout: float = setting(
         0.5,
         "Seconds a container's creation waits for the scan (a hung network file system); "
         "past it, nothing is injected and later scans wait for that one to end.",
-        checks.seconds,
+        timeout_seconds,
     )
 
 
@@ -134,11 +173,11 @@ def newest_complete(dir_fd: int, settings: CheckpointSection) -> tuple[str | Non
             return named, problems
         if problem:
             problems.append(problem)
-    candidates = sorted(_candidates(dir_fd, settings), reverse=True)
-    for _, name in candidates[: settings.max_checked]:
+    candidates, count = _candidates(dir_fd, settings)
+    for _, name in heapq.nlargest(settings.max_checked, candidates):
         if _complete(dir_fd, name, settings.markers):
             return name, problems
-    if len(candidates) > settings.max_checked:
+    if count > settings.max_checked:
         problems.append(
             f"none of the newest {settings.max_checked} checkpoint directories is complete; "
             "the older ones were not looked at (runtime.checkpoints.max_checked)"
@@ -178,8 +217,10 @@ def _pointer_name(data: bytes, limit: int) -> str:
         raise ValueError(f"{name[:80]!r} is not one name in its directory") from None
 
 
-def _candidates(dir_fd: int, settings: CheckpointSection) -> list[tuple[tuple[int, ...], str]]:
-    """The numbered directories matching a pattern, with their numbers."""
+def _candidates(
+    dir_fd: int, settings: CheckpointSection
+) -> tuple[list[tuple[tuple[int, ...], str]], int]:
+    """The numbered directories matching a pattern, with their numbers, and how many."""
     found = []
     seen = 0
     with os.scandir(dir_fd) as entries:  # on a duplicate of the descriptor, rewound after
@@ -187,15 +228,30 @@ def _candidates(dir_fd: int, settings: CheckpointSection) -> list[tuple[tuple[in
             seen += 1
             if seen > settings.max_entries:
                 raise CheckpointError(
-                    f"more than {settings.max_entries} entries (runtime.checkpoints.max_entries)"
+                    f"failed to judge the directory: more than {settings.max_entries} entries "
+                    "(runtime.checkpoints.max_entries)"
                 )
             name = entry.name
-            if not name.isprintable() or not _matches(name, settings.directories):
+            if not _matches(name, settings.directories):
                 continue
-            numbers = tuple(int(n) for n in _NUMBER.findall(name))
+            numbers = numbers_of(name)
             if numbers and entry.is_dir(follow_symlinks=False):
                 found.append((numbers, name))
-    return found
+    return found, len(found)
+
+
+def numbers_of(name: str) -> tuple[int, ...] | None:
+    """The numbers in a checkpoint's name, in order; None (not a candidate) for an unprintable
+    name, one with none, more than MAX_GROUPS of them, or one longer than MAX_DIGITS."""
+    if not name.isprintable():
+        return None
+    numbers: list[int] = []
+    for match in _NUMBER.finditer(name):
+        text = match.group()
+        if len(numbers) == MAX_GROUPS or len(text) > MAX_DIGITS:
+            return None
+        numbers.append(int(text))
+    return tuple(numbers) or None
 
 
 def _complete(dir_fd: int, name: str, markers: tuple[str, ...]) -> bool:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,6 +104,44 @@ def test_what_does_not_match_or_holds_no_number_is_not_a_checkpoint(tmp_path: Pa
     assert resume(tmp_path) == {}
 
 
+def test_an_unprintable_name_is_not_a_checkpoint(tmp_path: Path) -> None:
+    """It would end up in the container's environment and in the log: a newline there forges
+    a variable or a line."""
+    checkpoint(tmp_path, "step-1")
+    checkpoint(tmp_path, "step-9\nFOO=bar")
+    assert newest(tmp_path) == "step-1"
+    assert resume(tmp_path) == {ENV: "/ckpt/step-1"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("step-3-" + "-".join(["1"] * 8), id="nine-numbers"),
+        pytest.param("step-" + "9" * 21, id="twenty-one-digits"),
+    ],
+)
+def test_a_name_with_too_many_numbers_is_not_a_checkpoint(tmp_path: Path, name: str) -> None:
+    checkpoint(tmp_path, "step-2")
+    checkpoint(tmp_path, name)
+    assert newest(tmp_path) == "step-2"
+    longest = "step-" + "-".join(["9" * 20] * 8)  # the most a name may hold, and the largest
+    checkpoint(tmp_path, longest)
+    assert newest(tmp_path) == longest
+
+
+def test_names_made_to_be_slow_to_compare_cost_little(tmp_path: Path) -> None:
+    """A tenant's 9,999 directories of 124 numbers each, none complete: each name is dropped
+    at its ninth number, and the newest are picked with a heap, not a sort of all. Without
+    these bounds the scan took 0.36 s of CPU on an idle core (well over a second under load,
+    past `timeout`); with them 0.06 s. CPU time of this thread, not wall time: the machine's
+    load does not count."""
+    for number in range(9_999):
+        (tmp_path / ("step-" + "9-" * 123 + f"{number:04d}")).mkdir()
+    started = time.thread_time()
+    assert newest(tmp_path) is None
+    assert time.thread_time() - started < 0.15
+
+
 def test_torch_distributed_checkpoint_metadata_marks_completion(tmp_path: Path) -> None:
     (tmp_path / "step-4").mkdir()
     (tmp_path / "step-4" / "__0_0.distcp").write_bytes(b"x")
@@ -169,7 +209,7 @@ def test_links_out_of_the_directory_are_never_followed(tmp_path: Path) -> None:
     the mount to the annotated path. hcsd sees the host as root: none may count."""
     outside = tmp_path / "outside"
     checkpoint(outside, "step-99")
-    (outside / "latest").write_text("step-99")
+    (outside / "latest").write_text("step-60")  # exists in ckpt: followed, it would win
     (outside / "marker").write_text("")
     source = tmp_path / "volume"
     ckpt = source / "run"
@@ -403,3 +443,23 @@ def test_only_the_newest_directories_are_looked_into(
     with caplog.at_level(logging.WARNING):
         assert resume(tmp_path, settings=CheckpointSection(max_checked=30)) == {}
     assert "none of the newest 30 checkpoint directories is complete" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "accepts"),
+    [
+        pytest.param("timeout", 1.5, "a number of seconds in (0, 1]", id="timeout"),
+        pytest.param("timeout", 0, "a number of seconds in (0, 1]", id="no-timeout"),
+        pytest.param(
+            "max_pointer_bytes", 65_537, "a positive integer up to 65,536", id="pointer-bytes"
+        ),
+        pytest.param("max_entries", 1_000_001, "a positive integer up to 1,000,000", id="entries"),
+        pytest.param("max_checked", 10_001, "a positive integer up to 10,000", id="checked"),
+    ],
+)
+def test_settings_past_their_bounds_are_refused(key: str, value: Any, accepts: str) -> None:
+    """Past these a scan is no longer a few milliseconds, or the runtime's own 2 s wait for
+    the whole creation runs out first."""
+    with pytest.raises(ValueError, match=rf"{key}: expected {re.escape(accepts)}"):
+        CheckpointSection(**{key: value})
+    CheckpointSection(timeout=1, max_pointer_bytes=65_536, max_entries=10**6, max_checked=10**4)
