@@ -28,7 +28,8 @@ thousands of unfinished directories cost a few milliseconds, not a second of roo
 The work per name is bounded too: a name with more than MAX_GROUPS numbers, or a number longer
 than MAX_DIGITS digits, is not a candidate (`step-9-9-…-9` with a hundred groups would make
 every comparison a long one), and the newest `max_checked` are picked with a heap, never by
-sorting every candidate.
+sorting every candidate. Entries a mount in the container covers (`shadowed`) are not what the
+container sees there: they are neither candidates nor a pointer's target.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import heapq
 import os
 import re
 import stat
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,8 +117,8 @@ class CheckpointSection(Section):
 
     enabled: bool = setting(
         True,
-        "Inject HCS_RESUME_FROM into containers that hold devices and name their checkpoint "
-        "directory with hcs.io/checkpoint-path.",
+        "Inject HCS_RESUME_FROM and HCS_RESUME_STATUS into containers that hold devices and "
+        "name their checkpoint directory with hcs.io/checkpoint-path.",
         checks.boolean,
     )
     directories: tuple[str, ...] = setting(
@@ -140,13 +142,14 @@ class CheckpointSection(Section):
     max_entries: int = setting(
         10_000,
         "Entries of the checkpoint directory looked at; a directory with more is not judged "
-        "(nothing is injected, a warning is logged).",
+        "(HCS_RESUME_STATUS=unknown, a warning is logged).",
         _up_to(MAX_ENTRIES),
     )
     max_checked: int = setting(
         100,
         "Checkpoint directories looked into for a marker, newest first; when none of them is "
-        "complete the older ones are not looked at (nothing is injected, a warning is logged).",
+        "complete the older ones are not looked at (HCS_RESUME_STATUS=none, a warning is "
+        "logged).",
         _up_to(MAX_CHECKED),
     )
     max_pointer_bytes: int = setting(
@@ -155,25 +158,36 @@ class CheckpointSection(Section):
     timeout: float = setting(
         0.5,
         "Seconds a container's creation waits for the scan (a hung network file system); "
-        "past it, nothing is injected and later scans wait for that one to end.",
+        "past it the container gets HCS_RESUME_STATUS=unknown. Later scans of the same mount "
+        "source do not start while that one hangs; the others do, up to a few hung at once.",
         timeout_seconds,
     )
 
 
-def newest_complete(dir_fd: int, settings: CheckpointSection) -> tuple[str | None, list[str]]:
+def newest_complete(
+    dir_fd: int, settings: CheckpointSection, shadowed: Collection[str] = ()
+) -> tuple[str | None, list[str]]:
     """The name of the newest complete checkpoint in the directory (None: none), and what was
-    wrong on the way (ignored pointers), as log text with names escaped.
+    wrong on the way (ignored pointers), as log text with names escaped. `shadowed`: the
+    entries a mount in the container covers, never an answer.
 
     Raises CheckpointError when the directory cannot be judged at all.
     """
     problems: list[str] = []
     for pointer in settings.pointers:
+        if pointer in shadowed:
+            problems.append(f"pointer {pointer}: a mount in the container covers it, ignored")
+            continue
         named, problem = _pointed(dir_fd, pointer, settings.max_pointer_bytes)
-        if named is not None:
+        if named is not None and named in shadowed:
+            problem = (
+                f"pointer {pointer}: {named!r} is covered by a mount in the container, ignored"
+            )
+        elif named is not None:
             return named, problems
         if problem:
             problems.append(problem)
-    candidates, count = _candidates(dir_fd, settings)
+    candidates, count = _candidates(dir_fd, settings, shadowed)
     for _, name in heapq.nlargest(settings.max_checked, candidates):
         if _complete(dir_fd, name, settings.markers):
             return name, problems
@@ -218,7 +232,7 @@ def _pointer_name(data: bytes, limit: int) -> str:
 
 
 def _candidates(
-    dir_fd: int, settings: CheckpointSection
+    dir_fd: int, settings: CheckpointSection, shadowed: Collection[str]
 ) -> tuple[list[tuple[tuple[int, ...], str]], int]:
     """The numbered directories matching a pattern, with their numbers, and how many."""
     found = []
@@ -232,7 +246,7 @@ def _candidates(
                     "(runtime.checkpoints.max_entries)"
                 )
             name = entry.name
-            if not _matches(name, settings.directories):
+            if name in shadowed or not _matches(name, settings.directories):
                 continue
             numbers = numbers_of(name)
             if numbers and entry.is_dir(follow_symlinks=False):

@@ -25,9 +25,10 @@ from hcsd.refusals import Reason, Refusal
 from hcsd.runtime.acceptance import Acceptances
 from hcsd.runtime.annotations import RequestError, local_request, requested_keys
 from hcsd.runtime.container_files import ContainerUser, QuotaFiles
+from hcsd.runtime.container_mounts import ContainerMount
 from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.presence import ContainerView, RunningContainer, asks_for_devices, missing_edits
-from hcsd.runtime.resume import BindMount, Resumes
+from hcsd.runtime.resume import Resume, Resumes
 from hcsd.runtime.settings import RuntimeSection
 from hcsd.runtime.vendors import vendor_edits
 from hcsd.service import NodeService
@@ -47,8 +48,8 @@ class ContainerInfo:
     front_end: FrontEnd = FrontEnd.UNKNOWN  # who asks: recorded with the allocation
     # Who its processes run as on the host, when the runtime says (owner of its usage region)
     user: ContainerUser | None = None
-    # Its bind mounts (NRI says; the other front ends leave it empty): checkpoint resume
-    mounts: tuple[BindMount, ...] = ()
+    # Its mounts (NRI says; the other front ends leave it empty): checkpoint resume
+    mounts: tuple[ContainerMount, ...] = ()
 
     @property
     def label(self) -> str:
@@ -100,8 +101,23 @@ class Injector:
             clock=clock,
         )
 
-    def create(self, info: ContainerInfo) -> ContainerEdits | None:
+    async def resume(self, info: ContainerInfo, *, timeout: float | None = None) -> Resume | None:
+        """The container's checkpoint resume status, looked for before `create` (outside the
+        allocation, without blocking the loop); None for a container that does not ask for
+        devices or names no checkpoint directory (docs/runtime.md, Checkpoint resume)."""
+        if not asks_for_devices(info):
+            return None
+        return await self.resumes.look(
+            info.label,
+            info.container_annotations,
+            info.pod_annotations,
+            info.mounts,
+            timeout=timeout,
+        )
+
+    def create(self, info: ContainerInfo, resume: Resume | None = None) -> ContainerEdits | None:
         """Allocate (durably) and return the container's edits; None if it asks for nothing.
+        `resume` (from `resume`) is added only when the container gets devices.
 
         Raises Refusal when the container must not start, with a text that begins with the
         container's label; an allocation whose files cannot be prepared is released again.
@@ -116,12 +132,7 @@ class Injector:
                 [
                     vendor_edits(devices, self.settings.runtime.driver_paths),
                     self.quota.prepare(info.container_id, held.grants, devices, info.user),
-                    self.resumes.edits(
-                        info.label,
-                        info.container_annotations,
-                        info.pod_annotations,
-                        info.mounts,
-                    ),
+                    resume.edits if resume is not None else ContainerEdits(),
                 ]
             )
         except (OSError, ValueError) as e:

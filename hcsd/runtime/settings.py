@@ -133,8 +133,8 @@ class RuntimeSection(Section):
     )
     checkpoints: CheckpointSection = section(
         CheckpointSection,
-        "Checkpoint resume: HCS_RESUME_FROM for pods that name their checkpoint directory "
-        "with hcs.io/checkpoint-path (docs/runtime.md).",
+        "Checkpoint resume: HCS_RESUME_FROM and HCS_RESUME_STATUS for pods that name their "
+        "checkpoint directory with hcs.io/checkpoint-path (docs/runtime.md).",
     )
 
     def keyring_path(self, state_dir: str) -> str:

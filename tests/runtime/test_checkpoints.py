@@ -8,11 +8,12 @@ file, stay bounded, and never fail the container's creation because of it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
-import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,11 @@ from hcsd.contract.assignment import sign
 from hcsd.discovery import Inventory
 from hcsd.model import FrontEnd, NodeMode, PodRef
 from hcsd.runtime.checkpoints import CheckpointError, CheckpointSection, newest_complete
+from hcsd.runtime.container_mounts import ContainerMount
 from hcsd.runtime.dirfd import opened_dir
 from hcsd.runtime.edits import ContainerEdits
 from hcsd.runtime.injector import ContainerInfo
-from hcsd.runtime.resume import ENV, BindMount, Resumes, locate
+from hcsd.runtime.resume import ENV, STATUS_ENV, Found, Resumes, newest_in
 from tests.capabilities import as_unit
 from tests.harness.local import local_node
 
@@ -60,9 +62,23 @@ def resume(
 ) -> dict[str, str]:
     """The env the resume edits give a container whose mount `destination` is `source`."""
     annotations = {"hcs.io/checkpoint-path": path} if pod is None else pod
-    edits = Resumes(settings).edits(LABEL, {}, annotations, [BindMount(destination, str(source))])
+    resumes = Resumes(settings)
+    mounts = [ContainerMount(destination, str(source))]
+    found = asyncio.run(resumes.look(LABEL, {}, annotations, mounts))
+    assert resumes.join(5)
+    if found is None:
+        return {}
+    edits = found.edits
     assert not (edits.devices or edits.mounts or edits.annotations)
     return dict(edits.env)
+
+
+def found(path: str) -> dict[str, str]:
+    return {ENV: path, STATUS_ENV: "found"}
+
+
+NONE = {STATUS_ENV: "none"}  # the scan ended: nothing complete there
+UNKNOWN = {STATUS_ENV: "unknown"}  # hcsd could not tell
 
 
 def test_the_newest_complete_checkpoint_wins_and_an_incomplete_one_is_ignored(
@@ -72,7 +88,7 @@ def test_the_newest_complete_checkpoint_wins_and_an_incomplete_one_is_ignored(
         checkpoint(tmp_path, f"step-{step}")
     checkpoint(tmp_path, "step-3", complete=False)  # being written when the node failed
     assert newest(tmp_path) == "step-2"
-    assert resume(tmp_path) == {ENV: "/ckpt/step-2"}
+    assert resume(tmp_path) == found("/ckpt/step-2")
 
 
 @pytest.mark.parametrize(
@@ -101,7 +117,7 @@ def test_what_does_not_match_or_holds_no_number_is_not_a_checkpoint(tmp_path: Pa
     checkpoint(tmp_path, "backup-99")  # no pattern
     (tmp_path / "step-50").write_text("a file, not a directory")
     assert newest(tmp_path) is None
-    assert resume(tmp_path) == {}
+    assert resume(tmp_path) == NONE
 
 
 def test_an_unprintable_name_is_not_a_checkpoint(tmp_path: Path) -> None:
@@ -110,7 +126,7 @@ def test_an_unprintable_name_is_not_a_checkpoint(tmp_path: Path) -> None:
     checkpoint(tmp_path, "step-1")
     checkpoint(tmp_path, "step-9\nFOO=bar")
     assert newest(tmp_path) == "step-1"
-    assert resume(tmp_path) == {ENV: "/ckpt/step-1"}
+    assert resume(tmp_path) == found("/ckpt/step-1")
 
 
 @pytest.mark.parametrize(
@@ -167,10 +183,10 @@ def test_a_latest_pointer_names_the_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "global_step7").mkdir()
     checkpoint(tmp_path, "step-9")
     (tmp_path / "latest").write_text("global_step7\n")
-    assert resume(tmp_path) == {ENV: "/ckpt/global_step7"}
+    assert resume(tmp_path) == found("/ckpt/global_step7")
     (tmp_path / "latest").write_text("epoch=3-step=400.ckpt")  # a file checkpoint
     (tmp_path / "epoch=3-step=400.ckpt").write_bytes(b"weights")
-    assert resume(tmp_path) == {ENV: "/ckpt/epoch=3-step=400.ckpt"}
+    assert resume(tmp_path) == found("/ckpt/epoch=3-step=400.ckpt")
 
 
 @pytest.mark.parametrize(
@@ -197,7 +213,7 @@ def test_a_bad_pointer_is_ignored_logged_and_the_scan_decides(
     (ckpt / "escape").symlink_to(outside / "step-99")
     (ckpt / "latest").write_bytes(content)
     with caplog.at_level(logging.WARNING):
-        assert resume(ckpt) == {ENV: "/ckpt/step-1"}
+        assert resume(ckpt) == found("/ckpt/step-1")
     assert f"{LABEL}: checkpoints in /ckpt: pointer latest:" in caplog.text
     assert why in caplog.text
     assert "\nforged" not in caplog.text  # tenant text escaped in the log
@@ -218,9 +234,9 @@ def test_links_out_of_the_directory_are_never_followed(tmp_path: Path) -> None:
     (ckpt / "step-60").mkdir()
     (ckpt / "step-60" / "COMPLETE").symlink_to(outside / "marker")  # a marker elsewhere
     (ckpt / "latest").symlink_to(outside / "latest")  # a pointer elsewhere
-    assert resume(source, "/ckpt/run") == {ENV: "/ckpt/run/step-1"}
+    assert resume(source, "/ckpt/run") == found("/ckpt/run/step-1")
     (source / "elsewhere").symlink_to(outside)
-    assert resume(source, "/ckpt/elsewhere") == {}
+    assert resume(source, "/ckpt/elsewhere") == UNKNOWN
 
 
 def test_a_link_on_the_way_is_logged_and_nothing_is_injected(
@@ -232,8 +248,22 @@ def test_a_link_on_the_way_is_logged_and_nothing_is_injected(
     source.mkdir()
     (source / "run").symlink_to(outside)
     with caplog.at_level(logging.WARNING):
-        assert resume(source, "/ckpt/run") == {}
+        assert resume(source, "/ckpt/run") == UNKNOWN
     assert f"{LABEL}: no checkpoint resume: failed to read its directory:" in caplog.text
+
+
+def test_a_link_in_the_mount_source_is_not_followed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kubelet's path to the volume is read as it is, never wherever a link in it points
+    now: hcsd cannot tell, and does not guess (the container starts with `unknown`)."""
+    volume = tmp_path / "volume"
+    checkpoint(volume, "step-1")
+    (tmp_path / "link").symlink_to(volume)
+    with caplog.at_level(logging.WARNING):
+        assert resume(tmp_path / "link") == UNKNOWN
+    assert f"{LABEL}: no checkpoint resume: failed to read its directory:" in caplog.text
+    assert resume(volume) == found("/ckpt/step-1")
 
 
 def test_fifos_and_devices_are_never_opened(tmp_path: Path) -> None:
@@ -244,7 +274,7 @@ def test_fifos_and_devices_are_never_opened(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "step-2" / "COMPLETE")
     os.mkfifo(tmp_path / "latest")
     started = time.monotonic()
-    assert resume(tmp_path) == {ENV: "/ckpt/step-1"}
+    assert resume(tmp_path) == found("/ckpt/step-1")
     assert time.monotonic() - started < 0.4
 
 
@@ -256,9 +286,9 @@ def test_a_huge_directory_is_not_judged(tmp_path: Path, caplog: pytest.LogCaptur
     with opened_dir(str(tmp_path)) as fd, pytest.raises(CheckpointError, match="more than 100"):
         newest_complete(fd, settings)
     with caplog.at_level(logging.WARNING):
-        assert resume(tmp_path, settings=settings) == {}
+        assert resume(tmp_path, settings=settings) == UNKNOWN
     assert "more than 100 entries (runtime.checkpoints.max_entries)" in caplog.text
-    assert resume(tmp_path) == {ENV: "/ckpt/step-119"}  # under the default bound
+    assert resume(tmp_path) == found("/ckpt/step-119")  # under the default bound
 
 
 @pytest.mark.parametrize(
@@ -277,7 +307,7 @@ def test_a_malformed_annotation_starts_the_container_without_resume(
 ) -> None:
     checkpoint(tmp_path, "step-1")
     with caplog.at_level(logging.WARNING):
-        assert resume(tmp_path, path) == {}
+        assert resume(tmp_path, path) == UNKNOWN
     assert f"{LABEL}: no checkpoint resume: hcs.io/checkpoint-path: " in caplog.text
     assert "\nforged" not in caplog.text
 
@@ -287,8 +317,8 @@ def test_a_path_outside_every_mount_is_logged(
 ) -> None:
     checkpoint(tmp_path, "step-1")
     with caplog.at_level(logging.WARNING):
-        assert resume(tmp_path, "/ckptx") == {}
-    assert "'/ckptx' is in none of the container's bind mounts" in caplog.text
+        assert resume(tmp_path, "/ckptx") == UNKNOWN
+    assert "'/ckptx' is in none of the container's mounts" in caplog.text
 
 
 def test_no_annotation_or_no_directory_yet_is_quiet(
@@ -296,52 +326,20 @@ def test_no_annotation_or_no_directory_yet_is_quiet(
 ) -> None:
     with caplog.at_level(logging.WARNING):
         assert resume(tmp_path, pod={}) == {}
-        assert resume(tmp_path, "/ckpt/run-1") == {}  # the first run makes it
-        assert resume(tmp_path / "gone") == {}
+        assert resume(tmp_path, "/ckpt/run-1") == NONE  # the first run makes it
         assert resume(tmp_path, settings=CheckpointSection(enabled=False)) == {}
     assert caplog.text == ""
 
 
-def test_the_deepest_mount_holding_the_path_is_used() -> None:
-    mounts = [
-        BindMount("/data", "/host/data"),
-        BindMount("/data/ckpt", "/host/ckpt"),
-        BindMount("/datax", "/host/datax"),
-        BindMount("/etc/hosts", "/host/hosts"),
-    ]
-    assert locate("/data/ckpt/run", mounts) == (mounts[1], "run")
-    assert locate("/data/ckpt", mounts) == (mounts[1], "")
-    assert locate("/data/other", mounts) == (mounts[0], "other")
-    assert locate("/datax", mounts) == (mounts[2], "")
-    assert locate("/dat", mounts) is None
-    assert locate("/run", [BindMount("/", "/host/root")]) == (BindMount("/", "/host/root"), "run")
-
-
-def test_a_scan_past_its_timeout_costs_the_creation_that_long_and_later_ones_nothing(
-    caplog: pytest.LogCaptureFixture,
+def test_a_missing_mount_source_is_unknown_and_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A hung network file system: the creation goes on without resume after `timeout`, and
-    while that scan hangs no other starts (each would leave a thread stuck behind it)."""
-    resumes = Resumes(CheckpointSection(timeout=0.2))
-    release = threading.Event()
-
-    def hung() -> tuple[str | None, list[str]]:
-        release.wait(10)
-        return "step-1", []
-
+    """The runtime mounts the source into the container, so it exists; if hcsd does not see
+    it, its view differs (the unit's PrivateTmp hides /tmp and /var/tmp): not "no checkpoint"."""
     with caplog.at_level(logging.WARNING):
-        started = time.monotonic()
-        assert resumes._scan(LABEL, hung) is None
-        assert 0.2 <= time.monotonic() - started < 2
-        started = time.monotonic()
-        assert resumes._scan(LABEL, lambda: ("step-2", [])) is None
-        assert time.monotonic() - started < 0.1
-    assert "the scan took longer than 0.2 s" in caplog.text
-    assert "an earlier checkpoint scan has not ended" in caplog.text
-    release.set()
-    assert resumes._running is not None
-    resumes._running.join(2)
-    assert resumes._scan(LABEL, lambda: ("step-2", [])) == ("step-2", [])
+        assert resume(tmp_path / "gone") == UNKNOWN
+    assert f"{LABEL}: no checkpoint resume: failed to open the mount source" in caplog.text
+    assert "PrivateTmp" in caplog.text
 
 
 def _as_unit_resume(source: str) -> dict[str, str]:
@@ -357,12 +355,25 @@ def test_under_the_units_capabilities(tmp_path: Path) -> None:
     for path in (source, source / "step-3", source / "step-3" / "COMPLETE"):
         os.chown(path, 1000, 1000)
     tmp_path.chmod(0o755)
-    assert as_unit(lambda: _as_unit_resume(str(source))) == {ENV: "/ckpt/step-3"}
+    assert as_unit(lambda: _as_unit_resume(str(source))) == found("/ckpt/step-3")
     source.chmod(0o700)
-    assert as_unit(lambda: _as_unit_resume(str(source))) == {}
+    assert as_unit(lambda: _as_unit_resume(str(source))) == UNKNOWN
 
 
-def test_the_injector_adds_it_only_for_containers_that_hold_devices(
+class Recording:
+    """The real scan, each call recorded: the mount sources hcsd looked into."""
+
+    def __init__(self) -> None:
+        self.sources: list[str] = []
+
+    def __call__(
+        self, source: str, below: str, shadowed: Collection[str], settings: CheckpointSection
+    ) -> Found:
+        self.sources.append(source)
+        return newest_in(source, below, shadowed, settings)
+
+
+async def test_the_injector_adds_it_only_for_containers_that_hold_devices(
     tmp_path: Path, mixed_inventory: Inventory
 ) -> None:
     """The read is root's, in a tenant's directory: only a container hcsd serves (here a
@@ -373,22 +384,26 @@ def test_the_injector_adds_it_only_for_containers_that_hold_devices(
     checkpoint(volume, "step-3", complete=False)
     node = local_node(tmp_path / "node", mixed_inventory)
     injector = node.injector()
+    scans = Recording()
+    injector.resumes = Resumes(DEFAULTS, scan=scans)
     pod = {"hcs.io/checkpoint-path": "/ckpt"}
-    mounts = (BindMount("/ckpt", str(volume)), BindMount("/etc/hosts", "/etc/hosts"))
+    mounts = (ContainerMount("/ckpt", str(volume)), ContainerMount("/etc/hosts", "/etc/hosts"))
 
-    def create(cid: str, annotations: dict[str, str]) -> ContainerEdits | None:
-        return injector.create(
-            ContainerInfo(cid, "main", POD, annotations, pod, FrontEnd.NRI, mounts=mounts)
-        )
+    async def create(cid: str, annotations: dict[str, str]) -> ContainerEdits | None:
+        info = ContainerInfo(cid, "main", POD, annotations, pod, FrontEnd.NRI, mounts=mounts)
+        return injector.create(info, await injector.resume(info))
 
-    edits = create("c1", {"hcs.io/vram": "1Gi"})
+    edits = await create("c1", {"hcs.io/vram": "1Gi"})
     assert edits is not None and dict(edits.env)[ENV] == "/ckpt/step-2"
+    assert dict(edits.env)[STATUS_ENV] == "found"
     assert dict(edits.env)["HCS_CONFIG"] == "/run/hcs/quota.conf"  # the rest as before
-    assert create("c2", {}) is None  # asks for no device: hcsd does not look
+    assert scans.sources == [str(volume)]
+    assert await create("c2", {}) is None
+    assert scans.sources == [str(volume)]  # asks for no device: hcsd did not look
     node.close()
 
 
-def test_an_assigned_container_gets_it_and_the_pods_sidecar_does_not(
+async def test_an_assigned_container_gets_it_and_the_pods_sidecar_does_not(
     tmp_path: Path, mixed_inventory: Inventory
 ) -> None:
     """On a cluster node: the container the verified assignment gives a device resumes; the
@@ -400,6 +415,8 @@ def test_an_assigned_container_gets_it_and_the_pods_sidecar_does_not(
     (volume / "latest").write_text("global_step7")
     node = local_node(tmp_path / "node", mixed_inventory, clock=lambda: now)
     injector = node.injector(assignment_key=key, mode=NodeMode.CLUSTER, clock=lambda: now)
+    scans = Recording()
+    injector.resumes = Resumes(DEFAULTS, scan=scans)
     body = {
         "v": 1,
         "node": "sim",
@@ -408,27 +425,17 @@ def test_an_assigned_container_gets_it_and_the_pods_sidecar_does_not(
         "containers": {"main": [{"uuid": A100_0, "vram": 2**30, "compute": 25}]},
     }
     pod = {"hcs.io/assignment": sign(body, key), "hcs.io/checkpoint-path": "/ckpt"}
-    mounts = (BindMount("/ckpt", str(volume)),)
+    mounts = (ContainerMount("/ckpt", str(volume)),)
 
-    def create(cid: str, name: str) -> ContainerEdits | None:
-        return injector.create(ContainerInfo(cid, name, POD, {}, pod, FrontEnd.NRI, mounts=mounts))
+    async def create(cid: str, name: str) -> ContainerEdits | None:
+        info = ContainerInfo(cid, name, POD, {}, pod, FrontEnd.NRI, mounts=mounts)
+        return injector.create(info, await injector.resume(info))
 
-    edits = create("c1", "main")
+    edits = await create("c1", "main")
     assert edits is not None and dict(edits.env)[ENV] == "/ckpt/global_step7"
-    assert create("c2", "sidecar") is None
+    assert await create("c2", "sidecar") is None
+    assert scans.sources == [str(volume)]  # the sidecar's creation did not look
     node.close()
-
-
-def test_a_scan_that_fails_unexpectedly_never_fails_the_creation(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    def broken() -> tuple[str | None, list[str]]:
-        raise ValueError("a bug in the scan")
-
-    with caplog.at_level(logging.WARNING):
-        assert Resumes(DEFAULTS)._scan(LABEL, broken) is None
-    assert f"{LABEL}: no checkpoint resume: the scan failed" in caplog.text
-    assert "a bug in the scan" in caplog.text
 
 
 def test_only_the_newest_directories_are_looked_into(
@@ -439,9 +446,9 @@ def test_only_the_newest_directories_are_looked_into(
     checkpoint(tmp_path, "step-0")
     for number in range(1, 31):
         (tmp_path / f"step-{number}").mkdir()
-    assert resume(tmp_path, settings=CheckpointSection(max_checked=31)) == {ENV: "/ckpt/step-0"}
+    assert resume(tmp_path, settings=CheckpointSection(max_checked=31)) == found("/ckpt/step-0")
     with caplog.at_level(logging.WARNING):
-        assert resume(tmp_path, settings=CheckpointSection(max_checked=30)) == {}
+        assert resume(tmp_path, settings=CheckpointSection(max_checked=30)) == NONE
     assert "none of the newest 30 checkpoint directories is complete" in caplog.text
 
 

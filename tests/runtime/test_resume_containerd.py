@@ -1,8 +1,9 @@
 """Checkpoint resume with a real containerd 2.x and runc, hcsd with only its unit's
 capabilities: a pod whose volume (written by uid 1000, as a non-root trainer leaves it) holds
-step-1 and step-2 complete and step-3 half written gets HCS_RESUME_FROM=/ckpt/step-2, read
-inside the container by root and by a non-root user; a replacement created after step-3
-completes gets step-3; a container hcsd gives no devices gets nothing."""
+step-1 and step-2 complete and step-3 half written gets HCS_RESUME_FROM=/ckpt/step-2 and
+HCS_RESUME_STATUS=found, read inside the container by root and by a non-root user; a
+replacement created after step-3 completes gets step-3; an empty volume gives `none`, a
+malformed path `unknown`; a container hcsd gives no devices gets nothing."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.runtime.node import runtime_hcsd, start_registered
 pytestmark = pytest.mark.slow
 
 READ = (
-    "echo resume=${HCS_RESUME_FROM-unset} uid=$(id -u); "
+    "echo resume=${HCS_RESUME_FROM-unset} status=${HCS_RESUME_STATUS-unset} uid=$(id -u); "
     'test -f "$HCS_RESUME_FROM/COMPLETE" && echo marker-visible; echo done'
 )
 
@@ -81,18 +82,23 @@ def test_the_newest_complete_checkpoint_is_injected(
         "trainer", "team-a", "uid-resume", annotations={"hcs.io/checkpoint-path": "/ckpt"}
     )
     out = run(containerd, pod, "root", volume)
-    assert "resume=/ckpt/step-2 uid=0" in out and "marker-visible" in out, out
+    assert "resume=/ckpt/step-2 status=found uid=0" in out and "marker-visible" in out, out
     out = run(containerd, pod, "user", volume, user=(1000, 1000))
-    assert "resume=/ckpt/step-2 uid=1000" in out and "marker-visible" in out, out
+    assert "resume=/ckpt/step-2 status=found uid=1000" in out and "marker-visible" in out, out
     assert "team-a/trainer/user: resuming from the newest complete checkpoint" in hcsd.logs()
 
     (volume / "step-3" / "COMPLETE").write_text("")  # the failed pod's last save, finished
     os.chown(volume / "step-3" / "COMPLETE", 1000, 1000)
     out = run(containerd, pod, "replacement", volume, user=(1000, 1000))
-    assert "resume=/ckpt/step-3 uid=1000" in out, out
+    assert "resume=/ckpt/step-3 status=found uid=1000" in out, out
 
     out = run(containerd, pod, "sidecar", volume, annotations={})
-    assert "resume=unset" in out, out  # no devices from hcsd: not looked at
+    assert "resume=unset status=unset" in out, out  # no devices from hcsd: not looked at
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = run(containerd, pod, "first-run", empty)
+    assert "resume=unset status=none" in out, out
 
 
 def test_a_malformed_path_starts_the_container_without_it(
@@ -104,5 +110,5 @@ def test_a_malformed_path_starts_the_container_without_it(
         "typo", "team-b", "uid-typo", annotations={"hcs.io/checkpoint-path": "/ckpt/../ckpt"}
     )
     out = run(containerd, pod, "main", volume)
-    assert "resume=unset" in out, out
+    assert "resume=unset status=unknown" in out, out
     assert "team-b/typo/main: no checkpoint resume: hcs.io/checkpoint-path:" in hcsd.logs()

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from hcsd.model import FrontEnd, PodRef
 from hcsd.runtime.container_files import ContainerUser
+from hcsd.runtime.container_mounts import ContainerMount
 from hcsd.runtime.edits import ContainerEdits
 from hcsd.runtime.injector import ContainerInfo
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
 from hcsd.runtime.presence import ContainerView, RunningContainer
-from hcsd.runtime.resume import BindMount
 
-__all__ = ["adjustment", "bind_mounts", "container_info", "container_user", "running_container"]
+__all__ = [
+    "adjustment",
+    "container_info",
+    "container_mounts",
+    "container_user",
+    "running_container",
+]
 
 DEVICE_MODE = 0o666
 
@@ -52,17 +58,22 @@ def container_info(pod: api.PodSandbox, container: api.Container) -> ContainerIn
         pod_annotations=dict(pod.annotations),
         front_end=FrontEnd.NRI,
         user=container_user(container),
-        mounts=bind_mounts(container),
+        mounts=container_mounts(container),
     )
 
 
-def bind_mounts(container: api.Container) -> tuple[BindMount, ...]:
-    """The container's bind mounts of host paths (volumes, hostPath, /etc/hosts …)."""
+def container_mounts(container: api.Container) -> tuple[ContainerMount, ...]:
+    """All the container's mounts: binds of host paths (volumes, hostPath, /etc/hosts …) and
+    the others (tmpfs, proc …), which may cover a host directory below or above them."""
     return tuple(
-        BindMount(m.destination, m.source)
+        ContainerMount(
+            m.destination,
+            m.source,
+            bind=(m.type == "bind" or "bind" in m.options or "rbind" in m.options)
+            and m.source.startswith("/"),
+            kind=m.type or "untyped",
+        )
         for m in container.mounts
-        if (m.type == "bind" or "bind" in m.options or "rbind" in m.options)
-        and m.source.startswith("/")
     )
 
 

@@ -51,6 +51,7 @@ OLD_RUNTIME_EVENTS = 0x7FF
 REGISTER_TIMEOUT = 5.0
 # Half the runtimes' default request timeout (2 s): slower than this is one stall from failing.
 SLOW_REQUEST = 1.0
+DEFAULT_REQUEST_TIMEOUT_MS = 2000  # containerd's plugin_request_timeout
 # While the runtime's unit is starting (or just became active), retry this often: its NRI socket
 # listens some time into the start (before containerd's READY=1, seen under systemd 252).
 FAST_RETRY = 0.1
@@ -311,7 +312,12 @@ class NriPlugin:
         started = self.clock()
         request = api.ContainerRequest.FromString(payload)
         info = container_info(request.pod, request.container)
-        edits = self.injector.create(info)
+        # The checkpoint scan first, awaited in its thread (the loop serves other requests
+        # meanwhile), at most a quarter of the runtime's wait: the allocation needs the rest.
+        timeout_ms = session.request_timeout_ms or DEFAULT_REQUEST_TIMEOUT_MS
+        resume = await self.injector.resume(info, timeout=timeout_ms / 4000)
+        scanned = self.clock() - started
+        edits = self.injector.create(info, resume)
         response = api.CreateContainerResponse()
         if edits is not None:
             response.adjust.CopyFrom(adjustment(edits))
@@ -320,13 +326,18 @@ class NriPlugin:
         if len(self.create_seconds) > 10_000:
             del self.create_seconds[:5_000]
         if elapsed > SLOW_REQUEST:
+            cause = (
+                f"the checkpoint scan took {scanned:.2f} s of it (runtime.checkpoints.timeout)"
+                if scanned > elapsed / 2
+                else "check the ledger's disk (fsync) and hcsd's CPU"
+            )
             log.warning(
-                "%s: CreateContainer took %.2f s in hcsd (the runtime waits %s); a slower "
-                "one would start the container without its devices and quota: check the "
-                "ledger's disk (fsync) and hcsd's CPU",
+                "%s: CreateContainer took %.2f s in hcsd (the runtime waits %d ms); a slower "
+                "one would start the container without its devices and quota: %s",
                 info.label,
                 elapsed,
-                f"{session.request_timeout_ms} ms" if session.request_timeout_ms else "2 s",
+                timeout_ms,
+                cause,
             )
         return response.SerializeToString()
 
