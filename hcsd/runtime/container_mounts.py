@@ -14,8 +14,10 @@ at the exact path the kubelet gave, never wherever a link there points now.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -79,7 +81,8 @@ def locate(path: str, mounts: Iterable[ContainerMount]) -> Located:
 
 def open_source(source: str) -> int:
     """A descriptor of the host directory `source`, opened from `/` one component at a time,
-    no link followed. Raises OSError (ELOOP for a link on the way) or MountError."""
+    no link followed. Raises MountError (a link on the way, a path not in normal form) or
+    OSError."""
     parts = [p for p in source.split("/") if p]
     if not source.startswith("/") or any(p in (".", "..") for p in parts):
         raise MountError(
@@ -88,10 +91,25 @@ def open_source(source: str) -> int:
     fd = open_dir("/", follow=True)
     try:
         for part in parts:
-            child = open_dir(part, fd)
+            try:
+                child = open_dir(part, fd)
+            except OSError as e:
+                if e.errno in (errno.ENOTDIR, errno.ELOOP) and _is_link(part, fd):
+                    raise MountError(
+                        f"failed to open the mount source {source!r}: {part!r} in it is a "
+                        "symbolic link, not followed"
+                    ) from e
+                raise
             os.close(fd)
             fd = child
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False

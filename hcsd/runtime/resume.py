@@ -167,7 +167,8 @@ class Resumes:
             try:
                 outcome: Found | str = work()
             except OSError as e:
-                outcome = f"failed to read its directory: {e.strerror or e}"
+                where = f" at {e.filename!r}" if isinstance(e.filename, str) else ""
+                outcome = f"failed to read its directory: {e.strerror or e}{where}"
             except (CheckpointError, MountError) as e:  # their messages say "failed to …"
                 outcome = str(e)
             except Exception as e:  # whatever it is, the creation goes on

@@ -79,6 +79,7 @@ async def test_a_hung_scan_costs_its_creation_the_timeout_and_other_pods_nothing
     assert scans.sources == ["/volumes/a"]  # the second did not start
     assert f"{LABEL}: no checkpoint resume: the scan took longer than 0.05 s" in caplog.text
     assert "an earlier scan of the same mount source has not ended" in caplog.text
+    scans.started.clear()
     other = asyncio.create_task(look(resumes, "/volumes/b"))
     await asyncio.to_thread(scans.started.wait, 5)
     scans.release.set()  # b's scan is hung like a's until now: both end
