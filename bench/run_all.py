@@ -15,6 +15,7 @@ from bench import (
     extender_scaling,
     health_bench,
     idle,
+    job_bench,
     ledger_bench,
     nri_bench,
     runtime_bench,
@@ -38,6 +39,7 @@ def main() -> int:
         "extender": extender_bench.main(),
         "extender_scaling": extender_scaling.main(),
         "cluster": cluster_bench.main(),
+        "jobs": job_bench.main(),
     }
     write_result("summary", results)
     missed = [name for name, result in results.items() if not result.get("meets_target", True)]

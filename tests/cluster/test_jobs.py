@@ -1,0 +1,68 @@
+"""A distributed job through the real kube-scheduler and hcs-scheduler-extender: 64 pods of
+one device each on 16 simulated nodes of eight, all bound, no device held twice.
+
+The bound asserted is generous (a loaded 2-core machine must not fail it); the real figure
+is bench/job_bench.py's (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hcsd.contract.keyring import Keyring
+from tests.cluster.conftest import _requirements, kustomized, secret_with
+from tests.cluster.controlplane import ControlPlane, manifests
+from tests.cluster.jobs import (
+    ExtenderProcess,
+    bookings,
+    create_job,
+    pod_nodes,
+    simulated_fleet,
+    start_extender,
+    wait_bound,
+)
+
+pytestmark = pytest.mark.slow
+
+KEY = secrets.token_hex(32).encode()
+NODES = [f"job-node-{i:02d}" for i in range(16)]
+
+
+@pytest.fixture(scope="module")
+def scheduling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Path]]:
+    binaries, etcd = _requirements()
+    work = tmp_path_factory.mktemp("jobs")
+    plane = ControlPlane(binaries, etcd, work).start()
+    try:
+        shipped = [d for d in manifests(*kustomized()) if d["kind"] != "Secret"]
+        plane.apply(shipped + secret_with(Keyring({"k1": KEY}, "k1")))
+        simulated_fleet(plane.kube(), NODES)
+        extender: ExtenderProcess = start_extender(plane, work, KEY)
+        plane.start_scheduler(extender.url)
+        yield plane, work
+    finally:
+        plane.stop_process("extender")
+        plane.stop()
+
+
+def test_a_64_pod_job_is_bound_whole_without_double_booking(
+    scheduling: tuple[ControlPlane, Path],
+) -> None:
+    plane, work = scheduling
+    kube = plane.kube()
+    create_job(kube, "job", "train", 64, {"ai.compute/devices": "1"})
+    try:
+        wait_bound(kube, "job", 64, timeout=60)
+    except TimeoutError as e:
+        log = (work / "extender.log").read_text(errors="replace")[-3000:]
+        raise AssertionError(f"{e}\n{log}\n{plane.tail('kube-scheduler')}") from None
+    held = bookings(kube, "job", Keyring({"k1": KEY}, "k1"))  # every assignment verifies
+    assert {who for pods in held.values() for who in pods} == set(pod_nodes(kube, "job"))
+    assert [device for device, pods in held.items() if len(pods) > 1] == []
+    assert len(held) == 64  # 64 devices, one per pod
+    per_node = Counter(node for node, _ in held)
+    assert set(per_node) <= set(NODES) and max(per_node.values()) <= 8
