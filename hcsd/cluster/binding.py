@@ -166,10 +166,12 @@ class Binder:
                 found = self.decider.fresh_plan(snapshot, demand, node)
                 if isinstance(found, Unfit):
                     return f"node {node} can no longer take the pod: {found.reason}"
-                used = self.state.namespace_usage(namespace, skip_uid=uid)
-                reason = over_quota(snapshot.quotas_in(namespace), used, plan_amounts(found))
-                if reason is not None:
-                    return reason
+                quotas = snapshot.quotas_in(namespace)
+                if quotas:  # the namespace's usage: a walk over its pods, only when it counts
+                    used = self.state.namespace_usage(namespace, skip_uid=uid)
+                    reason = over_quota(quotas, used, plan_amounts(found))
+                    if reason is not None:
+                        return reason
                 holds = tuple(PodHold(uid, c, namespace, g) for c, g in found.grants.items())
                 self.state.assume(uid, node, holds)
             annotation = signed_assignment(node, uid, found.grants, self.keys(), self.clock())
