@@ -52,6 +52,7 @@ def one_job(binaries: Path, etcd: Path, pods: int, nodes: int) -> dict[str, Any]
             done = wait_bound(kube, "job", pods, timeout=600)
             held = bookings(kube, "job", keys)
             failed_binds = extender.metric('hcs_extender_binds_total{result="error"}')
+            refused = extender.metric("hcs_extender_connections_refused_total")
         finally:
             plane.stop_process("extender")
             plane.stop()
@@ -63,6 +64,7 @@ def one_job(binaries: Path, etcd: Path, pods: int, nodes: int) -> dict[str, Any]
         "pods_per_s": round(pods / (done - started), 1),
         "devices_held": len(held), "double_booked": twice,
         "failed_binds": int(failed_binds),  # a bind refused (the node filled meanwhile): retried
+        "connections_refused": int(refused),  # kube-scheduler's, over the extender's caps
     }  # fmt: skip
 
 
