@@ -9,10 +9,12 @@ no decision in between can hand them out again.
 The API server copies a Binding's annotations onto the pod in the same write, so a pod is
 never bound without its assignment, nor annotated for a node it did not get.
 
-What is signed comes from the API server, never from a caller: bind GETs the pod, checks that
-it is the one kube-scheduler named (its uid) and that it is scheduled by a scheduler this
-extender serves (`spec.schedulerName`), and computes the demand from that object. The pod
-body a /filter call carried is only ever used to decide filter answers.
+What is signed comes from the API server, never from a caller: bind reads the pod as the
+extender's watch of pods shows it (`holds.pending_copy`; a GET when the watch has not shown
+it yet), checks that it is the one kube-scheduler named (its uid) and that it is scheduled by
+a scheduler this extender serves (`spec.schedulerName`), and computes the demand from that
+object. The Binding names the uid, so the API server refuses it for another pod of the name.
+The pod body a /filter call carried is only ever used to decide filter answers.
 """
 
 from __future__ import annotations
@@ -139,12 +141,27 @@ class Binder:
             )
         return error
 
+    def _watched(self, request: BindRequest) -> Mapping[str, Any] | None:
+        """The pod as the extender's watch of pods last showed it, unbound and with the uid
+        kube-scheduler named; None (then bind GETs it) when the watch has not shown it yet,
+        shows it bound or another pod of that name. What bind reads of it cannot change on
+        an unbound pod but its annotations (the uid, `spec.schedulerName` and extended
+        resources are immutable; an in-place resize changes cpu and memory only)."""
+        info = self.state.pods.get(f"{request.namespace}/{request.name}")
+        if info is None or info.pending is None or info.uid != request.uid:
+            return None
+        self.metrics.bind_source.labels("watch").inc()
+        return info.pending
+
     def _bind(self, request: BindRequest) -> str:
         if not self.is_leader():
             return "this hcs-scheduler-extender replica is not the leader"
         namespace, name, node = request.namespace, request.name, request.node
         pod_path = paths_for("v1", "pods", namespace, name)
-        pod = self.kube.get(pod_path)  # the API server's word, not the caller's
+        pod = self._watched(request)  # the API server's word, never the caller's
+        if pod is None:
+            self.metrics.bind_source.labels("get").inc()
+            pod = self.kube.get(pod_path)
         refused = refusal(pod, request, self.schedulers)
         if refused:
             return refused

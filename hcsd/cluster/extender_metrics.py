@@ -116,6 +116,15 @@ class Metrics:
         self.binds = Counter(
             "hcs_extender_binds", "Binds by result.", ["result"], registry=self.registry
         )
+        self.bind_source = Counter(
+            "hcs_extender_bind_pod_reads",
+            "Where bind read the pod from: the extender's watch of pods, or a GET (the watch "
+            "had not shown it yet).",
+            ["source"],
+            registry=self.registry,
+        )
+        for source in ("watch", "get"):
+            self.bind_source.labels(source)
         for verb in ("filter", "prioritize", "bind"):
             self.requests.labels(verb)
             self.errors.labels(verb)

@@ -1,5 +1,8 @@
 """Who holds what on each node: pods with a signed assignment, and the assume cache.
 
+The pods informer also keeps, for `Binder`, a slim copy of each unbound pod that asks for
+accelerators (`PodInfo.pending`): what bind reads the pod's demand from, without a GET.
+
 Two sources feed `Holds`: the pods informer (a bound pod whose `hcs.io/assignment` verifies
 for it and its node counts there until it succeeds, fails or is deleted), and this process's
 own binds, assumed as soon as they are decided so that the next decision counts them before
@@ -21,26 +24,57 @@ from hcsd.cluster.fabric_jobs import JobKey, job_of
 from hcsd.cluster.objects import NodeView, PodHold
 from hcsd.contract import assignment
 from hcsd.contract.keyring import Keyring, verifying_keys
-from hcsd.contract.names import ANNOTATION_ASSIGNMENT
+from hcsd.contract.names import ANNOTATION_ASSIGNMENT, MANAGED_RESOURCES
 
 __all__ = ["Holds", "PodInfo", "pod_info"]
 
 
 @dataclass(frozen=True, slots=True)
 class PodInfo:
+    """A pod holding accelerators (`node` set), or one waiting for them (`pending` set)."""
+
     uid: str
     namespace: str
     name: str
-    node: str
+    node: str  # "": not bound, holds nothing
     holds: tuple[PodHold, ...]
     job: JobKey | None = None  # the job it belongs to (fabric_jobs.job_of)
+    pending: Mapping[str, Any] | None = None  # an unbound pod: `pending_copy`
+
+
+def pending_copy(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What bind reads of an unbound pod (identity, scheduler, annotations, labels and each
+    container's name and resources: all `demand.demand_of` looks at), when it asks for one of
+    the `ai.compute/*` resources; None for any other pod (kube-scheduler asks the extender to
+    bind only pods asking for its managed resources)."""
+    spec = obj.get("spec") or {}
+    containers = spec.get("containers") or []
+    asks = any(
+        name in MANAGED_RESOURCES
+        for c in containers
+        for part in ("limits", "requests")
+        for name in ((c.get("resources") or {}).get(part) or {})
+    )
+    if not asks:
+        return None
+    meta = obj.get("metadata") or {}
+    kept = ("uid", "namespace", "name", "labels", "annotations")
+    return {
+        "metadata": {k: meta[k] for k in kept if k in meta},
+        "spec": {
+            "schedulerName": spec.get("schedulerName"),
+            "containers": [{"name": c.get("name"), "resources": c.get("resources") or {}}
+                           for c in containers],
+        },
+    }  # fmt: skip
 
 
 def pod_info(obj: Mapping[str, Any], keys: Callable[[], Keyring]) -> PodInfo | None:
     """Pods that hold accelerators: bound, not ended, with an assignment signed for this
     pod's uid and the node it is bound to with that node's key of an id the cluster keyring
     `keys` holds (what hcsd accepts, so what can hold a device), or, for version 1 (pods
-    bound before the upgrade), with the old cluster key as it is; None for all others.
+    bound before the upgrade), with the old cluster key as it is; unbound pods asking for
+    accelerators, holding nothing, with their `pending_copy`; None for all others.
 
     Annotations are anyone's to write who may update the pod: an unsigned, copied or
     hand-edited assignment holds nothing on a node, so it must neither fill the node in the
@@ -51,9 +85,14 @@ def pod_info(obj: Mapping[str, Any], keys: Callable[[], Keyring]) -> PodInfo | N
     text = (meta.get("annotations") or {}).get(ANNOTATION_ASSIGNMENT)
     node = (obj.get("spec") or {}).get("nodeName") or ""
     phase = (obj.get("status") or {}).get("phase", "")
+    uid = str(meta.get("uid") or "")
+    if not node and phase not in ("Succeeded", "Failed"):
+        copy = pending_copy(obj)
+        if copy is not None:  # waiting to be bound: holds nothing, whatever it claims
+            name = str(meta.get("name", ""))
+            return PodInfo(uid, str(meta.get("namespace", "")), name, "", (), pending=copy)
     if not text or not node or phase in ("Succeeded", "Failed"):
         return None
-    uid = str(meta.get("uid") or "")
     try:
         assigned = assignment.verify(
             text,

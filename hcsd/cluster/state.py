@@ -173,6 +173,7 @@ class ClusterState:
             for info in (old, new):
                 if info is not None:
                     self.jobs.drop(info.uid)
+                if info is not None and info.node:  # an unbound pod: keep what bind assumed
                     for node in self._holds.drop(info.uid):
                         self._touch(node)
             if new is not None and new.node:

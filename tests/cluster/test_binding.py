@@ -88,7 +88,8 @@ def test_bind_signs_binds_and_counts_the_pod_at_once(
     why = "container main: A100-SXM4-80GB: 50Gi wanted, most free is 30Gi on A100-SXM4-80GB#0"
     assert extender.filter(second, ["bind-a"]).failed == {"bind-a": why}
     assert bind(extender, second, "bind-a") == f"node bind-a can no longer take the pod: {why}"
-    wait_for(lambda: "default/first" in extender.state.pods.items, what="the informer's word")
+    shown = extender.state.pods.items.get
+    wait_for(lambda: getattr(shown("default/first"), "node", ""), what="the informer's word")
     assert extender.filter(second, ["bind-a"]).failed == {"bind-a": why}  # counted once
     plane.kube().request("DELETE", "/api/v1/namespaces/default/pods/first",
                          body={"gracePeriodSeconds": 0})  # fmt: skip

@@ -33,7 +33,9 @@ NODES = [f"job-node-{i:02d}" for i in range(16)]
 
 
 @pytest.fixture(scope="module")
-def scheduling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Path]]:
+def scheduling(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ControlPlane, Path, ExtenderProcess]]:
     binaries, etcd = _requirements()
     work = tmp_path_factory.mktemp("jobs")
     plane = ControlPlane(binaries, etcd, work).start()
@@ -41,18 +43,18 @@ def scheduling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Contr
         shipped = [d for d in manifests(*kustomized()) if d["kind"] != "Secret"]
         plane.apply(shipped + secret_with(Keyring({"k1": KEY}, "k1")))
         simulated_fleet(plane.kube(), NODES)
-        extender: ExtenderProcess = start_extender(plane, work, KEY)
+        extender = start_extender(plane, work, KEY)
         plane.start_scheduler(extender.url)
-        yield plane, work
+        yield plane, work, extender
     finally:
         plane.stop_process("extender")
         plane.stop()
 
 
 def test_a_64_pod_job_is_bound_whole_without_double_booking(
-    scheduling: tuple[ControlPlane, Path],
+    scheduling: tuple[ControlPlane, Path, ExtenderProcess],
 ) -> None:
-    plane, work = scheduling
+    plane, work, extender = scheduling
     kube = plane.kube()
     create_job(kube, "job", "train", 64, {"ai.compute/devices": "1"})
     try:
@@ -66,3 +68,7 @@ def test_a_64_pod_job_is_bound_whole_without_double_booking(
     assert len(held) == 64  # 64 devices, one per pod
     per_node = Counter(node for node, _ in held)
     assert set(per_node) <= set(NODES) and max(per_node.values()) <= 8
+    # Bind read the pods from the extender's watch (a GET only for one it had not shown yet).
+    reads = {s: extender.metric(f'hcs_extender_bind_pod_reads_total{{source="{s}"}}')
+             for s in ("watch", "get")}  # fmt: skip
+    assert reads["watch"] + reads["get"] == 64 and reads["watch"] > 0, reads
