@@ -4,9 +4,11 @@
 - `decisions.Decider`: filter and prioritize over immutable snapshots of that state.
 - `binding.Binder`: re-plan, assume, sign, post the Binding.
 - `quota_status.QuotaStatusWriter`: ComputeQuota `status.used`.
+- `requeue.Requeuer`: touches the pods filter refused once they fit (docs/cluster.md, Requeue).
 - `http`: kube-scheduler's wire format, which nothing here sees.
 
-Filter and prioritize never write to the API server. Each verb is timed into
+Filter and prioritize never write to the API server (the requeue worker does, on its own
+thread). Each verb is timed into
 `hcs_extender_request_seconds{verb}`.
 """
 
@@ -27,6 +29,7 @@ from hcsd.cluster.extender_metrics import Metrics
 from hcsd.cluster.fabric_placement import FabricPlacement
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.quota_status import QuotaStatusWriter
+from hcsd.cluster.requeue import Requeuer
 from hcsd.cluster.state import ClusterState
 from hcsd.contract.keyring import Keyring
 from hcsd.contract.names import NAMESPACE
@@ -69,15 +72,21 @@ class Extender:
         self.quota_status = QuotaStatusWriter(kube, self.state)
         self.fabric = FabricPlacement(self.state.jobs)
         registry = self.metrics.registry
+        self.requeue = Requeuer(
+            kube, self.state, self.decider, lambda: self.keys().signing, registry,
+            is_leader=is_leader,
+        )  # fmt: skip
         registry.register(ClusterCollector(self.state, db.acu_tflops, is_leader))
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
 
     def start(self) -> Extender:
         self.state.start()
+        self.requeue.start()
         return self
 
     def stop(self) -> None:
+        self.requeue.stop()
         self.state.stop()
 
     def filter(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterAnswer:
@@ -109,6 +118,9 @@ class Extender:
         if len(failed) > len(verdict.failed):
             self.metrics.refuse("fabric", len(failed) - len(verdict.failed))
         self.metrics.pending.filtered(uid, demand.namespace, bool(passed))
+        # Capacity refusals only: what the fabric rule refuses moves with the job's pods,
+        # which kube-scheduler watches itself.
+        self.requeue.filtered(pod, demand, names, bool(verdict.scores), quotas=quotas, used=used)
         return FilterAnswer(passed, failed)
 
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:

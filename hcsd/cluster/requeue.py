@@ -1,0 +1,294 @@
+"""Requeue: tell kube-scheduler when a pod the extender refused fits now.
+
+kube-scheduler retries a pod an extender refused on any event it watches (pods, Nodes,
+storage: the extender's catch-all queueing hint), and after 5 minutes otherwise. What frees
+HCS capacity mostly shows where it does not look: a ComputeNode's status (hcsd released a
+slice, a node fetched the signing key) or the extender's own view of a deleted pod, which may
+lag kube-scheduler's. So the extender remembers the pods it refused (by uid, bounded) and,
+when its state changes, touches those that fit now: a merge patch of one annotation,
+`hcs.io/capacity-freed`, which kube-scheduler takes as an update of the pending pod and
+queues it at once (docs/cluster.md, Requeue, has the scheduler's side and the cost).
+
+Touched are only pods that fit a node that changed (among the nodes kube-scheduler offered
+them), at most `per_node` per node and step (the binds they make change the node again, so
+the next ones follow), each pod once per refusal and at most once per back-off (1 s,
+doubling to 30 s), all at most `rate` a second. Pods that still do not fit are never
+touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from hcsd.cluster.compute_quota import Amounts, Quota
+from hcsd.cluster.decisions import Decider, floor_of, lacks_key, over_quota
+from hcsd.cluster.demand import Demand
+from hcsd.cluster.kube import Kube, KubeError
+from hcsd.cluster.state import ClusterState, Snapshot
+from hcsd.contract.names import ANNOTATION_CAPACITY_FREED
+
+__all__ = ["Refused", "Requeuer"]
+
+log = logging.getLogger(__name__)
+
+_PODS = 10_000  # refused pods remembered; the oldest go first
+_FORGET = 330.0  # s without a refusal: kube-scheduler's 5-minute flush has retried it
+_LISTS = 64  # distinct candidate node lists kept
+_SHORT_LIST = 100  # kube-scheduler stops filtering at >= 100 feasible nodes: maybe cut short
+_BACKOFF, _MAX_BACKOFF = 1.0, 30.0
+
+
+@dataclass(slots=True)
+class Refused:
+    uid: str
+    namespace: str
+    name: str
+    demand: Demand
+    # The nodes kube-scheduler offered; None: any node, for it may have stopped looking at
+    # 100 feasible nodes (percentageOfNodesToScore) and offered only those.
+    candidates: frozenset[str] | None
+    priority: int
+    refused_at: float  # monotonic
+    quota_bound: bool  # the namespace's quota refused it wherever it went
+    touches: int = 0
+    queued: bool = False  # touched since its last refusal: kube-scheduler has it queued
+    next_touch: float = 0.0
+
+
+class Requeuer:
+    def __init__(
+        self,
+        kube: Kube,
+        state: ClusterState,
+        decider: Decider,
+        signing: Callable[[], str],
+        registry: CollectorRegistry,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        rate: float = 50.0,
+        per_node: int = 4,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.state = state
+        self.decider = decider
+        self.signing = signing
+        self.is_leader = is_leader
+        self.rate = rate
+        self.per_node = per_node
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._pods: dict[str, Refused] = {}  # guarded by _lock, in refusal order
+        self._lists: dict[int, frozenset[str]] = {}  # guarded by _lock
+        # The worker's own (one thread): what it has seen.
+        self._version = -1
+        self._quotas: tuple[Quota, ...] = ()
+        self._recheck: set[str] = set()  # nodes to look at again (a touch did not land)
+        self._tokens = rate
+        self._filled = clock()
+        self._stopping = threading.Event()
+        self.touches = Counter(
+            "hcs_extender_requeue_touches",
+            "Refused pods touched because they fit now, by result (touched, gone, failed).",
+            ["result"], registry=registry,
+        )  # fmt: skip
+        Gauge(
+            "hcs_extender_requeue_pods", "Refused pods remembered for a requeue.",
+            registry=registry,
+        ).set_function(lambda: len(self._pods))  # fmt: skip
+
+    # --- from filter -------------------------------------------------------------------
+
+    def filtered(
+        self,
+        pod: Mapping[str, Any],
+        demand: Demand,
+        names: Sequence[str],
+        passed: bool,
+        *,
+        quotas: Sequence[Quota] = (),
+        used: Amounts | None = None,
+    ) -> None:
+        """A filter's outcome: a pod refused on every node is remembered, one that passed
+        somewhere is forgotten (kube-scheduler binds it or retries it itself)."""
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if not uid:
+            return
+        if passed:
+            with self._lock:
+                self._pods.pop(uid, None)
+            return
+        quota_bound = bool(quotas) and (
+            over_quota(quotas, used or Amounts(), floor_of(demand)) is not None
+        )
+        spec = pod.get("spec") or {}
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        priority, now = int(spec.get("priority") or 0), self.clock()
+        cut_short = _SHORT_LIST <= len(names) < self.state.counts()[0]
+        with self._lock:
+            candidates = None if cut_short else self._candidates(names)
+            old = self._pods.pop(uid, None)
+            if old is None:
+                old = Refused(uid, namespace, name, demand, candidates, priority, now, quota_bound)
+            else:  # the same object: the worker may hold it
+                old.demand, old.candidates, old.priority = demand, candidates, priority
+                old.refused_at, old.quota_bound, old.queued = now, quota_bound, False
+            self._pods[uid] = old  # last in refusal order
+            while len(self._pods) > _PODS:
+                del self._pods[next(iter(self._pods))]
+
+    def _candidates(self, names: Sequence[str]) -> frozenset[str]:
+        """Under the lock: the offered nodes, one shared set per distinct list."""
+        key = hash(tuple(names))
+        found = self._lists.get(key)
+        if found is None:
+            if len(self._lists) >= _LISTS:
+                self._lists.clear()
+            found = self._lists[key] = frozenset(names)
+        return found
+
+    # --- the worker --------------------------------------------------------------------
+
+    def start(self, every: float = 0.1) -> Requeuer:
+        threading.Thread(target=self.run, args=(every,), name="requeue", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self, every: float) -> None:
+        self.state.wait_synced(timeout=300)
+        while not self._stopping.wait(every):
+            try:
+                if self.is_leader():
+                    self.step()
+            except Exception:  # one bad step must not end requeueing for good
+                log.exception("requeue step failed")
+
+    def step(self) -> int:
+        """Touch the remembered pods that fit on what changed since the last step; the
+        number touched."""
+        snapshot = self.state.snapshot()
+        changed = self.state.changed_between(self._version, snapshot.version)
+        if self._version < 0 or changed is None:
+            changed = set(snapshot.nodes)
+        changed |= self._recheck
+        self._recheck = set()
+        quotas_moved = snapshot.quotas != self._quotas
+        self._version, self._quotas = snapshot.version, snapshot.quotas
+        now = self.clock()
+        with self._lock:
+            for uid in [u for u, r in self._pods.items() if now - r.refused_at > _FORGET]:
+                del self._pods[uid]
+            waiting = sorted(self._pods.values(), key=lambda r: (-r.priority, r.refused_at))
+        if not waiting or not (changed or quotas_moved):
+            return 0
+        chosen = self._choose(snapshot, waiting, changed, now)
+        return self._touch(chosen, now)
+
+    def _choose(
+        self, snapshot: Snapshot, waiting: list[Refused], changed: set[str], now: float
+    ) -> list[tuple[Refused, str]]:
+        signing = self.signing()
+        used: dict[str, Amounts] = {}
+        per_node: dict[str, int] = {}
+        chosen = []
+        for pod in waiting:
+            if pod.next_touch > now or pod.queued:
+                continue  # backing off, or queued by its last touch and not refused since
+            quotas = snapshot.quotas_in(pod.namespace)
+            if quotas and pod.namespace not in used:
+                used[pod.namespace] = self.state.namespace_usage(pod.namespace)
+            spent = used.get(pod.namespace, Amounts())
+            if quotas and over_quota(quotas, spent, floor_of(pod.demand)):
+                continue  # still over its namespace's quota wherever it goes
+            nodes = snapshot.nodes if pod.quota_bound else changed
+            for name in nodes:
+                if per_node.get(name, 0) >= self.per_node:
+                    continue
+                if pod.candidates is not None and name not in pod.candidates:
+                    continue
+                if self._fits(
+                    snapshot, pod, name, signing=signing, quotas=quotas, used=spent, now=now
+                ):
+                    per_node[name] = per_node.get(name, 0) + 1
+                    chosen.append((pod, name))
+                    break
+        return chosen
+
+    def _fits(
+        self,
+        snapshot: Snapshot,
+        pod: Refused,
+        name: str,
+        *,
+        signing: str,
+        quotas: Sequence[Quota],
+        used: Amounts,
+        now: float,
+    ) -> bool:
+        """Filter's rule for one node (decisions.Decider._judge): fits, holds the signing
+        key, keeps the namespace within its quotas."""
+        demand_id = self.decider.demand_id(pod.demand)
+        _, reason, amounts = self.decider.answer(snapshot, pod.demand, demand_id, name, now)
+        if reason:
+            return False
+        if signing and lacks_key(snapshot.nodes[name].view, signing):
+            return False
+        return not (quotas and over_quota(quotas, used, amounts))
+
+    def _touch(self, chosen: list[tuple[Refused, str]], now: float) -> int:
+        self._tokens = min(self.rate, self._tokens + (now - self._filled) * self.rate)
+        self._filled = now
+        touched = 0
+        for pod, node in chosen:
+            if self._tokens < 1:
+                self._recheck.add(node)  # the next step tries again
+                continue
+            self._tokens -= 1
+            pod.touches += 1
+            pod.next_touch = now + min(_MAX_BACKOFF, _BACKOFF * 2 ** (pod.touches - 1))
+            body = {"metadata": {
+                "uid": pod.uid,  # a precondition: never touch a new pod of the same name
+                "annotations": {ANNOTATION_CAPACITY_FREED: f"{node} {_stamp()}"},
+            }}  # fmt: skip
+            try:
+                self.kube.patch(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", body)
+            except KubeError as e:
+                if e.status in (403, 404, 409, 422):  # bound meanwhile, deleted, replaced
+                    self.touches.labels("gone").inc()
+                    self._forget(pod.uid)
+                    self._recheck.add(node)  # what it would have taken is still free
+                else:
+                    self.touches.labels("failed").inc()
+                    log.warning("cannot touch %s/%s: %s", pod.namespace, pod.name, e)
+                continue
+            pod.queued = True
+            self.touches.labels("touched").inc()
+            touched += 1
+            log.info("%s/%s fits on %s now: touched", pod.namespace, pod.name, node)
+        return touched
+
+    def _forget(self, uid: str) -> None:
+        with self._lock:
+            self._pods.pop(uid, None)
+
+    def remembered(self) -> list[str]:
+        """The uids of the refused pods remembered, oldest refusal first (tests, metrics)."""
+        with self._lock:
+            return list(self._pods)
+
+
+def _stamp() -> str:
+    """Now, to the millisecond: every touch changes the pod (a patch that changes nothing
+    makes no event)."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"

@@ -1,0 +1,206 @@
+"""The requeue worker's choices: which refused pods it touches, when, and how many
+(tests/cluster/test_requeue.py has kube-scheduler's side)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from hcsd.cluster.extender import Extender
+from hcsd.cluster.kube import Kube, KubeError
+from hcsd.cluster.requeue import Requeuer
+from hcsd.contract.keyring import Keyring
+from hcsd.contract.names import ANNOTATION_CAPACITY_FREED
+from hcsd.profiles.database import ProfileDatabase
+from tests.unit.fleet import add_node, beat, pod
+
+DB = ProfileDatabase.load(None)
+FULL = {0: ("a", 80), 1: ("b", 80)}  # both A100s of a node taken whole
+
+
+class Patches(Kube):
+    """The API server's side of a touch: records each PATCH; `refuse` answers some with an
+    error status."""
+
+    def __init__(self) -> None:  # no connection: nothing else is called
+        self.sent: list[tuple[str, str]] = []  # (pod name, node in the annotation)
+        self.refuse: dict[str, int] = {}
+
+    def patch(self, path: str, body: Any) -> dict[str, Any]:
+        name = path.rsplit("/", 1)[1]
+        if name in self.refuse:
+            raise KubeError(self.refuse[name], "Refused", path)
+        self.sent.append((name, body["metadata"]["annotations"][ANNOTATION_CAPACITY_FREED]))
+        return {}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(keys: Keyring | None = None, **kwargs: Any) -> tuple[Extender, Requeuer, Patches, Clock]:
+    ring = keys or Keyring({"k": b"k" * 32}, "k")
+    e = Extender(Kube.__new__(Kube), lambda: ring, DB)
+    kube, clock = Patches(), Clock()
+    e.requeue = Requeuer(
+        kube, e.state, e.decider, lambda: ring.signing, CollectorRegistry(), clock=clock, **kwargs
+    )
+    return e, e.requeue, kube, clock
+
+
+def refuse(e: Extender, uid: str, gib: int, names: list[str]) -> None:
+    """kube-scheduler's filter call, refused on every node."""
+    answer = e.filter(pod({"ai.compute/vram": f"{gib}Gi"}, uid=uid), names)
+    assert not answer.passed, answer
+
+
+def touched(kube: Patches) -> list[str]:
+    found = [name for name, _ in kube.sent]
+    kube.sent.clear()
+    return found
+
+
+def test_a_refused_pod_is_touched_once_when_its_node_frees_and_a_misfit_never() -> None:
+    e, requeue, kube, clock = setup()
+    add_node(e, "n", allocated=FULL)
+    beat(e, "n")
+    refuse(e, "fits-later", 40, ["n"])
+    refuse(e, "never", 200, ["n"])  # more than an A100 has
+    assert requeue.step() == 0  # nothing changed since the refusals
+    add_node(e, "n", allocated={0: ("a", 80)}, version=2)  # one device freed
+    assert requeue.step() == 1
+    ((name, annotation),) = kube.sent
+    assert name == "fits-later" and annotation.startswith("n 20")
+    kube.sent.clear()
+    assert requeue.step() == 0  # no change: no touch, whatever is remembered
+    for version in range(3, 8):  # the node keeps changing
+        clock.now += 60
+        add_node(e, "n", allocated={0: ("a", 80), 1: ("b", 10 * version)}, version=version)
+        requeue.step()
+    assert "never" not in touched(kube)
+
+
+def test_only_nodes_kube_scheduler_offered_count() -> None:
+    e, requeue, kube, _ = setup()
+    for name in ("offered", "elsewhere"):
+        add_node(e, name, allocated=FULL)
+        beat(e, name)
+    refuse(e, "p", 40, ["offered"])
+    requeue.step()
+    add_node(e, "elsewhere", version=2)  # frees, but kube-scheduler did not offer it
+    assert requeue.step() == 0
+    add_node(e, "offered", version=2)
+    assert requeue.step() == 1 and touched(kube) == ["p"]
+
+
+def test_a_node_that_frees_wakes_a_few_pods_at_a_time_by_priority() -> None:
+    e, requeue, kube, _ = setup(per_node=4)
+    add_node(e, "n", allocated=FULL)
+    beat(e, "n")
+    for i in range(10):
+        refuse(e, f"p{i}", 10, ["n"])
+    requeue.step()
+    add_node(e, "n", version=2)
+    assert requeue.step() == 4
+    assert touched(kube) == ["p0", "p1", "p2", "p3"]  # the oldest refusals first
+    add_node(e, "n", allocated={0: ("p0", 10)}, version=3)  # one bound: the node changes
+    assert touched(kube) == [] and requeue.step() == 4
+    assert touched(kube) == ["p4", "p5", "p6", "p7"]
+
+
+def test_a_pod_touched_and_refused_again_waits_its_backoff() -> None:
+    e, requeue, kube, clock = setup()
+    add_node(e, "n", allocated=FULL)
+    beat(e, "n")
+    refuse(e, "p", 40, ["n"])
+    requeue.step()
+    add_node(e, "n", version=2)
+    assert requeue.step() == 1
+    add_node(e, "n", allocated=FULL, version=3)  # another pod took it first
+    refuse(e, "p", 40, ["n"])
+    add_node(e, "n", version=4)  # and freed it again at once
+    assert requeue.step() == 0  # 1 s back-off after the first touch
+    clock.now += 1.1
+    add_node(e, "n", version=5)
+    assert requeue.step() == 1
+    assert touched(kube) == ["p", "p"]
+
+
+def test_touches_are_rate_limited_and_the_rest_follow() -> None:
+    e, requeue, kube, clock = setup(rate=2.0)
+    for i in range(4):
+        add_node(e, f"n{i}", allocated=FULL)
+        beat(e, f"n{i}")
+    names = [f"n{i}" for i in range(4)]
+    for i in range(4):
+        refuse(e, f"p{i}", 10, names)
+    requeue.step()
+    for i in range(4):
+        add_node(e, f"n{i}", version=2)
+    assert requeue.step() == 2
+    assert requeue.step() == 0  # no token left yet
+    clock.now += 1.0
+    assert requeue.step() == 2
+    assert sorted(touched(kube)) == ["p0", "p1", "p2", "p3"]
+
+
+def test_a_pod_bound_or_gone_meanwhile_is_forgotten_and_the_next_one_woken() -> None:
+    e, requeue, kube, _ = setup(per_node=1)
+    add_node(e, "n", allocated=FULL)
+    beat(e, "n")
+    refuse(e, "gone", 10, ["n"])
+    refuse(e, "next", 10, ["n"])
+    requeue.step()
+    kube.refuse["gone"] = 403  # admission-requeue.yaml: bound meanwhile
+    add_node(e, "n", version=2)
+    assert requeue.step() == 0
+    assert requeue.remembered() == ["next"]
+    assert requeue.step() == 1 and touched(kube) == ["next"]  # the node is looked at again
+
+
+def test_a_pod_that_passes_a_filter_is_forgotten_and_old_refusals_expire() -> None:
+    e, requeue, _, clock = setup()
+    add_node(e, "n", allocated=FULL)
+    beat(e, "n")
+    refuse(e, "p", 10, ["n"])
+    refuse(e, "q", 10, ["n"])
+    add_node(e, "n", version=2)
+    e.filter(pod({"ai.compute/vram": "10Gi"}, uid="p"), ["n"])  # kube-scheduler's own retry
+    assert requeue.remembered() == ["q"]
+    clock.now += 331  # its 5-minute flush has retried it since
+    add_node(e, "n", allocated=FULL, version=3)
+    requeue.step()
+    assert requeue.remembered() == []
+
+
+def test_a_node_fetching_the_signing_key_wakes_the_pods_refused_for_it() -> None:
+    e, requeue, kube, _ = setup(keys=Keyring({"k": b"k" * 32, "k2": b"2" * 32}, "k2"))
+    add_node(e, "n", key_ids=["k"])
+    beat(e, "n")
+    refuse(e, "p", 10, ["n"])
+    requeue.step()
+    add_node(e, "n", key_ids=["k"], version=2)  # a change that still lacks the key
+    assert requeue.step() == 0
+    add_node(e, "n", key_ids=["k", "k2"], version=3)
+    assert requeue.step() == 1 and touched(kube) == ["p"]
+
+
+def test_a_failed_touch_is_retried_on_the_next_change_only() -> None:
+    e, requeue, kube, clock = setup()
+    add_node(e, "n", allocated=FULL)
+    beat(e, "n")
+    refuse(e, "p", 10, ["n"])
+    requeue.step()
+    kube.refuse["p"] = 500
+    add_node(e, "n", version=2)
+    assert requeue.step() == 0
+    del kube.refuse["p"]
+    assert requeue.step() == 0  # nothing changed; its back-off runs
+    clock.now += 1.1
+    add_node(e, "n", version=3)
+    assert requeue.step() == 1
