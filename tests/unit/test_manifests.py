@@ -55,7 +55,9 @@ RBAC: dict[tuple[str, str], Rules] = {
         (names.GROUP, names.COMPUTE_NODES): frozenset({"list", "watch"}),  # informer
         (names.GROUP, names.COMPUTE_QUOTAS): frozenset({"list", "watch"}),  # informer
         (names.GROUP, f"{names.COMPUTE_QUOTAS}/status"): frozenset({"patch"}),  # status.used
-        ("", "pods"): frozenset({"get", "list", "watch"}),  # informer; GET in bind
+        # informer; GET in bind; merge-PATCH of one annotation (requeue.py), narrowed by
+        # admission-requeue.yaml
+        ("", "pods"): frozenset({"get", "list", "watch", "patch"}),
         ("", "pods/binding"): frozenset({"create"}),  # carries the assignment annotation
         ("authentication.k8s.io", "tokenreviews"): frozenset({"create"}),  # node keys' callers
     },
