@@ -175,9 +175,10 @@ class Cluster:
         assert self.admin is not None
         return self.admin
 
-    def start_syncer(self, name: str) -> None:
+    def start_syncer(self, name: str, *, fetch_keys: bool = True) -> None:
         """As the DaemonSet runs it: its pod's token for the API (admission-syncer.yaml wants
-        the node in it), a projected token of audience hcs-node-keys for its keys."""
+        the node in it), a projected token of audience hcs-node-keys for its keys;
+        `fetch_keys=False`: one that does not fetch them (hcsd keeps what it holds)."""
         admin = self.plane.kube()
         pod = syncer_pod(admin, name)
         token = self.work / f"syncer-{name}.token"
@@ -190,7 +191,8 @@ class Cluster:
              "--socket", self.daemons[name].socket,
              "--kubeconfig", str(self.plane.syncer_config(name)),
              "--lease-seconds", "8", "--renew-seconds", "2", "--resync-seconds", "30",
-             "--node-keys-url", f"https://127.0.0.1:{self.node_keys_port}/node-keys",
+             *(["--node-keys-url", f"https://127.0.0.1:{self.node_keys_port}/node-keys"]
+               if fetch_keys else []),
              "--node-keys-ca", str(self.work / "certs" / "ca.crt"),
              "--token-file", str(token), "--keys-seconds", "2"],
             stdout=log, stderr=subprocess.STDOUT,
