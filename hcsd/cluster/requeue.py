@@ -9,8 +9,8 @@ when its state changes, touches those that fit now: a merge patch of one annotat
 `hcs.io/capacity-freed`, which kube-scheduler takes as an update of the pending pod and
 queues it at once (docs/cluster.md, Requeue, has the scheduler's side and the cost).
 
-Touched are only pods that fit a node that changed (among the nodes kube-scheduler offered
-them), at most `per_node` per node and step (the binds they make change the node again, so
+Touched are only pods that fit a node whose change can have made room (among the nodes
+kube-scheduler offered them), at most `per_node` per node and step (the binds they make change the node again, so
 the next ones follow), each pod once per refusal and at most once per back-off (1 s,
 doubling to 30 s), all at most `rate` a second. Pods that still do not fit are never
 touched.
@@ -28,7 +28,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from hcsd.cluster.compute_quota import Amounts, Quota
-from hcsd.cluster.decisions import Decider, floor_of, lacks_key, over_quota
+from hcsd.cluster.decisions import Decider, floor_of, lacks_key, over_quota, unusable
 from hcsd.cluster.demand import Demand
 from hcsd.cluster.kube import Kube, KubeError
 from hcsd.cluster.state import ClusterState, Snapshot
@@ -43,6 +43,7 @@ _FORGET = 330.0  # s without a refusal: kube-scheduler's 5-minute flush has retr
 _LISTS = 64  # distinct candidate node lists kept
 _SHORT_LIST = 100  # kube-scheduler stops filtering at >= 100 feasible nodes: maybe cut short
 _BACKOFF, _MAX_BACKOFF = 1.0, 30.0
+_SEEN, _FRESH, _MISSED = 0, 1, 2  # Refused.look
 
 
 @dataclass(slots=True)
@@ -60,6 +61,10 @@ class Refused:
     touches: int = 0
     queued: bool = False  # touched since its last refusal: kube-scheduler has it queued
     next_touch: float = 0.0
+    # Which nodes to look at for it in the next step: FRESH (refused since the last step):
+    # every node changed since; SEEN: those that freed room since; MISSED (its back-off hid
+    # changes from it): all its nodes.
+    look: int = 0
 
 
 class Requeuer:
@@ -89,7 +94,9 @@ class Requeuer:
         self._lists: dict[int, frozenset[str]] = {}  # guarded by _lock
         # The worker's own (one thread): what it has seen.
         self._version = -1
-        self._quotas: tuple[Quota, ...] = ()
+        self._last: Snapshot | None = None  # the last step's, and when it was taken
+        self._last_seen = 0.0
+        self._capped: set[str] = set()  # nodes where per_node left fitting pods untouched
         self._recheck: set[str] = set()  # nodes to look at again (a touch did not land)
         self._tokens = rate
         self._filled = clock()
@@ -138,9 +145,11 @@ class Requeuer:
             old = self._pods.pop(uid, None)
             if old is None:
                 old = Refused(uid, namespace, name, demand, candidates, priority, now, quota_bound)
+                old.look = _FRESH
             else:  # the same object: the worker may hold it
                 old.demand, old.candidates, old.priority = demand, candidates, priority
                 old.refused_at, old.quota_bound, old.queued = now, quota_bound, False
+                old.look = max(old.look, _FRESH)
             self._pods[uid] = old  # last in refusal order
             while len(self._pods) > _PODS:
                 del self._pods[next(iter(self._pods))]
@@ -165,63 +174,128 @@ class Requeuer:
         self._stopping.set()
 
     def run(self, every: float) -> None:
+        """A step every `every` seconds, or twice as long as the last step took: the worker
+        takes at most a third of a core from filter, however many pods wait."""
         self.state.wait_synced(timeout=300)
-        while not self._stopping.wait(every):
+        pause = every
+        while not self._stopping.wait(pause):
+            started = time.perf_counter()
             try:
                 if self.is_leader():
                     self.step()
             except Exception:  # one bad step must not end requeueing for good
                 log.exception("requeue step failed")
+            pause = max(every, 2 * (time.perf_counter() - started))
 
     def step(self) -> int:
         """Touch the remembered pods that fit on what changed since the last step; the
         number touched."""
-        snapshot = self.state.snapshot()
+        snapshot, seen = self.state.snapshot(), time.monotonic()  # heartbeats' clock
         changed = self.state.changed_between(self._version, snapshot.version)
         if self._version < 0 or changed is None:
             changed = set(snapshot.nodes)
+        signing = self.signing()
+        freed = {n for n in changed if n in self._capped or self._freed(n, snapshot, seen, signing)}
+        self._capped -= changed
+        freed |= self._recheck
         changed |= self._recheck
         self._recheck = set()
-        quotas_moved = snapshot.quotas != self._quotas
-        self._version, self._quotas = snapshot.version, snapshot.quotas
+        self._version = snapshot.version
+        self._last, self._last_seen = snapshot, seen
         now = self.clock()
         with self._lock:
             for uid in [u for u, r in self._pods.items() if now - r.refused_at > _FORGET]:
                 del self._pods[uid]
             waiting = sorted(self._pods.values(), key=lambda r: (-r.priority, r.refused_at))
-        if not waiting or not (changed or quotas_moved):
-            return 0
-        chosen = self._choose(snapshot, waiting, changed, now)
+        pools = {_SEEN: freed, _FRESH: changed, _MISSED: set(snapshot.nodes)}
+        chosen = self._choose(snapshot, waiting, pools, now=now, seen=seen, signing=signing)
         return self._touch(chosen, now)
 
+    def _freed(self, name: str, snapshot: Snapshot, seen: float, signing: str) -> bool:
+        """Whether the node's change since the last step can have made room for anyone: a
+        device's usage fell, its devices or phase changed, it became usable again (its
+        heartbeat), or it got the signing key. A node whose usage only grew (a bind, an
+        allocation) is not looked at."""
+        last = self._last
+        new = snapshot.nodes.get(name)
+        old = last.nodes.get(name) if last is not None else None
+        if new is None or old is None or last is None:
+            return new is not None
+        got_key = bool(signing) and (
+            old.view.key_ids is not None
+            and signing not in old.view.key_ids
+            and (new.view.key_ids is None or signing in new.view.key_ids)
+        )
+        revived = unusable(last, name, self._last_seen) is not None and (
+            unusable(snapshot, name, seen) is None
+        )
+        return (
+            got_key
+            or revived
+            or new.view.devices != old.view.devices
+            or new.view.phase != old.view.phase
+            or any(
+                (now := new.usage.get(uuid)) is None
+                or now.vram_bytes < was.vram_bytes
+                or now.compute_percent < was.compute_percent
+                for uuid, was in old.usage.items()
+            )
+        )
+
     def _choose(
-        self, snapshot: Snapshot, waiting: list[Refused], changed: set[str], now: float
+        self,
+        snapshot: Snapshot,
+        waiting: list[Refused],
+        pools: Mapping[int, set[str]],
+        *,
+        now: float,
+        seen: float,
+        signing: str,
     ) -> list[tuple[Refused, str]]:
-        signing = self.signing()
+        """(pod, node) to touch. Where a pod fits is worked out once per step for all the
+        pods that ask the same of the same nodes (pods of one job, replicas)."""
         used: dict[str, Amounts] = {}
+        fitting: dict[tuple[object, ...], list[str]] = {}
         per_node: dict[str, int] = {}
         chosen = []
         for pod in waiting:
-            if pod.next_touch > now or pod.queued:
-                continue  # backing off, or queued by its last touch and not refused since
+            if pod.queued:
+                continue  # touched, and kube-scheduler has not refused it since
+            if pod.next_touch > now:  # backing off: what changes meanwhile is looked at later
+                if pools[_FRESH]:
+                    pod.look = _MISSED
+                continue
+            look, pod.look = pod.look, _SEEN
             quotas = snapshot.quotas_in(pod.namespace)
             if quotas and pod.namespace not in used:
                 used[pod.namespace] = self.state.namespace_usage(pod.namespace)
             spent = used.get(pod.namespace, Amounts())
             if quotas and over_quota(quotas, spent, floor_of(pod.demand)):
                 continue  # still over its namespace's quota wherever it goes
-            nodes = snapshot.nodes if pod.quota_bound else changed
+            if pod.quota_bound:  # the quota refused it; now it would not: look at all its
+                look, pod.quota_bound = _MISSED, False  # nodes, once (then, as any pod)
+            key = (
+                self.decider.demand_id(pod.demand), id(pod.candidates), look,
+                pod.namespace if quotas else "",
+            )  # fmt: skip
+            nodes = fitting.get(key)
+            if nodes is None:
+                nodes = fitting[key] = [
+                    name
+                    for name in pools[look]
+                    if (pod.candidates is None or name in pod.candidates)
+                    and self._fits(
+                        snapshot, pod, name, signing=signing, quotas=quotas, used=spent, now=seen
+                    )
+                ]
             for name in nodes:
-                if per_node.get(name, 0) >= self.per_node:
-                    continue
-                if pod.candidates is not None and name not in pod.candidates:
-                    continue
-                if self._fits(
-                    snapshot, pod, name, signing=signing, quotas=quotas, used=spent, now=now
-                ):
+                if per_node.get(name, 0) < self.per_node:
                     per_node[name] = per_node.get(name, 0) + 1
                     chosen.append((pod, name))
                     break
+            else:
+                if nodes:  # fits, but its nodes' share of touches is spent this step
+                    self._capped.update(nodes)
         return chosen
 
     def _fits(
@@ -269,6 +343,7 @@ class Requeuer:
                     self._recheck.add(node)  # what it would have taken is still free
                 else:
                     self.touches.labels("failed").inc()
+                    pod.look = _MISSED  # what freed its room is behind it: look again
                     log.warning("cannot touch %s/%s: %s", pod.namespace, pod.name, e)
                 continue
             pod.queued = True

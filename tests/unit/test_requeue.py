@@ -7,13 +7,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from hcsd.cluster.compute_quota import quota_of
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.kube import Kube, KubeError
 from hcsd.cluster.requeue import Requeuer
 from hcsd.contract.keyring import Keyring
 from hcsd.contract.names import ANNOTATION_CAPACITY_FREED
 from hcsd.profiles.database import ProfileDatabase
-from tests.unit.fleet import add_node, beat, pod
+from tests.unit.fleet import add_node, assigned, beat, pod
 
 DB = ProfileDatabase.load(None)
 FULL = {0: ("a", 80), 1: ("b", 80)}  # both A100s of a node taken whole
@@ -126,8 +127,7 @@ def test_a_pod_touched_and_refused_again_waits_its_backoff() -> None:
     add_node(e, "n", version=4)  # and freed it again at once
     assert requeue.step() == 0  # 1 s back-off after the first touch
     clock.now += 1.1
-    add_node(e, "n", version=5)
-    assert requeue.step() == 1
+    assert requeue.step() == 1  # what freed during the back-off is not lost
     assert touched(kube) == ["p", "p"]
 
 
@@ -204,3 +204,30 @@ def test_a_failed_touch_is_retried_on_the_next_change_only() -> None:
     clock.now += 1.1
     add_node(e, "n", version=3)
     assert requeue.step() == 1
+
+
+def quota(vram: str) -> Any:
+    return quota_of(
+        {"metadata": {"name": "q", "namespace": "ns"}, "spec": {"hard": {"vram": vram}}}
+    )
+
+
+def test_a_pod_over_its_quota_is_touched_when_the_namespace_frees_or_the_quota_grows() -> None:
+    """The quota refused it everywhere: its node may be one that did not change."""
+    e, requeue, kube, clock = setup()
+    for name in ("quiet", "busy"):
+        add_node(e, name)
+        beat(e, name)
+    e.state.quotas.apply("ns/q", quota("20Gi"))
+    e.state.pods.apply("ns/holder", assigned("holder", "busy", (0, 16)))
+    refuse(e, "p", 10, ["quiet", "busy"])  # 16 + 10 > 20
+    requeue.step()
+    add_node(e, "busy", version=2)  # a change that leaves the namespace's usage as it was
+    assert requeue.step() == 0
+    e.state.pods.apply("ns/holder", None)  # the namespace frees 16Gi on busy
+    assert requeue.step() == 1 and touched(kube) == ["p"]
+    refuse(e, "q", 30, ["quiet", "busy"])  # over 20Gi whatever the namespace holds
+    requeue.step()
+    clock.now += 2
+    e.state.quotas.apply("ns/q", quota("40Gi"))  # the limit grows: no node changes
+    assert requeue.step() == 1 and touched(kube) == ["q"]
