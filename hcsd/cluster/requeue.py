@@ -10,10 +10,10 @@ when its state changes, touches those that fit now: a merge patch of one annotat
 queues it at once (docs/cluster.md, Requeue, has the scheduler's side and the cost).
 
 Touched are only pods that fit a node whose change can have made room (among the nodes
-kube-scheduler offered them), at most `per_node` per node and step (the binds they make change the node again, so
-the next ones follow), each pod once per refusal and at most once per back-off (1 s,
-doubling to 30 s), all at most `rate` a second. Pods that still do not fit are never
-touched.
+kube-scheduler offered them), at most `per_node` per node and step (the binds they make
+change the node again, so the next ones follow), each pod once per refusal and at most once
+per back-off (1 s, doubling to 30 s), all at most `rate` a second. Pods that still do not
+fit are never touched.
 """
 
 from __future__ import annotations
@@ -206,9 +206,18 @@ class Requeuer:
         with self._lock:
             for uid in [u for u, r in self._pods.items() if now - r.refused_at > _FORGET]:
                 del self._pods[uid]
-            waiting = sorted(self._pods.values(), key=lambda r: (-r.priority, r.refused_at))
+            waiting = []  # (pod, where to look for it), by priority then age
+            for pod in sorted(self._pods.values(), key=lambda r: (-r.priority, r.refused_at)):
+                if pod.queued:
+                    continue  # touched, and kube-scheduler has not refused it since
+                if pod.next_touch > now:  # backing off: what changes meanwhile waits for it
+                    if changed:
+                        pod.look = _MISSED
+                    continue
+                waiting.append((pod, pod.look))
+                pod.look = _SEEN  # a refusal from now on makes it FRESH again
         pools = {_SEEN: freed, _FRESH: changed, _MISSED: set(snapshot.nodes)}
-        chosen = self._choose(snapshot, waiting, pools, now=now, seen=seen, signing=signing)
+        chosen = self._choose(snapshot, waiting, pools, seen=seen, signing=signing)
         return self._touch(chosen, now)
 
     def _freed(self, name: str, snapshot: Snapshot, seen: float, signing: str) -> bool:
@@ -245,10 +254,9 @@ class Requeuer:
     def _choose(
         self,
         snapshot: Snapshot,
-        waiting: list[Refused],
+        waiting: list[tuple[Refused, int]],
         pools: Mapping[int, set[str]],
         *,
-        now: float,
         seen: float,
         signing: str,
     ) -> list[tuple[Refused, str]]:
@@ -258,31 +266,25 @@ class Requeuer:
         fitting: dict[tuple[object, ...], list[str]] = {}
         per_node: dict[str, int] = {}
         chosen = []
-        for pod in waiting:
-            if pod.queued:
-                continue  # touched, and kube-scheduler has not refused it since
-            if pod.next_touch > now:  # backing off: what changes meanwhile is looked at later
-                if pools[_FRESH]:
-                    pod.look = _MISSED
-                continue
-            look, pod.look = pod.look, _SEEN
+        for pod, look in waiting:
             quotas = snapshot.quotas_in(pod.namespace)
             if quotas and pod.namespace not in used:
                 used[pod.namespace] = self.state.namespace_usage(pod.namespace)
             spent = used.get(pod.namespace, Amounts())
             if quotas and over_quota(quotas, spent, floor_of(pod.demand)):
                 continue  # still over its namespace's quota wherever it goes
-            if pod.quota_bound:  # the quota refused it; now it would not: look at all its
-                look, pod.quota_bound = _MISSED, False  # nodes, once (then, as any pod)
+            # The quota refused it and now would not: all its nodes, once (then as any pod).
+            where = _MISSED if pod.quota_bound else look
+            pod.quota_bound = False
             key = (
-                self.decider.demand_id(pod.demand), id(pod.candidates), look,
+                self.decider.demand_id(pod.demand), id(pod.candidates), where,
                 pod.namespace if quotas else "",
             )  # fmt: skip
             nodes = fitting.get(key)
             if nodes is None:
                 nodes = fitting[key] = [
                     name
-                    for name in pools[look]
+                    for name in pools[where]
                     if (pod.candidates is None or name in pod.candidates)
                     and self._fits(
                         snapshot, pod, name, signing=signing, quotas=quotas, used=spent, now=seen
