@@ -56,6 +56,20 @@ class PciFunction:
     max_link_speed: float = 0.0
     max_link_width: int = 0
     driver: str = ""
+    # The upstream port's own maxima (the bridge the link trains against): a Gen5 card in a
+    # Gen4 slot, an x16 card in an x8-wired slot, a VM's root port. 0 where not known.
+    port_max_link_speed: float = 0.0
+    port_max_link_width: int = 0
+
+    @property
+    def link_cap_speed(self) -> float:
+        """The fastest the link can train: the lower of both ends' maxima."""
+        return _lower(self.max_link_speed, self.port_max_link_speed)
+
+    @property
+    def link_cap_width(self) -> int:
+        """The widest the link can train: the lower of both ends' maxima."""
+        return int(_lower(self.max_link_width, self.port_max_link_width))
 
     @property
     def is_accelerator(self) -> bool:
@@ -110,6 +124,7 @@ def _function_paths(sysfs: Path) -> list[Path]:
 def _read(path: Path) -> PciFunction:
     vendor_id = _hex(path / "vendor")
     driver = path / "driver"
+    port_speed, port_width = _upstream_port(path)
     return PciFunction(
         address=normalise_address(path.name),
         vendor=VENDOR_IDS.get(vendor_id),
@@ -122,7 +137,27 @@ def _read(path: Path) -> PciFunction:
         max_link_speed=_speed(path / "max_link_speed"),
         max_link_width=_int(path / "max_link_width", 0),
         driver=os.path.basename(os.readlink(driver)) if driver.is_symlink() else "",
+        port_max_link_speed=port_speed,
+        port_max_link_width=port_width,
     )
+
+
+def _upstream_port(path: Path) -> tuple[float, int]:
+    """The maxima of the port the function's link trains against: its parent in the device
+    tree (/sys/bus/pci/devices/<address> links into /sys/devices/pci…/<bridge>/<address>),
+    walking further up past bridges that do not say (no link attributes) while the parent is
+    still a PCI function. (0.0, 0) at the root complex or when nothing says."""
+    parent = Path(os.path.realpath(path)).parent
+    while _ADDRESS.match(parent.name):
+        speed, width = _speed(parent / "max_link_speed"), _int(parent / "max_link_width", 0)
+        if speed or width:
+            return speed, width
+        parent = parent.parent
+    return 0.0, 0
+
+
+def _lower(own: float, port: float) -> float:
+    return min(own, port) if own and port else own
 
 
 def _hex(path: Path) -> int:
