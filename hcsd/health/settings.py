@@ -12,6 +12,7 @@ from typing import Any
 from hcsd.contract import paths
 from hcsd.health.analyzer import AnalyzerSettings
 from hcsd.health.parsing import DEFAULT_RULES, LineRule, compile_rules
+from hcsd.health.signals import KINDS
 from hcsd.health.subhealth import SubHealthSettings
 from hcsd.sections import Section, checks, setting
 
@@ -47,7 +48,8 @@ class HealthSection(Section):
 
     source: str = setting(
         "auto",
-        "Kernel event source: auto (ebpf, then bcc, then kmsg polling), ebpf, bcc, kmsg or off.",
+        "Kernel event source: auto (ebpf, then bcc, then kmsg polling), ebpf, bcc, kmsg or off "
+        "(no kernel events; vendor counters and sub-health still run unless subhealth is off).",
         checks.choice("auto", "ebpf", "bcc", "kmsg", "off"),
     )
     bpf_dir: str = setting(paths.BPF_DIR, "Where the compiled eBPF objects are.", checks.path)
@@ -100,14 +102,21 @@ class HealthSection(Section):
         checks.percent,
     )
     subhealth_tflops_percent: float = setting(
-        80.0,
-        "Measured FP16 TFLOPS under this percent of the device's profile is a signal.",
+        50.0,
+        "Measured FP16 TFLOPS under this percent of the profile's dense peak is a signal (a "
+        "broken device: good ones reach 70-80% of the peak; a slow one is found by the "
+        "cluster side against the fleet's median).",
         checks.percent,
     )
     subhealth_ecc_window: float = setting(
         60.0,
         "Correctable memory errors at most this many seconds apart count as rising.",
         checks.seconds,
+    )
+    subhealth_ignore: tuple[str, ...] = setting(
+        (),
+        "Sub-health reasons never tracked (a known, accepted condition such as hw-power-brake).",
+        checks.names(*KINDS),
     )
     subhealth_score: float = setting(
         50.0,
@@ -132,6 +141,7 @@ class HealthSection(Section):
             clock_ratio=self.subhealth_clock_percent / 100.0,
             tflops_ratio=self.subhealth_tflops_percent / 100.0,
             ecc_window=self.subhealth_ecc_window,
+            ignore=frozenset(self.subhealth_ignore),
         )
 
     def line_rules(self) -> tuple[LineRule, ...]:

@@ -1,10 +1,17 @@
 """Sub-health signals: evidence that a device runs below itself, without any fault event.
 
-A signal names its reason in stable words (`pcie-link-x8-of-x16`, `hw-slowdown`, …: a
-metric label and what the cluster side matches on) and says the figures in `detail`. The
-readers here are pure over their inputs (a PCI function read from sysfs, a backend's
-readings, the device record, the time of the last correction), so the daemon and the tests
-feed them alike; `subhealth.SubHealthTracker` decides when a signal has held long enough.
+A signal's reason is its kind in stable words (`pcie-link-width`, `hw-slowdown`, …: the key
+the tracker holds it by, a metric label, what the cluster side matches on); the figures go to
+`detail`, so a link that alternates x8 and x4 is one signal that holds.
+
+Every reader returns `Evidence`: for each kind it could judge, the signal when seen or None
+when positively absent; a kind it could not judge (the backend timed out, a reading failed,
+the device idle for a signal that only shows under load) is left out, and the tracker leaves
+such an entry as it is. Missing evidence is never taken for a signal gone.
+
+The readers are pure over their inputs (a PCI function read from sysfs, a backend's readings,
+the device record, the time of the last correction), so the daemon and the tests feed them
+alike; `subhealth.SubHealthTracker` decides when a signal has held long enough.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from hcsd.profiles.database import ProfileDatabase
 
 __all__ = [
     "CLOCK_REASONS",
+    "KINDS",
+    "LOAD_CLOCK_KINDS",
+    "Evidence",
     "Signal",
     "below_profile",
     "busy",
@@ -30,101 +40,144 @@ __all__ = [
 
 # NVML's nvmlClocksEventReason* bits (nvml.h) that mean the board or the driver holds the clocks
 # down against the workload: a slowdown signal (HW_SLOWDOWN), overheating (the thermal ones),
-# the power brake (an external signal from the chassis). Idle, application clocks, the
-# software power cap (normal under full load), sync boost and display clocks are not faults.
+# the power brake (an external signal from the chassis).
 CLOCK_REASONS = (
     (0x0000000000000008, "hw-slowdown"),
     (0x0000000000000020, "sw-thermal-slowdown"),
     (0x0000000000000040, "hw-thermal-slowdown"),
     (0x0000000000000080, "hw-power-brake"),
 )
-_EXPLAINED = 0x0000000000000001 | 0x0000000000000002 | 0x0000000000000004  # idle, app, power cap
+# Application clocks: the SM clock is then judged against the application clock, not the
+# maximum. Every other bit (idle 0x1, the software power cap 0x4, sync boost 0x10, display
+# clocks 0x100, and what newer drivers add: board limit 0x200, reliability 0x400) explains a
+# low clock; the fault bits above raise their own signals.
+_APPLICATION_CLOCKS = 0x0000000000000002
+
+#: Every reason a signal can carry, in the order they are listed to users.
+KINDS = (
+    "pcie-link-width",
+    "pcie-link-speed",
+    *(name for _, name in CLOCK_REASONS),
+    "sm-clock-low",
+    "retired-pages-pending",
+    "row-remap-pending",
+    "ecc-correctable-rising",
+    "below-profile-tflops",
+)
+#: The kinds that say the clocks are held down: node-wide when every device shows one.
+LOAD_CLOCK_KINDS = (*(name for _, name in CLOCK_REASONS), "sm-clock-low")
 
 
 @dataclass(frozen=True, slots=True)
 class Signal:
-    reason: str  # stable: the same words while the condition lasts
+    reason: str  # the kind, one of KINDS: the same words while the condition lasts
     detail: str  # the figures behind it, for logs and the ComputeNode
 
 
-def pcie_link(function: PciFunction | None, *, busy: bool | None) -> list[Signal]:
+Evidence = dict[str, Signal | None]  # kind -> seen (Signal) or absent (None); unknown: left out
+
+
+def pcie_link(function: PciFunction | None, *, busy: bool | None, dynamic: bool) -> Evidence:
     """The link trained below what both ends can do (sysfs, any vendor).
 
-    Fewer lanes than the maximum is the classic down-trained card, whatever the load. A lower
-    speed counts only while the device is known to be busy (`busy` True): GPUs drop the
-    link to its lowest speed when idle to save power, and a device whose backend cannot say
-    whether it is busy (None) is judged on its width alone.
+    The maximum is the lower of the device's and its upstream port's (a Gen5 card in a Gen4
+    slot is not down-trained). A lower speed is judged only while the device is known to be
+    busy: GPUs drop the link speed when idle to save power. Vendors that also narrow the link
+    when idle (`dynamic`: NVIDIA) have their width judged only while busy too; for the others
+    fewer lanes than the maximum is the classic down-trained card, whatever the load.
     """
-    if function is None or not function.max_link_width:
-        return []
-    signals = []
-    width, top = function.link_width, function.max_link_width
-    if 0 < width < top:
-        signals.append(
+    if function is None or not function.link_cap_width:
+        return {}
+    evidence: Evidence = {}
+    width, top = function.link_width, function.link_cap_width
+    if busy or not dynamic:
+        evidence["pcie-link-width"] = (
             Signal(
-                f"pcie-link-x{width}-of-x{top}",
-                f"PCIe link x{width} at {function.link_speed:g} GT/s; the device can do x{top}",
+                "pcie-link-width",
+                f"PCIe link x{width} at {function.link_speed:g} GT/s; the link can do x{top}",
             )
+            if 0 < width < top
+            else None
         )
-    speed, fastest = function.link_speed, function.max_link_speed
-    if busy and 0 < speed < fastest:
-        signals.append(
+    speed, fastest = function.link_speed, function.link_cap_speed
+    if busy:
+        evidence["pcie-link-speed"] = (
             Signal(
-                f"pcie-speed-{speed:g}gt-of-{fastest:g}gt",
-                f"PCIe link at {speed:g} GT/s while busy; the device can do {fastest:g} GT/s",
+                "pcie-link-speed",
+                f"PCIe link at {speed:g} GT/s x{width} while busy; the link can do "
+                f"{fastest:g} GT/s",
             )
+            if 0 < speed < fastest
+            else None
         )
-    return signals
+    return evidence
 
 
 def busy(gauges: Mapping[str, int]) -> bool | None:
-    """Whether the device is working (its clocks not idle); None when the backend cannot say."""
+    """Whether the device is working; None when the backend cannot say."""
     value = gauges.get("busy")
     return None if value is None else bool(value)
 
 
-def clocks(gauges: Mapping[str, int], *, low_ratio: float) -> list[Signal]:
+def clocks(gauges: Mapping[str, int], *, low_ratio: float) -> Evidence:
     """Clocks held down by the hardware (NVML's event reasons), and an SM clock under
-    `low_ratio` of its maximum that nothing normal explains (idle, application clocks, the
-    power cap) and no named reason already covers."""
+    `low_ratio` of its reference (the application clock when one is set, else the maximum)
+    that no reason bit explains.
+
+    A reason bit seen counts whatever the load; its absence, and the SM clock's judgement,
+    only while the device is busy (an idle board says little about its clocks)."""
     reasons = gauges.get("clock_event_reasons")
     if reasons is None:
-        return []
-    sm, top = gauges.get("sm_clock_mhz", 0), gauges.get("sm_clock_max_mhz", 0)
+        return {}
+    working = busy(gauges)
+    sm = gauges.get("sm_clock_mhz", 0)
+    top = gauges.get("sm_clock_max_mhz", 0)
+    applications = gauges.get("sm_clock_applications_mhz", 0)
+    reference = applications if reasons & _APPLICATION_CLOCKS and applications else top
     at = f"SM clock {sm} of {top} MHz" if top else "SM clock unknown"
-    signals = [
-        Signal(name, f"clock event reasons {reasons:#x} ({name}); {at}")
-        for bit, name in CLOCK_REASONS
-        if reasons & bit
-    ]
-    if not signals and not reasons & _EXPLAINED and top and 0 < sm < low_ratio * top:
-        signals.append(Signal("sm-clock-low", f"{at} while busy, reasons {reasons:#x}"))
-    return signals
+    if reference != top:
+        at += f" (application clock {reference} MHz)"
+    evidence: Evidence = {}
+    for bit, name in CLOCK_REASONS:
+        if reasons & bit:
+            evidence[name] = Signal(name, f"clock event reasons {reasons:#x} ({name}); {at}")
+        elif working:
+            evidence[name] = None
+    if working and reference and sm:
+        unexplained = not reasons & ~_APPLICATION_CLOCKS
+        evidence["sm-clock-low"] = (
+            Signal("sm-clock-low", f"{at} while busy, reasons {reasons:#x}")
+            if unexplained and sm < low_ratio * reference
+            else None
+        )
+    return evidence
 
 
-def memory_pending(gauges: Mapping[str, int]) -> list[Signal]:
+def memory_pending(gauges: Mapping[str, int]) -> Evidence:
     """A page retirement or a row remap the driver applies only at the next GPU reset: the
     memory is already known bad and the device runs without the fix until then."""
-    signals = []
-    if gauges.get("retired_pages_pending"):
-        signals.append(Signal("retired-pages-pending", "a retired page waits for a GPU reset"))
-    if gauges.get("row_remap_pending"):
-        signals.append(Signal("row-remap-pending", "a remapped row waits for a GPU reset"))
-    return signals
+    evidence: Evidence = {}
+    for key, name, text in (
+        ("retired_pages_pending", "retired-pages-pending", "a retired page"),
+        ("row_remap_pending", "row-remap-pending", "a remapped row"),
+    ):
+        if key in gauges:
+            evidence[name] = Signal(name, f"{text} waits for a GPU reset") if gauges[key] else None
+    return evidence
 
 
-def ecc_rising(last: float | None, count: int, *, now: float, window: float) -> list[Signal]:
+def ecc_rising(last: float | None, count: int, *, now: float, window: float) -> Evidence:
     """Corrected memory errors kept coming: the last rise of a correctable counter (ECC,
     retired pages, remapped rows; any vendor's) is at most `window` seconds old. Held for the
     hold time, that is a correction at least every `window` seconds all along."""
     if last is None or now - last > window:
-        return []
-    return [
-        Signal(
+        return {"ecc-correctable-rising": None}
+    return {
+        "ecc-correctable-rising": Signal(
             "ecc-correctable-rising",
             f"{count} correctable memory error rise(s), the last {now - last:.0f}s ago",
         )
-    ]
+    }
 
 
 def tflops_ratio(device: Device, database: ProfileDatabase) -> float | None:
@@ -143,12 +196,15 @@ def tflops_ratio(device: Device, database: ProfileDatabase) -> float | None:
     return device.tflops_fp16 / profiles[0].figure("tflops_fp16")
 
 
-def below_profile(ratio: float | None, *, threshold: float) -> list[Signal]:
+def below_profile(ratio: float | None, *, threshold: float) -> Evidence:
+    """A measured device far under its model's peak. A broken one, not a slow one: the
+    threshold is low, since good devices reach well under the vendor's dense peak; comparing
+    with the fleet's median is the cluster side's job."""
     if ratio is None or ratio >= threshold:
-        return []
-    return [
-        Signal(
+        return {"below-profile-tflops": None}
+    return {
+        "below-profile-tflops": Signal(
             "below-profile-tflops",
             f"measured {ratio:.0%} of the profile's FP16 TFLOPS (under {threshold:.0%})",
         )
-    ]
+    }
