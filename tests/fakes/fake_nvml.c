@@ -15,7 +15,10 @@
  * `sm_clock` is the maximum SM clock and `sm_clock_now` the current one (default: the maximum);
  * `clock_reasons` the nvmlClocksEventReason* bitmask (default 0: nothing holds the clocks down);
  * `retired_pending=1` a page retirement waiting for a reboot; `remap_pending=1` likewise for
- * row remapping. A device with clock_reasons=unsupported answers NOT_SUPPORTED.
+ * row remapping. A device with clock_reasons=unsupported answers NOT_SUPPORTED. `util` is the
+ * GPU utilization in percent (default 100: a working GPU; `unsupported` answers NOT_SUPPORTED,
+ * `fail` NVML_ERROR_UNKNOWN),
+ * `app_clock` the SM application clock (default: the maximum SM clock).
  *
  * Processes also come from FAKE_GPU_STATE: the directory where the fake CUDA driver
  * (fake_cuda.c) keeps one file per live process with its usage per GPU, so a process that
@@ -200,6 +203,30 @@ nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, int type, unsigned i
     if (type == 1) *clock = (unsigned int)cfg_long(device->rec, "sm_clock", 1410);
     else if (type == 2) *clock = (unsigned int)cfg_long(device->rec, "mem_clock", 1593);
     else return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+/* nvmlDeviceGetApplicationsClock(nvmlDevice_t, nvmlClockType_t, unsigned int *clockMHz): the
+ * clock the GPU runs work at when application clocks are set; NVML_CLOCK_SM only here. */
+nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, int type, unsigned int *clock) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    refresh();
+    if (type != 1) return NVML_ERROR_NOT_SUPPORTED;
+    *clock = (unsigned int)cfg_long(device->rec, "app_clock", cfg_long(device->rec, "sm_clock", 1410));
+    return NVML_SUCCESS;
+}
+/* nvmlDeviceGetUtilizationRates(nvmlDevice_t, nvmlUtilization_t *): percent of the last sample
+ * period a kernel ran (gpu) and memory was read or written (memory). */
+typedef struct {
+    unsigned int gpu, memory;
+} nvmlUtilization_t;
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    nvmlReturn_t r = check(device);
+    if (r) return r;
+    refresh();
+    if (strcmp(cfg_get(device->rec, "util", "100"), "unsupported") == 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (strcmp(cfg_get(device->rec, "util", "100"), "fail") == 0) return 999; /* NVML_ERROR_UNKNOWN */
+    utilization->gpu = utilization->memory = (unsigned int)cfg_long(device->rec, "util", 100);
     return NVML_SUCCESS;
 }
 /* nvmlDeviceGetClockInfo(nvmlDevice_t, nvmlClockType_t, unsigned int *clock): the current

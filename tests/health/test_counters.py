@@ -93,6 +93,27 @@ async def test_readings_come_with_the_counters_and_never_stale() -> None:
     assert poller.gauges == {}  # a backend that did not answer has no readings
 
 
+async def test_failing_readings_keep_the_counters(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The readings call failing must not drop the counters (fatal ECC detection)."""
+
+    class NoReadings(SimulatedBackend):
+        def health_gauges(self) -> dict[str, dict[str, int]]:
+            raise OSError("readings went away")
+
+    node = tmp_path / "node.toml"
+    write(node, 0, 0)
+    poller = CounterPoller([NoReadings(node)], {"gpu-a": "0000:17:00.0"}.get, interval=5.0)
+    got: list[HealthEvent] = []
+    await poller.poll(got.append)
+    write(node, 0, 1)
+    await poller.poll(got.append)
+    poller.close()
+    assert [(e.code, e.severity) for e in got] == [("ecc_uncorrectable", Severity.FATAL)]
+    assert "health: simulated readings unavailable: readings went away" in caplog.text
+
+
 async def test_watcher_marks_the_device_unhealthy_from_counters(tmp_path: Path) -> None:
     node = tmp_path / "node.toml"
     write(node, 0, 0)

@@ -14,6 +14,7 @@ MIG instances, and a MIG-enabled GPU must not break discovery.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -37,6 +38,9 @@ SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 MAX_LINKS = 18  # NVLink 4 has 18 per GPU; NVML answers INVALID_ARGUMENT past the last one
 LINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}  # per link, one direction
 _UNSUPPORTED = (3, 13)  # NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND
+#: GPU utilization (percent of the last sample period a kernel ran) from which a GPU is busy:
+#: its link and clocks are then judged (idle GPUs lower both on purpose).
+BUSY_PERCENT = 50
 _LEVEL_KIND = [(20, LinkKind.PCIE_SWITCH), (40, LinkKind.PCIE_HOST)]  # NVML_TOPOLOGY_*
 
 
@@ -52,8 +56,10 @@ class NvidiaBackend(DiscoveryBackend):
         self.dev_root = Path(settings.dev_root)
         self._handles: dict[str, Any] = {}
         self._active_links: dict[str, list[int]] = {}
-        self._supported: dict[str, set[str]] = {}
-        self._supported_gauges: dict[str, set[str]] = {}
+        self._unsupported: dict[str, set[str]] = {}  # uuid -> values answered NOT_SUPPORTED
+        self._failing: set[tuple[str, str]] = set()  # (uuid, value) warned about
+        self._rows: dict[str, tuple[int, int, int, int]] = {}  # this poll's remapped rows
+        self._max_clock: dict[str, int] = {}
         self._gbps: dict[str, float] = {}  # bus -> PCIe GB/s, read once per discovery
         self._open = False
 
@@ -82,20 +88,22 @@ class NvidiaBackend(DiscoveryBackend):
 
     def health_counters(self) -> dict[str, dict[str, int]]:
         counters: dict[str, dict[str, int]] = {}
-        for uuid, handle in self._handles.items():
-            try:
-                counters[uuid] = self._counters(uuid, handle)
-            except pynvml.NVMLError as e:
-                log.debug("nvidia: counters of %s unavailable: %s", uuid, e)
+        self._rows.clear()  # read once per poll, shared with the readings below
+        for uuid, handle in list(self._handles.items()):  # hot-plug may add one meanwhile
+            counters[uuid] = self._read_each(uuid, handle, self._counter_readers(uuid), "counter")
         return counters
 
     def health_gauges(self) -> dict[str, dict[str, int]]:
         gauges: dict[str, dict[str, int]] = {}
-        for uuid, handle in self._handles.items():
-            try:
-                gauges[uuid] = self._gauges(uuid, handle)
-            except pynvml.NVMLError as e:
-                log.debug("nvidia: readings of %s unavailable: %s", uuid, e)
+        for uuid, handle in list(self._handles.items()):
+            readers = dict(_GAUGES)
+            readers["row_remap_pending"] = functools.partial(self._remap_pending, uuid)
+            readers["sm_clock_max_mhz"] = functools.partial(self._max_sm_clock, uuid)
+            values = self._read_each(uuid, handle, readers, "reading")
+            if "utilization_percent" in values:
+                values["busy"] = int(values.pop("utilization_percent") >= BUSY_PERCENT)
+            gauges[uuid] = values
+        self._rows.clear()  # the next poll reads them again
         return gauges
 
     def close(self) -> None:
@@ -141,6 +149,8 @@ class NvidiaBackend(DiscoveryBackend):
         for label, clock in (("max_sm_clock_mhz", 1), ("max_mem_clock_mhz", 2)):
             if (value := _optional(pynvml.nvmlDeviceGetMaxClockInfo, handle, clock)) is not None:
                 attributes.append((label, str(value)))
+                if clock == 1:
+                    self._max_clock[uuid] = int(value)
         if (limit := _optional(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)) is not None:
             attributes.append(("power_limit_w", f"{limit / 1000:g}"))
         if (mig := _optional(pynvml.nvmlDeviceGetMigMode, handle)) is not None:
@@ -196,41 +206,53 @@ class NvidiaBackend(DiscoveryBackend):
     def _pcie_gbps(self, a: Device, b: Device) -> float:
         return min(self._gbps.get(a.pci_bus_id, 0.0), self._gbps.get(b.pci_bus_id, 0.0))
 
-    def _counters(self, uuid: str, handle: Any) -> dict[str, int]:
-        """Each counter the GPU supports; what answered NOT_SUPPORTED once is not asked again
-        (Ampere answers so for retired pages on every call, and exceptions cost)."""
+    def _counter_readers(self, uuid: str) -> dict[str, Callable[[Any], int]]:
         readers = _readers(self._active_links.get(uuid, []))
-        supported = self._supported.get(uuid)
-        counters: dict[str, int] = {}
-        for name, read in readers.items():
-            if supported is not None and name not in supported:
-                continue
-            try:
-                counters[name] = read(handle)
-            except pynvml.NVMLError as e:
-                if e.value not in _UNSUPPORTED:
-                    raise
-        if supported is None:
-            self._supported[uuid] = set(counters)
-        return counters
+        readers["row_remap_failures"] = lambda h: self._remap(uuid, h)[3]
+        readers["remapped_rows_correctable"] = lambda h: self._remap(uuid, h)[0]
+        return readers
 
-    def _gauges(self, uuid: str, handle: Any) -> dict[str, int]:
-        """The readings the GPU supports, with the same NOT_SUPPORTED memory as `_counters`."""
-        supported = self._supported_gauges.get(uuid)
-        gauges: dict[str, int] = {}
-        for name, read in _GAUGES.items():
-            if supported is not None and name not in supported:
+    def _remap(self, uuid: str, handle: Any) -> tuple[int, int, int, int]:
+        """nvmlDeviceGetRemappedRows (corrected, uncorrected, pending, failed), once a poll."""
+        if uuid not in self._rows:
+            corrected, uncorrected, pending, failed = pynvml.nvmlDeviceGetRemappedRows(handle)
+            self._rows[uuid] = (int(corrected), int(uncorrected), int(pending), int(failed))
+        return self._rows[uuid]
+
+    def _remap_pending(self, uuid: str, handle: Any) -> int:
+        return self._remap(uuid, handle)[2]
+
+    def _max_sm_clock(self, uuid: str, handle: Any) -> int:
+        """The maximum SM clock does not change: read once (discovery records it as well)."""
+        if uuid not in self._max_clock:
+            self._max_clock[uuid] = int(
+                pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
+            )
+        return self._max_clock[uuid]
+
+    def _read_each(
+        self, uuid: str, handle: Any, readers: dict[str, Callable[[Any], int]], what: str
+    ) -> dict[str, int]:
+        """Each value the GPU supports, each on its own: one that fails is left out (warned
+        about once per device and value), the others still count. What answered NOT_SUPPORTED
+        once is not asked again (Ampere answers so for retired pages on every call, and
+        exceptions cost)."""
+        unsupported = self._unsupported.setdefault(uuid, set())
+        values: dict[str, int] = {}
+        for name, read in readers.items():
+            if name in unsupported:
                 continue
             try:
-                gauges[name] = read(handle)
+                values[name] = read(handle)
             except pynvml.NVMLError as e:
-                if e.value not in _UNSUPPORTED:
-                    raise
-        if supported is None:
-            self._supported_gauges[uuid] = set(gauges)
-        if "clock_event_reasons" in gauges:  # nvmlClocksEventReasonGpuIdle clear: working
-            gauges["busy"] = int(not gauges["clock_event_reasons"] & 0x1)
-        return gauges
+                if e.value in _UNSUPPORTED:
+                    unsupported.add(name)
+                elif (uuid, name) not in self._failing:
+                    self._failing.add((uuid, name))
+                    log.warning("nvidia: %s %s of %s unavailable: %s", what, name, uuid, e)
+                continue
+            self._failing.discard((uuid, name))
+        return values
 
 
 def _clock_event_reasons(handle: Any) -> int:
@@ -247,9 +269,12 @@ def _clock_event_reasons(handle: Any) -> int:
 _GAUGES: dict[str, Callable[[Any], int]] = {
     "clock_event_reasons": _clock_event_reasons,
     "sm_clock_mhz": lambda h: int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
-    "sm_clock_max_mhz": lambda h: int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
+    "sm_clock_applications_mhz": lambda h: int(
+        pynvml.nvmlDeviceGetApplicationsClock(h, pynvml.NVML_CLOCK_SM)
+    ),
+    # busy from the utilization (nvml.h may drop the GpuIdle reason bit)
+    "utilization_percent": lambda h: int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
     "retired_pages_pending": lambda h: int(pynvml.nvmlDeviceGetRetiredPagesPendingStatus(h)),
-    "row_remap_pending": lambda h: int(pynvml.nvmlDeviceGetRemappedRows(h)[2]),
 }
 
 
@@ -274,7 +299,6 @@ def _readers(links: Sequence[int]) -> dict[str, Callable[[Any], int]]:
         "ecc_correctable": lambda h: int(pynvml.nvmlDeviceGetTotalEccErrors(h, 0, 0)),
         "ecc_uncorrectable": lambda h: int(pynvml.nvmlDeviceGetTotalEccErrors(h, 1, 0)),
         "retired_pages": lambda h: _retired_count(h, 0) + _retired_count(h, 1),
-        "row_remap_failures": lambda h: int(pynvml.nvmlDeviceGetRemappedRows(h)[3]),
         "pcie_replays": lambda h: int(pynvml.nvmlDeviceGetPcieReplayCounter(h)),
     }
     if links:  # NVML_NVLINK_ERROR_DL_RECOVERY on every active link

@@ -4,9 +4,9 @@ The last resort when no kernel-log source runs, and a second opinion when one do
 link counters that a vendor library (NVML, DCMI, CNDev, …) reports without a kernel message.
 Each backend returns monotonically increasing counters per device; any increase since the last
 poll becomes one event, classified by the counter's name. A counter that goes down (driver
-reload, device reset) only moves the baseline. The same call brings the backend's sub-health
-readings (clock event reasons, SM clock, pending retirements), kept in `gauges` for the
-sub-health check.
+reload, device reset) only moves the baseline. The same pool task brings the backend's
+sub-health readings (clock event reasons, SM clock, utilization, pending retirements), kept in
+`gauges` for the sub-health check; either call may fail without the other's results lost.
 
 The vendor calls (NVML, DCMI, CNDev through ctypes; a CLI for others) block, and a dying device
 can make them hang: they run on a small thread pool of their own, never on the event loop, with
@@ -37,19 +37,29 @@ COUNTER_SEVERITY: Mapping[str, Severity] = {
     "device_errors": Severity.DEGRADING,
     "link_errors": Severity.DEGRADING,
     "ecc_correctable": Severity.CORRECTABLE,
+    "remapped_rows_correctable": Severity.CORRECTABLE,
     "retired_pages": Severity.CORRECTABLE,
     "pcie_replays": Severity.CORRECTABLE,
 }
 
 
 Counters = dict[str, dict[str, int]]
-Readings = tuple[Counters, Counters]  # (health_counters, health_gauges)
+# (health_counters, health_gauges), each None when its call failed (the failure logged)
+Readings = tuple[Counters | None, Counters | None]
 
 
 def _read(backend: DiscoveryBackend) -> Readings:
-    """One backend's counters and sub-health readings, in one call on the pool: a hung
-    library holds one thread, whichever of the two it hangs in."""
-    return backend.health_counters(), backend.health_gauges()
+    """One backend's counters and sub-health readings, in one task on the pool (a hung
+    library holds one thread, whichever of the two it hangs in), each call on its own: a
+    failing readings call must not stop the counters (fatal ECC detection), nor the other way."""
+    results: list[Counters | None] = []
+    for what, call in (("counters", backend.health_counters), ("readings", backend.health_gauges)):
+        try:
+            results.append(call())
+        except Exception as e:  # a vendor library failing must not stop health watching
+            log.warning("health: %s %s unavailable: %s", backend.name, what, e)
+            results.append(None)
+    return results[0], results[1]
 
 
 class CounterPoller:
@@ -103,13 +113,11 @@ class CounterPoller:
                     self.timeout,
                 )
                 continue
-            try:
-                counters, readings = call.result()
-            except Exception as e:  # a vendor library failing must not stop health watching
-                log.warning("health: %s counters unavailable: %s", backend.name, e)
-                continue
-            self._account(backend.name, counters, now, emit)
-            gauges.update(readings)
+            counters, readings = call.result()
+            if counters is not None:
+                self._account(backend.name, counters, now, emit)
+            if readings is not None:
+                gauges.update(readings)
         self.gauges = gauges
         self.polls += 1
 
