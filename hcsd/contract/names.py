@@ -161,3 +161,11 @@ def checkpoint_path_problem(text: str) -> str | None:
     if text != normal:
         return f"{what} is not in normal form (write {normal!r})"
     return None
+
+
+# --- device attributes the health watcher sets, read by hcsctl, the metrics and the syncer --------
+#: The sub-health reasons that hold a device degraded, comma-separated ("hw-slowdown,…").
+SUBHEALTH_ATTRIBUTE = "subhealth"
+#: Clock reasons every device of the node holds (a chassis power brake, a hot room): one
+#: node-level condition, set on every device, none of them degraded for it.
+SUBHEALTH_NODE_ATTRIBUTE = "subhealth_node"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from hcsd.discovery.uevents import PciEvent, PciMonitor
-from hcsd.health.watching import HEALTH_ATTRIBUTES
+from hcsd.health.watching import HEALTH_ATTRIBUTES, SUBHEALTH_ATTRIBUTES
 from hcsd.model import Device, HealthState
 from hcsd.service import NodeService
 from hcsd.tasks import supervise
@@ -68,8 +68,10 @@ class HotplugWatcher:
         if device.health_state is HealthState.LOST:
             return
         self.lost += 1
-        # why, as health.watching says it (the ComputeNode's reason, the metric's label)
-        attributes = tuple((k, v) for k, v in device.attributes if k not in HEALTH_ATTRIBUTES)
+        # why, as health.watching says it (the ComputeNode's reason, the metric's label); a
+        # device off the bus runs below nothing: its sub-health words go with it
+        dropped = (*HEALTH_ATTRIBUTES, *SUBHEALTH_ATTRIBUTES)
+        attributes = tuple((k, v) for k, v in device.attributes if k not in dropped)
         attributes += (("health_reason", "removed from the bus"),)
         attributes += (("health_cause", "removed from the bus"),)
         self.service.set_device(

@@ -111,11 +111,17 @@ class Daemon:
                 orphan.container_id,
                 ", ".join(orphan.device_uuids),
             )
+        # health.source = off turns off the kernel event sources only: the vendor counters and
+        # sub-health still run unless health.subhealth is off too
         watcher = (
             None
-            if config.health.source == "off"
+            if config.health.source == "off" and not config.health.subhealth
             else HealthWatcher(
-                service, config.health, backends=self.backends, sysfs=config.discovery.sysfs
+                service,
+                config.health,
+                backends=self.backends,
+                sysfs=config.discovery.sysfs,
+                run_dir=config.daemon.run_dir,
             )
         )
         injector = self._injector(service)

@@ -44,7 +44,6 @@ class AnalyzerSettings:
     trend_window: float = 600.0
     trend_min_events: int = 5
     trend_penalty: float = 25.0
-    slow_penalty: float = 25.0
 
 
 class TrendWindow:
@@ -150,20 +149,6 @@ class HealthAnalyzer:
         self._set_score(health, self.score(uuid, now) - penalty, now)
         if event.severity is Severity.CORRECTABLE and not health.reason:
             health.reason = health.cause = f"{event.code}: correctable errors"
-        return self._update_state(uuid, now)
-
-    def report_slow(self, uuid: str, ratio: float) -> HealthState:
-        """Hook for the cluster side: this device ran at `ratio` of its peers' speed.
-
-        A device well below the cluster average for long enough is sub-healthy even without a
-        kernel message; the syncer calls this once it has seen that for its window.
-        """
-        now = self.clock()
-        health = self._health(uuid)
-        health.last_fault = now
-        health.reason = f"slow: {ratio:.0%} of the cluster average"
-        health.cause = "slow: below the cluster average"
-        self._set_score(health, self.score(uuid, now) - self.settings.slow_penalty, now)
         return self._update_state(uuid, now)
 
     def tick(self) -> list[str]:

@@ -14,14 +14,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from hcsd.contract.names import SUBHEALTH_ATTRIBUTE, SUBHEALTH_NODE_ATTRIBUTE
 from hcsd.discovery import DiscoveryBackend
 from hcsd.health.analyzer import HealthAnalyzer
 from hcsd.health.events import HealthEvent
 from hcsd.health.settings import HealthSection
+from hcsd.health.signals import Signal
 from hcsd.health.sources.aer import AerPoller
 from hcsd.health.sources.base import HealthSource, SourceUnavailable
 from hcsd.health.sources.bcc import BccSource
@@ -32,14 +35,20 @@ from hcsd.health.subhealth import SubHealth
 from hcsd.model import HealthState
 from hcsd.service import NodeService
 
-__all__ = ["HEALTH_ATTRIBUTES", "SOURCE_ORDER", "SUBHEALTH_ATTRIBUTE", "HealthWatcher"]
+__all__ = [
+    "HEALTH_ATTRIBUTES",
+    "SOURCE_ORDER",
+    "SUBHEALTH_ATTRIBUTE",
+    "SUBHEALTH_ATTRIBUTES",
+    "HealthWatcher",
+]
 
 log = logging.getLogger(__name__)
 
 HEALTH_ATTRIBUTES = ("health_reason", "health_cause")  # set while a device is not healthy
-#: The sub-health reasons that hold a device degraded, comma-separated ("hw-slowdown,…"); set
-#: while any does, whatever the device's state.
-SUBHEALTH_ATTRIBUTE = "subhealth"
+SUBHEALTH_ATTRIBUTES = (SUBHEALTH_ATTRIBUTE, SUBHEALTH_NODE_ATTRIBUTE)  # set by sub-health
+#: Sub-health tracker entries kept across a restart, in the run directory.
+SUBHEALTH_STATE = "subhealth.json"
 
 SOURCE_ORDER = ("ebpf", "bcc", "kmsg")
 
@@ -54,6 +63,7 @@ class HealthWatcher:
         backends: Sequence[DiscoveryBackend] = (),
         sysfs: str,
         kmsg_path: str = "/dev/kmsg",
+        run_dir: str | None = None,
     ) -> None:
         self.service = service
         self.settings = settings
@@ -70,13 +80,19 @@ class HealthWatcher:
             else None
         )
         self.subhealth = (
-            SubHealth(settings.subhealth_settings(), clock, sysfs=sysfs)
+            SubHealth(
+                settings.subhealth_settings(),
+                clock,
+                sysfs=sysfs,
+                state_path=os.path.join(run_dir, SUBHEALTH_STATE) if run_dir else None,
+            )
             if settings.subhealth
             else None
         )
         self.events: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self.unattributed = 0
         self.unavailable: dict[str, str] = {}
+        self.node_wide: frozenset[str] = frozenset()  # clock reasons every device holds
 
     def _candidates(self) -> list[HealthSource]:
         s = self.settings
@@ -160,11 +176,6 @@ class HealthWatcher:
         self.analyzer.observe(uuid, event)
         self._apply(uuid, event if self.analyzer.state(uuid) is not before else None)
 
-    def report_slow(self, uuid: str, ratio: float) -> None:
-        """For the cluster side: a device measured well below its peers."""
-        self.analyzer.report_slow(uuid, ratio)
-        self._apply(uuid, None)
-
     def tick(self) -> None:
         """Re-evaluate the analyzer (recovery with time) and apply the devices that changed."""
         for uuid in self.analyzer.tick():
@@ -172,13 +183,31 @@ class HealthWatcher:
 
     def check_subhealth(self) -> None:
         """Read every device's sub-health signals (sysfs and the readings the vendor counters'
-        poll brought) and apply the devices whose held reasons changed."""
+        poll brought) and apply the devices whose record disagrees with the tracker: held
+        reasons changed, a node-wide reason came or went, or a record that never carried
+        the verdict (a restart restored the holds, a device came back through hot-plug)."""
         if self.subhealth is None:
             return
-        devices = [status.device for status in self.service.devices()]
+        devices = [s.device for s in self.service.devices()]
         gauges = self.counters.gauges if self.counters is not None else {}
-        for uuid in self.subhealth.check(devices, gauges):
-            self._apply(uuid, None)
+        self.subhealth.check(devices, gauges)
+        present = [d.uuid for d in devices if d.health_state is not HealthState.LOST]
+        self.node_wide = self.subhealth.node_wide(present)
+        for device in devices:
+            attributes = dict(device.attributes)
+            shown = tuple(attributes.get(key, "") for key in SUBHEALTH_ATTRIBUTES)
+            if device.uuid in present and shown != self._subhealth_words(device.uuid):
+                self._apply(device.uuid, None)
+
+    def _held(self, uuid: str) -> tuple[Signal, ...]:
+        """The signals that degrade the device: its own, not the node-wide ones."""
+        if self.subhealth is None:
+            return ()
+        return tuple(s for s in self.subhealth.held(uuid) if s.reason not in self.node_wide)
+
+    def _subhealth_words(self, uuid: str) -> tuple[str, str]:
+        """The `subhealth` and `subhealth_node` attributes the device should carry."""
+        return ",".join(s.reason for s in self._held(uuid)), ",".join(sorted(self.node_wide))
 
     def _bus_of_uuid(self, uuid: str) -> str | None:
         device = self.service.device(uuid)
@@ -197,7 +226,7 @@ class HealthWatcher:
         device = status.device
         reason = self.analyzer.reason(uuid) or "quiet period passed"
         cause = self.analyzer.cause(uuid) or reason
-        held = self.subhealth.held(uuid) if self.subhealth is not None else ()
+        held = self._held(uuid)
         if held:
             # Sub-health degrades a device the analyzer finds healthy and lowers its score (the
             # extender's ranking); it never lifts a worse state.
@@ -216,15 +245,19 @@ class HealthWatcher:
         attributes = tuple(
             (k, v)
             for k, v in device.attributes
-            if k not in HEALTH_ATTRIBUTES and k != SUBHEALTH_ATTRIBUTE
+            if k not in HEALTH_ATTRIBUTES and k not in SUBHEALTH_ATTRIBUTES
         )
         if state is not HealthState.HEALTHY:
             attributes += (("health_reason", reason), ("health_cause", cause))
-        if held:
-            attributes += ((SUBHEALTH_ATTRIBUTE, ",".join(s.reason for s in held)),)
+        words, node_words = self._subhealth_words(uuid)
+        if words:
+            attributes += ((SUBHEALTH_ATTRIBUTE, words),)
+        if node_words:
+            attributes += ((SUBHEALTH_NODE_ATTRIBUTE, node_words),)
         new, old = dict(attributes), dict(device.attributes)
         same_cause = all(
-            new.get(key) == old.get(key) for key in ("health_cause", SUBHEALTH_ATTRIBUTE)
+            new.get(key) == old.get(key)
+            for key in ("health_cause", SUBHEALTH_ATTRIBUTE, SUBHEALTH_NODE_ATTRIBUTE)
         )
         if device.health_state is state and abs(device.health_score - score) < 5 and same_cause:
             return  # no news: keep the API watch quiet

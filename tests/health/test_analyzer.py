@@ -115,11 +115,6 @@ def test_rising_correctable_rate_degrades_before_failure(
     assert "rising" in analyzer.reason("gpu")
 
 
-def test_slow_device_hook(analyzer: HealthAnalyzer) -> None:
-    assert analyzer.report_slow("gpu", 0.6) is HealthState.DEGRADED
-    assert analyzer.reason("gpu") == "slow: 60% of the cluster average"
-
-
 class RecountingAnalyzer(HealthAnalyzer):
     """The trend rule as first written: recount the whole window for every event (O(n))."""
 

@@ -5,6 +5,7 @@ state and score, and a device removed from the bus says so."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from hcsd.daemon.hotplug import HotplugWatcher
@@ -50,8 +51,12 @@ def test_a_new_kind_of_fault_replaces_the_old_reason(
 def test_a_lost_device_says_why(mixed_inventory: Inventory, ledger: Ledger) -> None:
     service = NodeService(mixed_inventory, ledger)
     device = service.devices()[0].device
+    words = (("subhealth", "pcie-link-width"), ("subhealth_node", "hw-power-brake"))
+    device = replace(device, attributes=(*device.attributes, *words))
     HotplugWatcher(service, None, lambda: ())._mark_lost(device)  # type: ignore[arg-type]
     status = service.device_status(device.uuid)
     assert status is not None and status.device.health_state is HealthState.LOST
     assert dict(status.device.attributes)["health_reason"] == "removed from the bus"
     assert metric_reasons(service, None) == {device.uuid: "removed from the bus"}
+    # off the bus, it runs below nothing: the sub-health words go with it
+    assert not {"subhealth", "subhealth_node"} & set(dict(status.device.attributes))

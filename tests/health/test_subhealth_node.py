@@ -10,6 +10,7 @@ import os
 import shlex
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -48,8 +49,16 @@ def line_of(kind: str, pairs: dict[str, str]) -> str:
 class Node:
     """Three fake A100s and what watches them; `set` changes the fake driver's readings."""
 
-    def __init__(self, fake: FakeNode, local: LocalNode, watcher: HealthWatcher, clock: Clock):
+    def __init__(
+        self,
+        fake: FakeNode,
+        local: LocalNode,
+        watcher: HealthWatcher,
+        clock: Clock,
+        backend: NvidiaBackend,
+    ):
         self.fake, self.local, self.watcher, self.clock = fake, local, watcher, clock
+        self.backend = backend
         self.uuids = [s.device.uuid for s in local.service.devices()]
 
     def set(self, index: int, **values: object) -> None:
@@ -91,7 +100,16 @@ class Node:
 
 
 @pytest.fixture
-def node(tmp_path: Path, fake_libs: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
+def settings() -> HealthSection:
+    return HealthSection(
+        source="off", subhealth_hold=HOLD, subhealth_recovery=RECOVERY, quiet_period=60.0
+    )
+
+
+@pytest.fixture
+def node(
+    tmp_path: Path, fake_libs: Path, monkeypatch: pytest.MonkeyPatch, settings: HealthSection
+) -> Iterator[Node]:
     try:
         fake = nvidia_node(tmp_path, count=3, topology="pcie")
     except PermissionError:
@@ -100,13 +118,15 @@ def node(tmp_path: Path, fake_libs: Path, monkeypatch: pytest.MonkeyPatch) -> It
     backend = NvidiaBackend(fake.section(nvml_library=str(fake_libs / "libnvidia-ml.so.1")))
     local = local_node(tmp_path, discover_all("n", [backend]))
     clock = Clock()
-    settings = HealthSection(
-        source="off", subhealth_hold=HOLD, subhealth_recovery=RECOVERY, quiet_period=60.0
-    )
     watcher = HealthWatcher(
-        local.service, settings, clock=clock, backends=[backend], sysfs=str(fake.sysfs)
+        local.service,
+        settings,
+        clock=clock,
+        backends=[backend],
+        sysfs=str(fake.sysfs),
+        run_dir=str(tmp_path / "run"),
     )
-    yield Node(fake, local, watcher, clock)
+    yield Node(fake, local, watcher, clock, backend)
     assert watcher.counters is not None
     watcher.counters.close()
     backend.close()
@@ -131,7 +151,7 @@ async def test_degraded_after_the_hold_with_named_reasons(node: Node) -> None:
     assert slow["health_reason"] == (
         "hw-slowdown: clock event reasons 0x8 (hw-slowdown); SM clock 705 of 1410 MHz"
     )
-    assert narrow["subhealth"] == "pcie-link-x8-of-x16"
+    assert narrow["subhealth"] == "pcie-link-width"
     assert node.device(0).health_score == 50  # scored down: the extender ranks by it
     assert node.device(2).health_score == 100
 
@@ -142,7 +162,7 @@ async def test_degraded_after_the_hold_with_named_reasons(node: Node) -> None:
     by_uuid = {d["uuid"]: d for d in status["devices"]}
     assert by_uuid[node.uuids[0]]["health"] == "degraded"
     assert by_uuid[node.uuids[0]]["subhealth"] == ["hw-slowdown"]
-    assert by_uuid[node.uuids[1]]["subhealth"] == ["pcie-link-x8-of-x16"]
+    assert by_uuid[node.uuids[1]]["subhealth"] == ["pcie-link-width"]
     assert "subhealth" not in by_uuid[node.uuids[2]]
     body, _ = exposition(registry(node.local.service, node.watcher, telemetry=Telemetry()), "")
     subhealth = {
@@ -150,7 +170,7 @@ async def test_degraded_after_the_hold_with_named_reasons(node: Node) -> None:
         for (name, labels), _ in samples(body.decode()).items()
         if name == "hcs_device_subhealth"
     }
-    assert subhealth == {(node.uuids[0], "hw-slowdown"), (node.uuids[1], "pcie-link-x8-of-x16")}
+    assert subhealth == {(node.uuids[0], "hw-slowdown"), (node.uuids[1], "pcie-link-width")}
 
 
 async def test_clears_after_the_recovery_time_without_flapping(node: Node) -> None:
@@ -184,7 +204,7 @@ async def test_unhealthy_wins_over_sub_health(node: Node) -> None:
     device = node.device(2)
     assert device.health_state is HealthState.UNHEALTHY
     assert dict(device.attributes)["health_cause"] == "xid-79 (fatal)"
-    assert dict(device.attributes)["subhealth"] == "pcie-link-x4-of-x16"
+    assert dict(device.attributes)["subhealth"] == "pcie-link-width"
     assert device.health_score == 0
 
 
@@ -213,7 +233,9 @@ async def test_the_running_watcher_checks_sub_health_on_its_poll(node: Node) -> 
     )
     assert node.watcher.counters is not None
     node.watcher.counters.close()
-    watcher = HealthWatcher(node.local.service, settings, sysfs=str(node.fake.sysfs))
+    watcher = HealthWatcher(
+        node.local.service, settings, backends=[node.backend], sysfs=str(node.fake.sysfs)
+    )
     node.link(0, 8)
     task = asyncio.create_task(watcher.run())
     try:
@@ -225,5 +247,112 @@ async def test_the_running_watcher_checks_sub_health_on_its_poll(node: Node) -> 
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    assert dict(node.device(0).attributes)["subhealth"] == "pcie-link-x8-of-x16"
+    assert dict(node.device(0).attributes)["subhealth"] == "pcie-link-width"
     assert 0.3 <= took < 10
+
+
+async def test_an_idle_gpu_is_not_judged_on_its_width(node: Node) -> None:
+    """NVIDIA narrows the link when idle: only a busy GPU's width is judged."""
+    node.set(0, util=0)
+    node.link(0, 4)
+    await node.poll(HOLD + POLL)
+    assert node.state(0) is HealthState.HEALTHY
+    node.set(0, util=90)
+    await node.poll(HOLD + POLL)
+    assert dict(node.device(0).attributes)["subhealth"] == "pcie-link-width"
+
+
+async def test_missing_evidence_keeps_a_degraded_device_degraded(node: Node) -> None:
+    """Idle, then hung (every NVML call fails): neither is the signal gone."""
+    node.link(0, 8)
+    await node.poll(HOLD + POLL)
+    assert node.state(0) is HealthState.DEGRADED
+    node.link(0, 16)
+    node.set(0, util=0)  # idle at full width: says nothing of the busy link
+    await node.poll(RECOVERY * 3)
+    node.set(0, lost=1)  # NVML answers GPU_IS_LOST to everything
+    await node.poll(RECOVERY * 3)
+    assert node.state(0) is HealthState.DEGRADED
+    node.set(0, lost=0, util=90)  # busy at full width: recovers after the recovery time
+    await node.poll(RECOVERY + POLL)
+    assert node.state(0) is HealthState.HEALTHY
+
+
+async def test_one_failing_reading_leaves_the_others(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    node.set(0, util="fail", clock_reasons=0x8)
+    await node.poll()
+    await node.poll()
+    readings = node.backend.health_gauges()[node.uuids[0]]
+    assert readings["clock_event_reasons"] == 0x8 and "busy" not in readings
+    warned = [r for r in caplog.records if "utilization_percent" in r.getMessage()]
+    assert len(warned) == 1  # once per device and reading, not every poll
+    await node.poll(HOLD)
+    assert dict(node.device(0).attributes)["subhealth"] == "hw-slowdown"
+
+
+async def test_a_node_wide_brake_degrades_no_device(node: Node) -> None:
+    for index in range(3):
+        node.set(index, clock_reasons=0x80)  # the chassis's power brake, on every GPU
+    node.set(1, clock_reasons=0x88)  # and one GPU with its own slowdown
+    await node.poll(HOLD + POLL)
+    assert [node.state(i) for i in range(3)] == [
+        HealthState.HEALTHY,
+        HealthState.DEGRADED,
+        HealthState.HEALTHY,
+    ]
+    assert dict(node.device(1).attributes)["subhealth"] == "hw-slowdown"
+    assert {dict(node.device(i).attributes)["subhealth_node"] for i in range(3)} == {
+        "hw-power-brake"
+    }
+    devices = [device_to_pb(s) for s in node.local.service.devices()]
+    status = node_status(devices, [], previous={}, now="2026-01-01T00:00:00Z")
+    assert status["nodeSubhealth"] == ["hw-power-brake"]
+    assert status["subhealth"] == f"{node.uuids[1]}: hw-slowdown; node: hw-power-brake"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == f"{node.uuids[1]} degraded: hw-slowdown"
+    node.set(0, clock_reasons=0x0)  # one GPU free of it: the others are degraded for it
+    await node.poll(RECOVERY + POLL)
+    assert [node.state(i) for i in range(3)] == [
+        HealthState.HEALTHY,
+        HealthState.DEGRADED,
+        HealthState.DEGRADED,
+    ]
+    assert "subhealth_node" not in dict(node.device(0).attributes)
+
+
+IGNORING = HealthSection(source="off", subhealth_hold=HOLD, subhealth_ignore=("hw-power-brake",))
+
+
+@pytest.mark.parametrize("settings", [IGNORING])
+async def test_ignored_reasons_are_not_tracked(node: Node) -> None:
+    node.set(0, clock_reasons=0x80)
+    await node.poll(HOLD + POLL)
+    assert node.state(0) is HealthState.HEALTHY
+
+
+async def test_a_restart_keeps_the_holds(node: Node, tmp_path: Path) -> None:
+    node.link(0, 8)
+    await node.poll(HOLD + POLL)
+    assert node.state(0) is HealthState.DEGRADED
+    # hcsd restarts: the device record comes back from discovery, healthy, and the clock
+    # is a new monotonic one
+    device = node.device(0)
+    node.local.service.set_device(
+        replace(device, health_state=HealthState.HEALTHY, health_score=100, attributes=())
+    )
+    assert node.watcher.counters is not None
+    node.watcher.counters.close()
+    node.clock.now = 5.0
+    node.watcher = HealthWatcher(
+        node.local.service,
+        node.watcher.settings,
+        clock=node.clock,
+        backends=[node.backend],
+        sysfs=str(node.fake.sysfs),
+        run_dir=str(tmp_path / "run"),
+    )
+    await node.poll()
+    assert node.state(0) is HealthState.DEGRADED  # at once, not a hold time later
+    assert dict(node.device(0).attributes)["subhealth"] == "pcie-link-width"
