@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from hcsd.api.messages import HEALTH_NAMES
 from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.contract.names import SUBHEALTH_ATTRIBUTE, SUBHEALTH_NODE_ATTRIBUTE
 from hcsd.quantity import format_bytes
 
 __all__ = [
@@ -41,11 +42,20 @@ def _short(uuid: str, keep: int = 8) -> str:
 
 
 def _health(device: pb.Device) -> str:
-    """The state, with the sub-health reasons that hold the device degraded (hw-slowdown,
-    pcie-link-x8-of-x16, …) when there are any: what an operator asks first of a slow card."""
+    """The state and why: the cause in stable words for a device not healthy (`degraded
+    (hw-slowdown,pcie-link-width)` when sub-health holds it, `unhealthy (xid-79 (fatal))`),
+    then the sub-health reasons where they are not the cause, and the node-wide clock reasons:
+    what an operator asks first of a slow card."""
     state = HEALTH_NAMES.get(device.health_state, "unknown")
-    reasons = device.attributes.get("subhealth", "")
-    return f"{state} ({reasons})" if reasons else state
+    cause = device.attributes.get("health_cause", "") if state != "healthy" else ""
+    reasons = device.attributes.get(SUBHEALTH_ATTRIBUTE, "")
+    node = device.attributes.get(SUBHEALTH_NODE_ATTRIBUTE, "")
+    why = [cause] if cause else []
+    if reasons and reasons != cause:
+        why.append(f"sub-health: {reasons}")
+    if node:
+        why.append(f"node: {node}")
+    return f"{state} ({'; '.join(why)})" if why else state
 
 
 def _measured(device: pb.Device) -> str:

@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from hcsd import __version__
+from hcsd.contract.names import SUBHEALTH_ATTRIBUTE, SUBHEALTH_NODE_ATTRIBUTE
 from hcsd.health.watching import HealthWatcher
 from hcsd.model import Device, HealthState
 from hcsd.profiles import ProfileDatabase, default_database
@@ -204,13 +205,24 @@ class NodeCollector(Collector):
         subhealth = GaugeMetricFamily(
             "hcs_device_subhealth",
             "1 for each named sub-health signal holding a device degraded (hw-slowdown, "
-            "pcie-link-x8-of-x16, ecc-correctable-rising, below-profile-tflops, ...).",
+            "pcie-link-width, ecc-correctable-rising, below-profile-tflops, ...).",
             labels=["device", "reason"],
         )
+        node_wide: set[str] = set()
         for s in statuses:
-            for name in filter(None, dict(s.device.attributes).get("subhealth", "").split(",")):
+            attributes = dict(s.device.attributes)
+            for name in filter(None, attributes.get(SUBHEALTH_ATTRIBUTE, "").split(",")):
                 subhealth.add_metric([s.device.uuid, name], 1)
-        yield from (score, state, reason, subhealth)
+            node_wide.update(filter(None, attributes.get(SUBHEALTH_NODE_ATTRIBUTE, "").split(",")))
+        node = GaugeMetricFamily(
+            "hcs_node_subhealth",
+            "1 for each clock reason every device of the node holds (hw-power-brake, "
+            "sw-thermal-slowdown, ...): node-wide, no device degraded for it.",
+            labels=["reason"],
+        )
+        for name in sorted(node_wide):
+            node.add_metric([name], 1)
+        yield from (score, state, reason, subhealth, node)
         bad = {s.device.uuid for s in statuses if not s.device.health_state.schedulable}
         on_bad = sum(1 for a in self.service.allocations() if bad.intersection(a.device_uuids))
         yield GaugeMetricFamily(

@@ -59,10 +59,16 @@ def test_devices_table_names_the_sub_health_reasons(
 ) -> None:
     devices = [device_to_pb(s) for s in make_service(mixed_inventory, ledger).devices()]
     devices[0].health_state = pb.HEALTH_STATE_DEGRADED
-    devices[0].attributes["subhealth"] = "hw-slowdown,pcie-link-x8-of-x16"
+    devices[0].attributes["subhealth"] = "hw-slowdown,pcie-link-width"
+    devices[0].attributes["health_cause"] = "hw-slowdown,pcie-link-width"
+    # unhealthy for a fault: the fault is the cause, the sub-health signal listed apart
+    devices[1].health_state = pb.HEALTH_STATE_UNHEALTHY
+    devices[1].attributes["subhealth"] = "pcie-link-width"
+    devices[1].attributes["health_cause"] = "xid-79 (fatal)"
     lines = tables.devices_table(devices).splitlines()
-    assert "  degraded (hw-slowdown,pcie-link-x8-of-x16)  " in lines[1]
-    assert [line for line in lines if "(" in line] == [lines[1]]  # the others: the state alone
+    assert "  degraded (hw-slowdown,pcie-link-width)  " in lines[1]
+    assert "  unhealthy (xid-79 (fatal); sub-health: pcie-link-width)  " in lines[2]
+    assert [line for line in lines if "(" in line] == lines[1:3]  # the others: the state alone
 
 
 def test_allocations_table(mixed_inventory: Inventory, ledger: Ledger) -> None:
