@@ -133,6 +133,7 @@ def test_health_counters_follow_the_driver(backend: NvidiaBackend, node: FakeNod
         "ecc_correctable": 0,
         "ecc_uncorrectable": 0,
         "row_remap_failures": 0,
+        "remapped_rows_correctable": 0,
         "pcie_replays": 0,
         "link_errors": 0,
     }
@@ -152,15 +153,16 @@ def test_sub_health_readings_follow_the_driver(backend: NvidiaBackend, node: Fak
     devices = backend.discover()
     assert backend.health_gauges()[devices[0].uuid] == {
         "clock_event_reasons": 0,
-        "busy": 1,
+        "busy": 1,  # utilization 100%
         "sm_clock_mhz": 1410,
         "sm_clock_max_mhz": 1410,
+        "sm_clock_applications_mhz": 1410,
         "row_remap_pending": 0,  # retired pages: unsupported on this Ampere, left out
     }
     text = node.config.read_text().replace(
         "uuid=GPU-00000000-0000-0000-0000-000000000002",
         "uuid=GPU-00000000-0000-0000-0000-000000000002 clock_reasons=0x48 sm_clock_now=600 "
-        "remap_pending=1",
+        "remap_pending=1 util=20 app_clock=1200",
     )
     node.config.write_text(text)
     stat = node.config.stat()
@@ -169,6 +171,8 @@ def test_sub_health_readings_follow_the_driver(backend: NvidiaBackend, node: Fak
     assert after["clock_event_reasons"] == 0x48
     assert after["sm_clock_mhz"] == 600
     assert after["row_remap_pending"] == 1
+    assert after["busy"] == 0  # utilization 20%: not busy
+    assert after["sm_clock_applications_mhz"] == 1200
 
 
 _OLD_DRIVER = """
