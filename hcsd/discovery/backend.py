@@ -44,7 +44,8 @@ class DiscoveryBackend(abc.ABC):
         The vendor's own health view (ECC errors, retired pages, link errors) for the health
         watcher's polling fallback, which turns every increase into an event. Names the
         watcher knows: ecc_uncorrectable, ecc_correctable, retired_pages, row_remap_failures,
-        remapped_rows_correctable, pcie_replays, link_errors, device_errors. Backends without such a view return {}.
+        remapped_rows_correctable, retirement_failures, pcie_replays, link_errors,
+        device_errors. Backends without such a view return {}.
         """
         return {}
 
@@ -54,9 +55,10 @@ class DiscoveryBackend(abc.ABC):
         The sub-health signals' inputs (hcsd/health/signals.py): clock_event_reasons (NVML's
         nvmlClocksEventReason* bits; other vendors translate theirs into them), busy (1 while
         the device works, 0 while idle: only where the vendor says), sm_clock_mhz,
-        sm_clock_max_mhz and sm_clock_applications_mhz, retired_pages_pending and row_remap_pending (1 while a retirement
-        or remap waits for a reset). A reading the device does not support is left out;
-        backends without such a view return {}.
+        sm_clock_max_mhz and sm_clock_applications_mhz, retired_pages_pending and
+        row_remap_pending (1 while a retirement or remap waits for a reset). A reading the
+        device does not support, or that failed, is left out; backends without such a view
+        return {}.
         """
         return {}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from hcsd.discovery import DiscoveryError
 from hcsd.discovery.backends.cambricon import CambriconBackend, parse_cnmon
 from hcsd.discovery.settings import DiscoverySection
+from hcsd.health.events import Severity
+from hcsd.health.sources.counters import COUNTER_SEVERITY
 from hcsd.model import DeviceNode, HealthState, LinkKind
 from tests.fakes import make_devfs
 from tests.fakes.nodes import cambricon_node, discover_once, tool
@@ -43,7 +46,11 @@ def test_eight_mlus_in_a_ring(
     ring = first.link_to(devices[1].uuid)
     assert ring is not None and (ring.kind, ring.gbps) == (LinkKind.MLULINK, 50.0)
     assert first.link_to(devices[4].uuid).kind is LinkKind.PCIE_HOST  # type: ignore[union-attr]
-    assert counters[first.uuid] == {"ecc_correctable": 0, "ecc_uncorrectable": 0}
+    assert counters[first.uuid] == {
+        "ecc_correctable": 0,
+        "ecc_uncorrectable": 0,
+        "retirement_failures": 0,
+    }
 
 
 def test_unhealthy_card(
@@ -139,3 +146,36 @@ def test_throttle_reasons_and_pending_retirement_as_sub_health_readings(
     # TDP reads as NVML's power cap (0x4), thermal slowdown as its HW thermal bit (0x40)
     assert gauges[devices[1].uuid] == {"clock_event_reasons": 0x44, "retired_pages_pending": 1}
     assert devices[2].uuid not in gauges  # neither call supported: no readings, never zeros
+
+
+def test_a_failed_retirement_is_a_fatal_counter_and_unsupported_calls_are_not_retried(
+    tmp_path: Path, devfs: Path, fake_libs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = cambricon_node(tmp_path, count=2)
+    text = node.config.read_text().replace(
+        "uuid=20001012-1916-0000-0000-000000000001",
+        "uuid=20001012-1916-0000-0000-000000000001 retired_failure=1",
+    )
+    node.config.write_text(text.replace(
+        "uuid=20001012-1916-0000-0000-000000000000",
+        "uuid=20001012-1916-0000-0000-000000000000 retired_pending=unsupported",
+    ))  # fmt: skip
+    monkeypatch.setenv("FAKE_CNDEV_CONFIG", str(node.config))
+    library = str(fake_libs / "libcndev.so")
+    backend = CambriconBackend(node.section(cndev_library=library))
+    calls = ctypes.c_int.in_dll(ctypes.CDLL(library), "fake_cndev_retired_calls")
+    try:
+        devices = backend.discover()
+        counters = backend.health_counters()
+        backend.health_gauges()
+        first = calls.value
+        for _ in range(3):
+            backend.health_counters()
+            backend.health_gauges()
+    finally:
+        backend.close()
+    assert COUNTER_SEVERITY["retirement_failures"] is Severity.FATAL
+    assert counters[devices[1].uuid]["retirement_failures"] == 1
+    assert "retirement_failures" not in counters[devices[0].uuid]
+    # once per poll for the card that answers, never again for the one that did not
+    assert calls.value - first == 3

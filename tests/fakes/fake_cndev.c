@@ -6,7 +6,8 @@
  *          pci_device=0x0370 health=1 ecc_corrected=0 ecc_uncorrected=0 ports=2
  *          throttle=power_brake,thermal_slowdown retired_pending=1
  *   (throttle: the cndevPerformanceThrottleReason_t fields enabled, comma-separated, or
- *   `unsupported`; a card with retired_pending=unsupported answers NOT_SUPPORTED)
+ *   `unsupported`; a card with retired_pending=unsupported answers NOT_SUPPORTED;
+ *   retired_failure=1 sets isFailure, a retirement that failed)
  *   mlulink device=0 port=0 remote_uuid=... active=1
  *   process device=0 pid=4242 used_kib=1048576 virtual_kib=0       (host pid, KiB as cndev.h)
  */
@@ -200,14 +201,17 @@ cndevRet_t cndevGetPerformanceThrottleReason(cndevPerformanceThrottleReason_t *r
     reason->thermalSlowdown = listed(list, "thermal_slowdown");
     return CNDEV_SUCCESS;
 }
+/* How many times the retired-pages query was asked (tests read it through ctypes). */
+int fake_cndev_retired_calls;
 cndevRet_t cndevGetRetiredPagesStatus(cndevRetiredPageStatus_t *status, int dev) {
+    fake_cndev_retired_calls++;
     const struct cfg_record *rec = find(dev);
     if (!rec) return CNDEV_ERROR_INVALID_DEVICE_ID;
     if (!status) return CNDEV_ERROR_INVALID_ARGUMENT;
     if (strcmp(cfg_get(rec, "retired_pending", "0"), "unsupported") == 0)
         return CNDEV_ERROR_NOT_SUPPORTED;
     status->isPending = cfg_long(rec, "retired_pending", 0) ? 1 : 0;
-    status->isFailure = 0;
+    status->isFailure = cfg_long(rec, "retired_failure", 0) ? 1 : 0;
     return CNDEV_SUCCESS;
 }
 int cndevGetMLULinkPortNumber(int dev) {

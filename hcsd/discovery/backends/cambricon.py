@@ -31,6 +31,7 @@ __all__ = ["CambriconBackend", "parse_cnmon"]
 log = logging.getLogger(__name__)
 
 VERSION = 5  # CNDEV_VERSION_5
+_NOT_SUPPORTED = 10  # CNDEV_ERROR_NOT_SUPPORTED
 SHARED_NODES = ("cambricon_ctl", "cambricon_gdr")
 PER_DEVICE_OPTIONAL = (
     "cambricon_ipcm{}",
@@ -125,6 +126,8 @@ class CambriconBackend(DiscoveryBackend):
         self.sysfs, self.dev_root = Path(settings.sysfs), Path(settings.dev_root)
         self._lib: Any = None
         self._handles: dict[str, int] = {}
+        self._retired: dict[str, Any] = {}  # this poll's retired-page status per uuid
+        self._unsupported: set[tuple[str, str]] = set()  # (uuid, call) answered NOT_SUPPORTED
 
     def discover(self) -> Sequence[Device]:
         try:
@@ -141,39 +144,64 @@ class CambriconBackend(DiscoveryBackend):
         return [replace(d, links=self._links(d, by_uuid)) for d in devices]
 
     def health_counters(self) -> dict[str, dict[str, int]]:
-        counters = {}
-        for uuid, handle in self._handles.items():
+        """ECC counts, and a failed page retirement (CNDev's `isFailure`, 0 or 1) as the
+        counter `retirement_failures`: memory that could not be retired, fatal as a failed
+        row remap is."""
+        counters: dict[str, dict[str, int]] = {}
+        self._retired.clear()  # read once per poll, shared with the readings below
+        for uuid, handle in list(self._handles.items()):
+            values: dict[str, int] = {}
             ecc = _Ecc(version=VERSION)
             if self._lib.cndevGetECCInfo(ctypes.byref(ecc), handle) == 0:
-                counters[uuid] = {
-                    "ecc_correctable": int(ecc.corrected),
-                    "ecc_uncorrectable": int(ecc.uncorrected),
-                }
+                values["ecc_correctable"] = int(ecc.corrected)
+                values["ecc_uncorrectable"] = int(ecc.uncorrected)
+            if (status := self._retired_status(uuid, handle)) is not None:
+                values["retirement_failures"] = int(bool(status.failure))
+            if values:
+                counters[uuid] = values
         return counters
 
     def health_gauges(self) -> dict[str, dict[str, int]]:
-        """Throttle reasons and a pending page retirement, where this CNDev has the calls.
-        CNDev says nothing of idleness, so no `busy` reading: the PCIe link speed of an MLU is
-        not judged (docs/health.md)."""
+        """Throttle reasons and a pending page retirement, where this CNDev has the calls (a
+        call that answers NOT_SUPPORTED for a card is not asked again). CNDev says nothing of
+        idleness, so no `busy` reading: the PCIe link speed of an MLU is not judged
+        (docs/health.md)."""
         lib, gauges = self._lib, {}
         if lib is None:
             return {}
         throttle = getattr(lib, "cndevGetPerformanceThrottleReason", None)
-        retired = getattr(lib, "cndevGetRetiredPagesStatus", None)
-        for uuid, handle in self._handles.items():
+        for uuid, handle in list(self._handles.items()):
             values: dict[str, int] = {}
             reason = _Throttle(version=_THROTTLE_VERSION)
-            if throttle is not None and throttle(ctypes.byref(reason), handle) == 0:
+            if throttle is not None and self._ask(uuid, "throttle", throttle, reason, handle):
                 bits = 0
                 for name, bit in _THROTTLE_BITS:
                     bits |= bit if getattr(reason, name) == 1 else 0
                 values["clock_event_reasons"] = bits
-            status = _RetiredStatus(version=_THROTTLE_VERSION)
-            if retired is not None and retired(ctypes.byref(status), handle) == 0:
+            if (status := self._retired_status(uuid, handle)) is not None:
                 values["retired_pages_pending"] = int(bool(status.pending))
             if values:
                 gauges[uuid] = values
+        self._retired.clear()
         return gauges
+
+    def _retired_status(self, uuid: str, handle: int) -> Any:
+        """cndevGetRetiredPagesStatus, once a poll; None where the call is missing or failed."""
+        if uuid not in self._retired:
+            call = getattr(self._lib, "cndevGetRetiredPagesStatus", None)
+            status = _RetiredStatus(version=_THROTTLE_VERSION)
+            ok = call is not None and self._ask(uuid, "retired", call, status, handle)
+            self._retired[uuid] = status if ok else None
+        return self._retired[uuid]
+
+    def _ask(self, uuid: str, name: str, call: Any, out: Any, handle: int) -> bool:
+        """A CNDev query into `out`; False on an error. NOT_SUPPORTED is remembered."""
+        if (uuid, name) in self._unsupported:
+            return False
+        code = call(ctypes.byref(out), handle)
+        if code == _NOT_SUPPORTED:
+            self._unsupported.add((uuid, name))
+        return bool(code == 0)
 
     def close(self) -> None:
         if self._lib is not None:

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 COUNTER_SEVERITY: Mapping[str, Severity] = {
     "ecc_uncorrectable": Severity.FATAL,
     "row_remap_failures": Severity.FATAL,
+    "retirement_failures": Severity.FATAL,
     "device_errors": Severity.DEGRADING,
     "link_errors": Severity.DEGRADING,
     "ecc_correctable": Severity.CORRECTABLE,
