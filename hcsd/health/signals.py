@@ -119,17 +119,20 @@ def busy(gauges: Mapping[str, int]) -> bool | None:
     return None if value is None else bool(value)
 
 
-def clocks(gauges: Mapping[str, int], *, low_ratio: float) -> Evidence:
+def clocks(gauges: Mapping[str, int], *, low_ratio: float, load_gated: bool = True) -> Evidence:
     """Clocks held down by the hardware (NVML's event reasons), and an SM clock under
     `low_ratio` of its reference (the application clock when one is set, else the maximum)
     that no reason bit explains.
 
-    A reason bit seen counts whatever the load; its absence, and the SM clock's judgement,
-    only while the device is busy (an idle board says little about its clocks)."""
+    A reason bit seen counts whatever the load. For a vendor that reports load
+    (`load_gated`), its absence, and the SM clock's judgement, count only while the device is
+    busy (an idle board says little about its clocks); for one that never says (CNDev), a bit's
+    absence counts whenever the reasons were read."""
     reasons = gauges.get("clock_event_reasons")
     if reasons is None:
         return {}
     working = busy(gauges)
+    judged = working or not load_gated
     sm = gauges.get("sm_clock_mhz", 0)
     top = gauges.get("sm_clock_max_mhz", 0)
     applications = gauges.get("sm_clock_applications_mhz", 0)
@@ -141,7 +144,7 @@ def clocks(gauges: Mapping[str, int], *, low_ratio: float) -> Evidence:
     for bit, name in CLOCK_REASONS:
         if reasons & bit:
             evidence[name] = Signal(name, f"clock event reasons {reasons:#x} ({name}); {at}")
-        elif working:
+        elif judged:
             evidence[name] = None
     if working and reference and sm:
         unexplained = not reasons & ~_APPLICATION_CLOCKS
@@ -175,7 +178,9 @@ def ecc_rising(last: float | None, count: int, *, now: float, window: float) -> 
     return {
         "ecc-correctable-rising": Signal(
             "ecc-correctable-rising",
-            f"{count} correctable memory error rise(s), the last {now - last:.0f}s ago",
+            # no "…s ago": the detail is shown long after it was written (the ComputeNode)
+            f"{count} correctable memory error rise(s) since hcsd started, the latest at most "
+            f"{window:.0f}s before the last check",
         )
     }
 

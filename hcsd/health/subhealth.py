@@ -34,6 +34,7 @@ from hcsd.profiles.database import ProfileDatabase, default_database
 __all__ = [
     "CORRECTION_CODES",
     "DYNAMIC_LINK_VENDORS",
+    "LOAD_VENDORS",
     "SubHealth",
     "SubHealthSettings",
     "SubHealthTracker",
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 #: Vendors whose devices narrow their PCIe link when idle (nvidia-smi: "generation and width
 #: may be reduced when not in use"): their width is judged only while busy.
 DYNAMIC_LINK_VENDORS = frozenset({Vendor.NVIDIA})
+#: Vendors whose backend reports load (`busy`): the absence of a clock reason counts only while
+#: busy. The others never say, so a reason's absence counts whenever the reasons were read.
+LOAD_VENDORS = frozenset({Vendor.NVIDIA})
 
 #: Health-event codes that are a corrected memory error: the vendor counters' names (NVML,
 #: DCMI, CNDev, the Hygon tool) as the counter poller emits them, and the kernel lines that say
@@ -204,7 +208,9 @@ class SubHealth:
                 busy=signals.busy(gauges),
                 dynamic=device.vendor in DYNAMIC_LINK_VENDORS,
             ),
-            "clocks": lambda: signals.clocks(gauges, low_ratio=s.clock_ratio),
+            "clocks": lambda: signals.clocks(
+                gauges, low_ratio=s.clock_ratio, load_gated=device.vendor in LOAD_VENDORS
+            ),
             "memory": lambda: signals.memory_pending(gauges),
             "corrections": lambda: signals.ecc_rising(
                 last, count, now=self.clock(), window=s.ecc_window

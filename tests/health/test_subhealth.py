@@ -327,6 +327,9 @@ def test_a_clock_reason_clears_only_under_load() -> None:
     assert all(v is None for v in busy.values())
     idle = signals.clocks({"clock_event_reasons": 0x80, "busy": 0}, low_ratio=0.6)
     assert seen(idle) == ["hw-power-brake"]
+    # a vendor that never reports load (CNDev): a bit's absence counts whenever read
+    ungated = signals.clocks({"clock_event_reasons": 0}, low_ratio=0.6, load_gated=False)
+    assert set(ungated) == set(signals.LOAD_CLOCK_KINDS) - {"sm-clock-low"}
 
 
 def test_busy_only_where_the_vendor_says() -> None:
@@ -389,7 +392,13 @@ def test_corrections_from_counters_and_kernel_lines(
         watch.check([device], {})
         clock.now += 5
     assert watch.held("gpu") == (
-        (Signal("ecc-correctable-rising", "3 correctable memory error rise(s), the last 0s ago"),)
+        (
+            Signal(
+                "ecc-correctable-rising",
+                "3 correctable memory error rise(s) since hcsd started, the latest at most 60s "
+                "before the last check",
+            ),
+        )
         if counts
         else ()
     )
