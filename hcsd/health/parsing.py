@@ -32,6 +32,12 @@ __all__ = [
 
 MAX_LINE = 1024
 _BUS = r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
+# An ECC error the hardware did not correct, in the words drivers use for it, either side of
+# "ecc".
+_UNCORRECTED = (
+    r"(?:(?:multi|double)[- ]?bit|uncorrect|non-?correct).*ecc"
+    r"|ecc.*(?:(?:multi|double)[- ]?bit|uncorrect|non-?correct)"
+)
 _PCI = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 _XID = re.compile(
     r"NVRM: Xid \(PCI:(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?\): "
@@ -90,6 +96,14 @@ DEFAULT_RULES: tuple[LineRule, ...] = (
             r"(?:devdrv|davinci)\S* " + _BUS + r": .*(?:heartbeat lost|device (?:is )?down)"
         ),
     ),
+    # An ECC line that says the error was not corrected (multi-bit, double-bit,
+    # uncorrectable) is fatal; the rules below it would take any ECC line as a correction.
+    LineRule(
+        "ascend",
+        "hbm-ecc-uncorrectable",
+        Severity.FATAL,
+        re.compile(r"(?:devdrv|davinci)\S* " + _BUS + r": .*(?:hbm|HBM).*(?:" + _UNCORRECTED + ")"),
+    ),
     LineRule(
         "ascend",
         "hbm-ecc",
@@ -101,6 +115,12 @@ DEFAULT_RULES: tuple[LineRule, ...] = (
         "device-fault",
         Severity.FATAL,
         re.compile(r"cambricon\S* " + _BUS + r": .*(?:heartbeat lost|card (?:is )?down|fatal)"),
+    ),
+    LineRule(
+        "cambricon",
+        "ecc-uncorrectable",
+        Severity.FATAL,
+        re.compile(r"cambricon\S* " + _BUS + r": .*(?:" + _UNCORRECTED + ")", re.IGNORECASE),
     ),
     LineRule(
         "cambricon",

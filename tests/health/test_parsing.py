@@ -91,11 +91,25 @@ KNOWN_LINES = [
         id="cambricon-down",
     ),
     pytest.param(
-        "devdrv_driver 0000:c1:00.0: HBM multi-bit ecc error",
+        "devdrv_driver 0000:c1:00.0: HBM single-bit ecc error corrected",
         "0000:c1:00.0",
         "hbm-ecc",
         Severity.CORRECTABLE,
         id="ascend-hbm-ecc",
+    ),
+    pytest.param(
+        "devdrv_driver 0000:c1:00.0: HBM multi-bit ecc error",
+        "0000:c1:00.0",
+        "hbm-ecc-uncorrectable",
+        Severity.FATAL,
+        id="ascend-hbm-ecc-multi-bit",
+    ),
+    pytest.param(
+        "cambricon_drv 0000:b1:00.0: uncorrectable ECC error on channel 2",
+        "0000:b1:00.0",
+        "ecc-uncorrectable",
+        Severity.FATAL,
+        id="cambricon-ecc-uncorrectable",
     ),
     pytest.param(
         "amdgpu 0000:81:00.0: amdgpu: uncorrectable hardware error detected",
