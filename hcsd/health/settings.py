@@ -121,9 +121,18 @@ class HealthSection(Section):
     subhealth_score: float = setting(
         50.0,
         "Health score a device degraded by sub-health reports at most (the extender scores "
-        "devices by it).",
+        "devices by it); at least unhealthy_below.",
         checks.score,
     )
+
+    def __post_init__(self) -> None:
+        Section.__post_init__(self)
+        if self.subhealth_score < self.unhealthy_below:
+            raise ValueError(
+                f"subhealth_score: {self.subhealth_score:g} is under unhealthy_below "
+                f"({self.unhealthy_below:g}): a device sub-health only degrades would score as "
+                "an unhealthy one"
+            )
 
     def analyzer_settings(self) -> AnalyzerSettings:
         """The score thresholds; recovery needs RECOVERY_MARGIN points above degraded."""

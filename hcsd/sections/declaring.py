@@ -170,7 +170,13 @@ def read_section(
         arguments[name] = built
     if problems:
         return None, problems
-    return cls(**arguments), []
+    try:
+        return cls(**arguments), []
+    except ValueError as e:  # a check across settings (a section's __post_init__): "name: why"
+        name, _, why = str(e).partition(": ")
+        if name in own:
+            return None, [Problem(prefix + name, why)]
+        return None, [Problem(prefix.rstrip(".") or cls.__name__, str(e))]
 
 
 def merge_reloadable(old: S, new: S) -> S:

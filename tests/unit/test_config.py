@@ -244,6 +244,16 @@ def test_watchdog_section(tmp_path: Path) -> None:
             id="paths-relative",
         ),
         pytest.param(
+            "[health]\nsubhealth_score = 20\n",
+            r"health.subhealth_score: 20 is under unhealthy_below \(30\)",
+            id="subhealth-score-under-unhealthy",
+        ),
+        pytest.param(
+            "[health]\nsubhealth_ignore = ['pcie-link-x8-of-x16']\n",
+            "health.subhealth_ignore: expected a list of: pcie-link-width, pcie-link-speed",
+            id="subhealth-ignore-unknown-reason",
+        ),
+        pytest.param(
             "[health]\nrules = 'x'\n",
             r"health.rules: expected a list of tables \{vendor, code, severity, pattern\}",
             id="rules-type",
