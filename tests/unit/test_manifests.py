@@ -407,8 +407,8 @@ NODES: dict[str, tuple[list[pb.Device], list[pb.Allocation]]] = {
                 pb.HEALTH_STATE_DEGRADED,
                 attributes={
                     "health_reason": "hw-slowdown: clock event reasons 0x8 (hw-slowdown)",
-                    "health_cause": "hw-slowdown,pcie-link-x8-of-x16",
-                    "subhealth": "hw-slowdown,pcie-link-x8-of-x16",
+                    "health_cause": "hw-slowdown,pcie-link-width",
+                    "subhealth": "hw-slowdown,pcie-link-width",
                 },
             ),
             device(0, "ascend", pb.HEALTH_STATE_LOST),
