@@ -402,3 +402,50 @@ def test_corrections_from_counters_and_kernel_lines(
         if counts
         else ()
     )
+
+
+def test_a_failing_source_leaves_the_others_and_warns_once(
+    tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A profile attribute that cannot be parsed (an unknown vendor) used to drop every
+    signal of the device on every poll; now only its own kind is unknown."""
+    settings = HealthSection(subhealth_hold=10.0).subhealth_settings()
+    watch = SubHealth(settings, clock, sysfs=str(tmp_path))
+    device = Device(
+        "gpu",
+        Vendor.NVIDIA,
+        "A100-SXM4-80GB",
+        0,
+        "",
+        80 * 2**30,
+        tflops_fp16=100.0,
+        attributes=(("profile", "foo/bar"), ("fingerprint", "measured")),
+    )
+    for _ in range(4):
+        watch.check([device], {"gpu": {"clock_event_reasons": 0x8, "busy": 1}})
+        clock.now += 5
+    assert [s.reason for s in watch.held("gpu")] == ["hw-slowdown"]
+    warned = [r for r in caplog.records if "sub-health profile of gpu" in r.getMessage()]
+    assert len(warned) == 1
+    assert "unknown vendor 'foo'" in warned[0].getMessage()
+
+
+def test_saved_state_survives_a_restart_and_ignores_a_broken_file(
+    tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = HealthSection(subhealth_hold=10.0).subhealth_settings()
+    path = tmp_path / "run" / "subhealth.json"
+    first = SubHealth(settings, clock, sysfs=str(tmp_path), state_path=str(path))
+    for _ in range(3):
+        first.check([DEVICE], {"gpu": {"clock_event_reasons": 0x8, "busy": 1}})
+        clock.now += 5
+    assert [s.reason for s in first.held("gpu")] == ["hw-slowdown"]
+    second = SubHealth(settings, clock, sysfs=str(tmp_path), state_path=str(path))
+    assert [s.reason for s in second.held("gpu")] == ["hw-slowdown"]
+    path.write_text("{not json")
+    third = SubHealth(settings, clock, sysfs=str(tmp_path), state_path=str(path))
+    assert third.held("gpu") == ()
+    assert "ignoring sub-health state" in caplog.text
+
+
+DEVICE = Device("gpu", Vendor.NVIDIA, "A100-SXM4-80GB", 0, "", 80 * 2**30)
