@@ -47,6 +47,8 @@ _HEALTH = {
 REASON_MAX = 1024  # crds/computenodes.yaml: status.devices[].reason maxLength
 SUBHEALTH_MAX, SUBHEALTH_NAME_MAX = 16, 64  # status.devices[].subhealth maxItems, maxLength
 SUBHEALTH_SUMMARY_MAX = 1024  # status.subhealth maxLength
+MESSAGE_MAX = 65536  # status.conditions[].message maxLength
+CAUSE_MAX = 200  # a device's cause in the Ready message (stable words, short)
 FABRIC_PORTS_MAX = 64  # crds/computenodes.yaml: spec.fabric.ports maxItems
 FABRIC_NOTES_MAX = 8  # spec.fabric.notes maxItems
 FABRIC_LINE_MAX = 256  # spec.fabric.ports[] maxLength
@@ -180,7 +182,7 @@ def node_status(
         sorted(
             _why(d, states[d.uuid]) for d in devices if states[d.uuid] is not HealthState.HEALTHY
         )
-    )
+    )[:MESSAGE_MAX]
     if not devices:
         phase, ready_reason, ready_message = "NotReady", "NoDevices", "hcsd found no accelerators"
     elif schedulable == 0:
@@ -268,7 +270,7 @@ def _words(device: pb.Device, key: str) -> list[str]:
 
 def _why(device: pb.Device, state: HealthState) -> str:
     """`<uuid> <state>: <cause>`, the cause in the health watcher's stable words."""
-    cause = device.attributes.get("health_cause", "")[:SUBHEALTH_SUMMARY_MAX]
+    cause = device.attributes.get("health_cause", "")[:CAUSE_MAX]
     return f"{device.uuid} {state.value}" + (f": {cause}" if cause else "")
 
 

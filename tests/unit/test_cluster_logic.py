@@ -180,6 +180,33 @@ def test_node_status_keeps_transition_times_so_resyncs_do_not_write() -> None:
     assert {c["lastTransitionTime"] for c in changed["conditions"]} == {"2026-01-03T00:00:00Z"}
 
 
+def test_the_ready_message_names_each_device_not_healthy_with_its_cause() -> None:
+    """A node with only degraded devices said "Degraded" with an empty message."""
+    devices = [
+        pb.Device(uuid="a", vendor="nvidia", health_state=pb.HEALTH_STATE_HEALTHY),
+        pb.Device(
+            uuid="b",
+            vendor="nvidia",
+            health_state=pb.HEALTH_STATE_DEGRADED,
+            attributes={"health_cause": "pcie-link-width", "subhealth": "pcie-link-width"},
+        ),
+        pb.Device(
+            uuid="c",
+            vendor="nvidia",
+            health_state=pb.HEALTH_STATE_UNHEALTHY,
+            attributes={"health_cause": "xid-79 (fatal)"},
+        ),
+    ]
+    status = node_status(devices, [], previous={}, now="2026-01-01T00:00:00Z")
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["reason"], ready["message"]) == (
+        "SomeDevicesUnhealthy",
+        "b degraded: pcie-link-width; c unhealthy: xid-79 (fatal)",
+    )
+    assert status["subhealth"] == "b: pcie-link-width"
+    assert "nodeSubhealth" not in status
+
+
 @pytest.fixture
 def extender() -> Extender:
     """An extender whose caches are filled as its informers fill them (no server runs)."""

@@ -409,6 +409,7 @@ NODES: dict[str, tuple[list[pb.Device], list[pb.Allocation]]] = {
                     "health_reason": "hw-slowdown: clock event reasons 0x8 (hw-slowdown)",
                     "health_cause": "hw-slowdown,pcie-link-width",
                     "subhealth": "hw-slowdown,pcie-link-width",
+                    "subhealth_node": "hw-power-brake",
                 },
             ),
             device(0, "ascend", pb.HEALTH_STATE_LOST),
@@ -509,7 +510,12 @@ def test_the_largest_node_hcsd_writes_fits_the_caps() -> None:
     """16 devices with NVML's longest UUIDs and names, all sick with the longest reason the
     health watcher writes (an event code and 120 characters of its kernel line), each shared
     by 64 containers."""
-    reason = {"health_reason": "xid-79: " + "x" * 120, "subhealth": ",".join(["x" * 100] * 20)}
+    reason = {
+        "health_reason": "xid-79: " + "x" * 120,
+        "health_cause": "x" * 2000,
+        "subhealth": ",".join(["x" * 100] * 20),
+        "subhealth_node": ",".join(["y" * 100] * 20),
+    }
     devices = [device(i, "nvidia", pb.HEALTH_STATE_UNHEALTHY, attributes=reason) for i in range(16)]
     for d in devices:
         d.uuid = f"GPU-{d.index:02d}" + "f" * 76
