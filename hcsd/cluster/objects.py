@@ -13,13 +13,14 @@ from typing import Any
 
 from hcsd.allocator import Usage
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.contract.names import (
-    API_VERSION,
-    COMPUTE_NODE_KIND,
-    NODE_LABEL,
-    SUBHEALTH_ATTRIBUTE,
-    SUBHEALTH_NODE_ATTRIBUTE,
+from hcsd.cluster.health_status import (
+    REASON_MAX,
+    device_reason,
+    device_subhealth,
+    node_subhealth,
+    why,
 )
+from hcsd.contract.names import API_VERSION, COMPUTE_NODE_KIND, NODE_LABEL
 from hcsd.model import Device, Grant, HealthState, Link, LinkKind, Vendor
 from hcsd.profiles.database import default_database
 from hcsd.quantity import format_bytes
@@ -44,11 +45,7 @@ _HEALTH = {
 }
 
 
-REASON_MAX = 1024  # crds/computenodes.yaml: status.devices[].reason maxLength
-SUBHEALTH_MAX, SUBHEALTH_NAME_MAX = 16, 64  # status.devices[].subhealth maxItems, maxLength
-SUBHEALTH_SUMMARY_MAX = 1024  # status.subhealth maxLength
 MESSAGE_MAX = 65536  # status.conditions[].message maxLength
-CAUSE_MAX = 200  # a device's cause in the Ready message (stable words, short)
 FABRIC_PORTS_MAX = 64  # crds/computenodes.yaml: spec.fabric.ports maxItems
 FABRIC_NOTES_MAX = 8  # spec.fabric.notes maxItems
 FABRIC_LINE_MAX = 256  # spec.fabric.ports[] maxLength
@@ -179,9 +176,7 @@ def node_status(
     )
     # every device not healthy, with why in stable words (no figures: no write per reading)
     not_healthy = "; ".join(
-        sorted(
-            _why(d, states[d.uuid]) for d in devices if states[d.uuid] is not HealthState.HEALTHY
-        )
+        sorted(why(d, states[d.uuid]) for d in devices if states[d.uuid] is not HealthState.HEALTHY)
     )[:MESSAGE_MAX]
     if not devices:
         phase, ready_reason, ready_message = "NotReady", "NoDevices", "hcsd found no accelerators"
@@ -206,7 +201,7 @@ def node_status(
         "acuTotal": round(acu_total, 1),
         "acuAllocated": round(acu_allocated, 1),
         **({} if key_ids is None else {"assignmentKeys": sorted(key_ids)}),
-        **_node_subhealth(devices),
+        **node_subhealth(devices),
         "conditions": [
             _condition(
                 "Ready", schedulable > 0, ready_reason, ready_message, previous=previous, now=now
@@ -231,8 +226,8 @@ def node_status(
                 "holders": d.allocation_count,
                 # why it is not healthy: the device's health_reason (its latest health event,
                 # an Xid, an AER error, a slow device; or "removed from the bus")
-                **_reason(d, states[d.uuid]),
-                **_subhealth(d),
+                **device_reason(d, states[d.uuid]),
+                **device_subhealth(d),
             }
             for d in sorted(devices, key=lambda d: (d.vendor, d.index, d.uuid))
         ],
@@ -252,55 +247,6 @@ def node_status(
             for a in sorted(allocations, key=lambda a: a.container_id)
         ],
     }
-
-
-def _reason(device: pb.Device, state: HealthState) -> dict[str, str]:
-    """`reason`: why the device is not healthy, from its health_reason attribute (the health
-    watcher's latest event, hot-plug's removal); absent for a healthy device or when there is
-    none. Cut to the CRD's maxLength: a longer string would fail the whole status write."""
-    reason = device.attributes.get("health_reason", "")[:REASON_MAX]
-    return {"reason": reason} if reason and state is not HealthState.HEALTHY else {}
-
-
-def _words(device: pb.Device, key: str) -> list[str]:
-    return [n[:SUBHEALTH_NAME_MAX] for n in device.attributes.get(key, "").split(",") if n][
-        :SUBHEALTH_MAX
-    ]
-
-
-def _why(device: pb.Device, state: HealthState) -> str:
-    """`<uuid> <state>: <cause>`, the cause in the health watcher's stable words."""
-    cause = device.attributes.get("health_cause", "")[:CAUSE_MAX]
-    return f"{device.uuid} {state.value}" + (f": {cause}" if cause else "")
-
-
-def _node_subhealth(devices: Sequence[pb.Device]) -> dict[str, Any]:
-    """`subhealth`: one line for the printer column, the devices that sub-health signals hold
-    degraded and why, then the node-wide clock reasons (`nodeSubhealth`: a power brake or a
-    hot room seen on every device, which degrades none of them). Both absent while nothing
-    holds."""
-    node = sorted({n for d in devices for n in _words(d, SUBHEALTH_NODE_ATTRIBUTE)})
-    parts = [
-        f"{d.uuid}: {','.join(words)}"
-        for d in sorted(devices, key=lambda d: d.uuid)
-        if (words := _words(d, SUBHEALTH_ATTRIBUTE))
-    ]
-    if node:
-        parts.append(f"node: {','.join(node)}")
-    if not parts:
-        return {}
-    return {
-        "subhealth": "; ".join(parts)[:SUBHEALTH_SUMMARY_MAX],
-        **({"nodeSubhealth": node[:SUBHEALTH_MAX]} if node else {}),
-    }
-
-
-def _subhealth(device: pb.Device) -> dict[str, list[str]]:
-    """`subhealth`: the named signals that hold the device degraded (`hw-slowdown`,
-    `pcie-link-width`, `ecc-correctable-rising`, `below-profile-tflops`, …; docs/health.md),
-    from its `subhealth` attribute; absent while none does."""
-    names = _words(device, SUBHEALTH_ATTRIBUTE)
-    return {"subhealth": names} if names else {}
 
 
 def compute_node(name: str, spec: dict[str, Any]) -> dict[str, Any]:
