@@ -36,6 +36,7 @@ from hcsd.daemon.vram import vram_watchdog
 from hcsd.discovery import DiscoveryBackend, DiscoveryError, Inventory, discover_all
 from hcsd.discovery.fabric import discover_fabric
 from hcsd.health.watching import HealthWatcher
+from hcsd.health.watching import wanted as watching_wanted
 from hcsd.ledger import Ledger, LedgerError
 from hcsd.runtime.cdi import keep_spec_current, publish_spec
 from hcsd.runtime.edits import ContainerEdits
@@ -111,11 +112,9 @@ class Daemon:
                 orphan.container_id,
                 ", ".join(orphan.device_uuids),
             )
-        # health.source = off turns off the kernel event sources only: the vendor counters and
-        # sub-health still run unless health.subhealth is off too
         watcher = (
             None
-            if config.health.source == "off" and not config.health.subhealth
+            if not watching_wanted(config.health)
             else HealthWatcher(
                 service,
                 config.health,

@@ -41,6 +41,7 @@ __all__ = [
     "SUBHEALTH_ATTRIBUTE",
     "SUBHEALTH_ATTRIBUTES",
     "HealthWatcher",
+    "wanted",
 ]
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,13 @@ SUBHEALTH_ATTRIBUTES = (SUBHEALTH_ATTRIBUTE, SUBHEALTH_NODE_ATTRIBUTE)  # set by
 SUBHEALTH_STATE = "subhealth.json"
 
 SOURCE_ORDER = ("ebpf", "bcc", "kmsg")
+
+
+def wanted(settings: HealthSection) -> bool:
+    """Whether hcsd watches health at all: health.source = off turns off the kernel event
+    sources only; the vendor counters and sub-health still run unless health.subhealth is
+    off too."""
+    return settings.source != "off" or settings.subhealth
 
 
 class HealthWatcher:

@@ -15,7 +15,7 @@ from hcsd.discovery.backends.simulated import SimulatedBackend
 from hcsd.health.events import HealthEvent, Severity
 from hcsd.health.settings import HealthSection
 from hcsd.health.sources.counters import CounterPoller
-from hcsd.health.watching import HealthWatcher
+from hcsd.health.watching import HealthWatcher, wanted
 from hcsd.model import HealthState
 from tests.harness.local import local_node
 
@@ -216,3 +216,17 @@ async def test_a_hung_vendor_call_does_not_block_the_event_loop(tmp_path: Path) 
         local.close()
     assert hanging.calls >= 1
     assert worst < 0.5, f"the event loop stalled for {worst:.2f}s"
+
+
+@pytest.mark.parametrize(
+    ("source", "subhealth", "watched"),
+    [
+        pytest.param("auto", False, True, id="kernel-events"),
+        pytest.param("off", True, True, id="source-off-sub-health-on"),
+        pytest.param("off", False, False, id="all-off"),
+    ],
+)
+def test_source_off_keeps_sub_health_and_the_counters(
+    source: str, subhealth: bool, watched: bool
+) -> None:
+    assert wanted(HealthSection(source=source, subhealth=subhealth)) is watched
