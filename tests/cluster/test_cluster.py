@@ -65,6 +65,7 @@ def test_compute_nodes_mirror_hcsd(cluster: Cluster) -> None:
         "VRAM-Free",  # -o wide
         "Health",  # -o wide
         "Phase",
+        "Sub-health",  # -o wide
         "Fabric",  # -o wide
         "Age",
     ]
