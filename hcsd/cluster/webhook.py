@@ -9,7 +9,11 @@ Every other pod is allowed unchanged, and so is a pod carrying the opt-out label
 pods and namespaces out before the API server calls at all: this is the same rule once more,
 for a configuration that lost its selectors).
 
-Nothing here refuses a pod: the webhook only ever fills in a scheduler name. A body that is
+The one pod refused is a pod sent to HCS's scheduler whose `hcs.io/job` (annotation or label)
+is not a DNS-1123 label of at most 63 characters: the extender would treat it as of no job
+(`fabric_jobs.job_of`), so its owner hears now rather than finding the job spread over fabric
+domains; the message names the rule, never the value. Otherwise the webhook only ever fills
+in a scheduler name. A body that is
 not an AdmissionReview the API server would send raises `ReviewError`, which the server
 answers with 400 and the reason; the API server then applies the configuration's
 failurePolicy (docs/helm.md says what each means).
@@ -23,7 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hcsd.contract.names import MANAGED_RESOURCES, SCHEDULER_NAME, WEBHOOK_OPT_OUT_LABEL
+from hcsd.cluster.fabric_jobs import valid_job_name
+from hcsd.contract.names import JOB, MANAGED_RESOURCES, SCHEDULER_NAME, WEBHOOK_OPT_OUT_LABEL
 
 __all__ = [
     "DEFAULT_SCHEDULER",
@@ -82,6 +87,20 @@ def asks_for_compute(spec: Mapping[str, Any]) -> bool:
     return False
 
 
+def bad_job_name(pod: Mapping[str, Any]) -> str:
+    """Why the pod's `hcs.io/job` is refused ("" when absent or valid); never quotes it."""
+    metadata = pod.get("metadata") or {}
+    for where in ("annotations", "labels"):
+        name = (metadata.get(where) or {}).get(JOB) if isinstance(metadata, dict) else None
+        if name is not None and not (isinstance(name, str) and valid_job_name(name)):
+            length = len(name) if isinstance(name, str) else 0
+            return (
+                f"{JOB} ({where[:-1]}, {length} characters) must be a DNS-1123 label: at most "
+                "63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+            )
+    return ""
+
+
 def _patch_for(pod: Mapping[str, Any], rule: Rule) -> list[dict[str, Any]] | None:
     """The JSON patch for `pod`, or None to leave it as it is."""
     metadata = _optional_mapping(pod, "metadata", "request.object")
@@ -109,8 +128,13 @@ def answer(request: Mapping[str, Any], rule: Rule) -> dict[str, Any]:
         return response  # registered for pods only; anything else passes untouched
     if request.get("operation") != "CREATE" or request.get("subResource"):
         return response
-    patch = _patch_for(_mapping(request.get("object"), "request.object"), rule)
-    if patch is not None:
+    obj = _mapping(request.get("object"), "request.object")
+    patch = _patch_for(obj, rule)
+    refused = bad_job_name(obj) if patch is not None else ""
+    if refused:
+        response["allowed"] = False
+        response["status"] = {"code": 400, "reason": "BadRequest", "message": refused}
+    elif patch is not None:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
     return response

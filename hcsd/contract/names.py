@@ -79,17 +79,26 @@ ANNOTATION_DEVICES = "hcs.io/devices"
 ANNOTATION_CHECKPOINT_PATH = "hcs.io/checkpoint-path"
 
 # --- jobs and fabric domains ------------------------------------------------------------------
-# The labels that name a pod's job, in the order they are read after `hcs.io/job`: PodGroup
-# (coscheduling, both spellings), JobSet, Kubeflow training jobs, Job (both spellings). The
-# short word says which kind of job it is: a JobSet and a Job of one name are not one job.
-JOB_LABELS = (
-    ("scheduling.x-k8s.io/pod-group", "podgroup"),
-    ("pod-group.scheduling.sigs.k8s.io", "podgroup"),
-    ("jobset.sigs.k8s.io/jobset-name", "jobset"),
-    ("training.kubeflow.org/job-name", "kubeflow"),
-    ("batch.kubernetes.io/job-name", "job"),
-    ("job-name", "job"),
+# Where a pod's job is named, in the order read after `hcs.io/job` (annotation, then label): the
+# PodGroup of coscheduling (both spellings), Volcano's PodGroup and job, JobSet, Kubeflow
+# training jobs, then Job: its controller uid first (a Job deleted and re-created under one
+# name is a new job), its name when no uid is there. Each entry: (where, key, kind); the short
+# kind word keeps a JobSet and a Job of one name apart.
+JOB_SOURCES = (
+    ("label", "scheduling.x-k8s.io/pod-group", "podgroup"),
+    ("label", "pod-group.scheduling.sigs.k8s.io", "podgroup"),
+    ("annotation", "scheduling.k8s.io/group-name", "volcano"),
+    ("label", "volcano.sh/job-name", "volcano-job"),
+    ("label", "jobset.sigs.k8s.io/jobset-name", "jobset"),
+    ("label", "training.kubeflow.org/job-name", "kubeflow"),
+    ("label", "batch.kubernetes.io/controller-uid", "job-uid"),
+    ("label", "controller-uid", "job-uid"),
+    ("label", "batch.kubernetes.io/job-name", "job"),
+    ("label", "job-name", "job"),
 )
+# How many pods the job has, when its owner knows (an annotation on each pod): the job's first
+# pod then picks the smallest fabric domain the whole job fits in.
+JOB_SIZE = f"{GROUP}/job-size"
 # A node's fabric domain: nodes of one domain reach each other over one RDMA fabric. hcsd
 # reports "ib:<subnet prefix>" for InfiniBand, or what `discovery.fabric_domain` says
 # (ComputeNode spec.fabric.domain). Letters, digits and `:._/-`, at most 64 characters.

@@ -9,7 +9,7 @@ import pytest
 
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster.extender import Extender
-from hcsd.cluster.fabric_jobs import JobIndex, JobKey, job_of
+from hcsd.cluster.fabric_jobs import JobIndex, JobKey, job_of, job_size
 from hcsd.cluster.fabric_placement import lift
 from hcsd.cluster.holds import PodInfo
 from hcsd.cluster.kube import Kube
@@ -53,10 +53,42 @@ def meta(labels: dict[str, str] | None = None, annotations: dict[str, str] | Non
         pytest.param(meta({"app": "web"}), None, id="lone-pod"),
         pytest.param(meta({"job-name": ""}), None, id="empty-name"),
         pytest.param({}, None, id="no-metadata"),
+        pytest.param(meta({"batch.kubernetes.io/controller-uid": "u-1",
+                           "batch.kubernetes.io/job-name": "j"}),
+                     JobKey("ns", "job-uid", "u-1"), id="job-by-uid"),
+        pytest.param(meta({"controller-uid": "u-1", "job-name": "j"}),
+                     JobKey("ns", "job-uid", "u-1"), id="job-by-uid-legacy"),
+        pytest.param(meta({"volcano.sh/job-name": "v", "jobset.sigs.k8s.io/jobset-name": "s"},
+                          {"scheduling.k8s.io/group-name": "v-0a1b"}),
+                     JobKey("ns", "volcano", "v-0a1b"), id="volcano-podgroup"),
+        pytest.param(meta({"volcano.sh/job-name": "v", "batch.kubernetes.io/job-name": "j"}),
+                     JobKey("ns", "volcano-job", "v"), id="volcano-job"),
+        pytest.param(meta(annotations={"hcs.io/job": "x" * 100_000}), None, id="huge-name"),
+        pytest.param(meta(annotations={"hcs.io/job": "a" * 64}), None, id="over-63"),
+        pytest.param(meta(annotations={"hcs.io/job": "Has Spaces"}), None, id="not-dns-label"),
+        pytest.param(meta(annotations={"scheduling.k8s.io/group-name": "g" * 254}), None,
+                     id="annotation-over-253"),
     ],
 )  # fmt: skip
 def test_job_identity(pod: dict[str, Any], job: JobKey | None) -> None:
     assert job_of(pod) == job
+
+
+def test_a_bad_job_name_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    pod = meta(annotations={"hcs.io/job": "Bad_" + "x" * 1000}, namespace="logged-once")
+    for _ in range(3):
+        assert job_of(pod) is None
+    warnings = [r for r in caplog.records if "not a valid job name" in r.getMessage()]
+    assert len(warnings) == 1 and len(warnings[0].getMessage()) < 300
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [("8", 8), ("0", 0), ("-1", 0), ("x", 0), ("100001", 0), ("9" * 400, 0), (None, 0)],
+)
+def test_job_size(value: str | None, size: int) -> None:
+    annotations = {} if value is None else {"hcs.io/job-size": value}
+    assert job_size(meta(annotations=annotations)) == size
 
 
 def test_a_jobset_and_a_job_of_one_name_are_two_jobs() -> None:

@@ -120,6 +120,29 @@ def test_the_scheduler_name_is_configurable() -> None:
     assert op["value"] == "gpu-scheduler"
 
 
+@pytest.mark.parametrize(
+    ("where", "name"), [("annotations", "x" * 100_000), ("labels", "a" * 64), ("annotations", "A")]
+)
+def test_a_pod_for_hcs_with_a_bad_job_name_is_refused_without_echoing_it(where: str,
+                                                                           name: str) -> None:  # fmt: skip
+    obj = pod(containers=[asking("limits")])
+    obj["metadata"][where] = {"hcs.io/job": name}
+    response = review(json.dumps(request_for(obj)).encode(), RULE)["response"]
+    assert response["allowed"] is False and "patch" not in response
+    message = response["status"]["message"]
+    assert message.startswith("hcs.io/job (") and "DNS-1123 label" in message
+    assert name not in message and len(message) < 200
+
+
+def test_a_good_job_name_and_pods_not_for_hcs_pass() -> None:
+    good = pod(containers=[asking("limits")])
+    good["metadata"]["annotations"] = {"hcs.io/job": "train-7"}
+    assert patch_of(review(json.dumps(request_for(good)).encode(), RULE)) == SET
+    plain = pod()
+    plain["metadata"]["annotations"] = {"hcs.io/job": "x" * 1000}  # not HCS's pod: untouched
+    assert patch_of(review(json.dumps(request_for(plain)).encode(), RULE)) is None
+
+
 UNTOUCHED = {
     "an update": {"operation": "UPDATE"},
     "a subresource": {"subResource": "ephemeralcontainers"},
