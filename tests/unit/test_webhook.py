@@ -123,8 +123,7 @@ def test_the_scheduler_name_is_configurable() -> None:
 @pytest.mark.parametrize(
     ("where", "name"), [("annotations", "x" * 100_000), ("labels", "a" * 64), ("annotations", "A")]
 )
-def test_a_pod_for_hcs_with_a_bad_job_name_is_refused_without_echoing_it(where: str,
-                                                                           name: str) -> None:  # fmt: skip
+def test_a_bad_job_name_is_refused_without_echoing_it(where: str, name: str) -> None:
     obj = pod(containers=[asking("limits")])
     obj["metadata"][where] = {"hcs.io/job": name}
     response = review(json.dumps(request_for(obj)).encode(), RULE)["response"]
