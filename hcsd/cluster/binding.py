@@ -30,6 +30,7 @@ from typing import Any
 from hcsd.cluster.decisions import Decider, over_quota, plan_amounts
 from hcsd.cluster.demand import DemandError
 from hcsd.cluster.extender_metrics import Metrics
+from hcsd.cluster.fabric_jobs import job_of
 from hcsd.cluster.kube import Kube, KubeError, paths_for
 from hcsd.cluster.objects import PodHold
 from hcsd.cluster.planner import Unfit
@@ -190,7 +191,7 @@ class Binder:
                     if reason is not None:
                         return reason
                 holds = tuple(PodHold(uid, c, namespace, g) for c, g in found.grants.items())
-                self.state.assume(uid, node, holds)
+                self.state.assume(uid, node, holds, job_of(pod))
             annotation = signed_assignment(node, uid, found.grants, self.keys(), self.clock())
             binding["metadata"]["annotations"] = {ANNOTATION_ASSIGNMENT: annotation}
         try:

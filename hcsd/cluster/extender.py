@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import PlatformCollector, ProcessCollector, generate_latest
@@ -30,7 +30,7 @@ from hcsd.cluster.fabric_placement import FabricPlacement
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.quota_status import QuotaStatusWriter
 from hcsd.cluster.requeue import Requeuer
-from hcsd.cluster.state import ClusterState
+from hcsd.cluster.state import ClusterState, Snapshot
 from hcsd.contract.keyring import Keyring
 from hcsd.contract.names import NAMESPACE
 from hcsd.profiles.database import ProfileDatabase
@@ -42,6 +42,8 @@ __all__ = ["Extender", "FilterAnswer"]
 class FilterAnswer:
     passed: Sequence[str]
     failed: Mapping[str, str]  # node -> why not, verbatim in the pod's condition
+    # node -> why not, where preempting pods there would not help (fabric placement)
+    unresolvable: Mapping[str, str] = field(default_factory=dict)
 
 
 def _uid(pod: Mapping[str, Any]) -> str:
@@ -70,7 +72,7 @@ class Extender:
             is_leader=is_leader, clock=clock, schedulers=schedulers,
         )  # fmt: skip
         self.quota_status = QuotaStatusWriter(kube, self.state)
-        self.fabric = FabricPlacement(self.state.jobs)
+        self.fabric = FabricPlacement(self.state.jobs, self.state.changed_between)
         registry = self.metrics.registry
         self.requeue = Requeuer(
             kube, self.state, self.decider, lambda: self.keys().signing, registry,
@@ -112,16 +114,14 @@ class Extender:
         verdict = self.decider.filter(
             snapshot, uid, demand, names, quotas=quotas, used=used, signing=self.keys().signing
         )
-        passed, failed = self.fabric.filter(
-            pod, demand, snapshot, list(verdict.scores), verdict.failed
-        )
-        if len(failed) > len(verdict.failed):
-            self.metrics.refuse("fabric", len(failed) - len(verdict.failed))
+        passed, refused = self.fabric.filter(pod, demand, snapshot, list(verdict.scores))
+        if refused:
+            self.metrics.refuse("fabric", len(refused))
         self.metrics.pending.filtered(uid, demand.namespace, bool(passed))
         # Capacity refusals only: what the fabric rule refuses moves with the job's pods,
         # which kube-scheduler watches itself.
         self.requeue.filtered(pod, demand, names, bool(verdict.scores), quotas=quotas, used=used)
-        return FilterAnswer(passed, failed)
+        return FilterAnswer(passed, verdict.failed, refused)
 
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:
         started = time.perf_counter()
@@ -131,10 +131,17 @@ class Extender:
                 demand = self.decider.demand(pod)
             except DemandError:
                 demand = None
-            scores = self.decider.prioritize(_uid(pod), demand, names, self.state.snapshot)
+            taken: list[Snapshot] = []
+
+            def snapshot() -> Snapshot:  # one snapshot for both rules, taken when needed
+                if not taken:
+                    taken.append(self.state.snapshot())
+                return taken[0]
+
+            scores = self.decider.prioritize(_uid(pod), demand, names, snapshot)
             if demand is None:
                 return scores
-            return self.fabric.prioritize(pod, demand, self.state.snapshot(), scores)
+            return self.fabric.prioritize(pod, demand, snapshot, scores)
         finally:
             self.metrics.observe("prioritize", time.perf_counter() - started)
 

@@ -141,6 +141,11 @@ class JobIndex:
             counts = self._nodes.get(job)
             return counts.total() if counts else 0
 
+    def __contains__(self, uid: object) -> bool:
+        """Whether the pod holds accelerators somewhere (bound, or being bound here)."""
+        with self._lock:
+            return uid in self._pods
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._nodes)

@@ -1,18 +1,26 @@
 """Keeping the pods of one job on one fabric domain: a filter rule and a prioritize rule.
 
 The job's domain is the fabric domain (ComputeNode spec.fabric.domain) where most of its pods
-hold accelerators now (`JobIndex`); before any of them does, the domain chosen for its first
-pod: among the nodes kube-scheduler offers, the domain with the most room for pods like this
-one (`room`), so that the whole job fits there if any domain can take it. That choice is
-remembered for `CHOICE_SECONDS`, long enough for the first pods' Bindings to show in the pods
-informer, so pods decided in between do not each pick a domain of their own.
+hold accelerators now (`JobIndex`, fed by the pods informer and by this extender's own binds);
+before any of them does, the domain chosen for it, from the whole fleet (`DomainIndex`), not
+from the nodes kube-scheduler offers (at 5,000 nodes it offers a sample):
 
-- **prioritize** (every pod of a job, when some node reports a domain): a node in the job's
-  domain scores 6..10 (6 + 4/10 of its node score), any other node 0..5 (half its node score).
-  Inside each band the node's own score (how well its devices fit) still orders the nodes.
-- **filter** (only with `hcs.io/topology-preference: high-bandwidth`): once the job has a
-  domain, nodes outside it fail with a reason naming both domains, so a job whose domain is
-  full waits there instead of spilling onto another fabric.
+- with `hcs.io/job-size` (pods in the job): the smallest domain whose room, less the room
+  promised to other jobs' choices, takes the pods of the job not placed yet; the domain with the
+  most such room when none does;
+- without it: the domain with the most room left (then the most nodes, then the first name).
+
+Room is counted in pods like this one (`DomainIndex.rooms`); a choice promises the room of the
+job's pods not placed yet (its size, else the pods of it seen pending). A choice lives
+`CHOICE_SECONDS` after the job's last pod was seen; most are replaced sooner by where the pods
+actually went.
+
+- **prioritize** (every pod of a job, when the offered nodes span two domains or more; "no
+  domain" counts as one): a node in the job's domain scores 6..10 (6 + 4/10 of its node score),
+  any other 0..5 (half its node score). Otherwise the scores are returned as they are.
+- **filter** (only with `hcs.io/topology-preference: high-bandwidth`): the job's domain is
+  decided here (a first pod included), and the nodes outside it are refused as unresolvable
+  (preempting pods there would not help), with one reason string per domain.
 
 Which devices a pod gets inside its node is not touched: that is the planner's choice.
 """
@@ -21,152 +29,175 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from hcsd.cluster.demand import Demand
-from hcsd.cluster.fabric_jobs import JobIndex, JobKey, job_of
-from hcsd.cluster.state import NodeSnapshot, Snapshot
+from hcsd.cluster.fabric_index import DomainIndex
+from hcsd.cluster.fabric_jobs import JOB_SIZE_MAX, JobIndex, JobKey, job_of, job_size
+from hcsd.cluster.state import Snapshot
 from hcsd.contract.names import ANNOTATION_TOPOLOGY
 from hcsd.model import TopologyPreference
 
-__all__ = ["CHOICE_SECONDS", "FabricPlacement", "lift", "room"]
+__all__ = ["CHOICE_SECONDS", "FabricPlacement", "lift"]
 
 CHOICE_SECONDS = 30.0
-_CHOICES = 10_000  # first-pod choices remembered at most (expired ones are dropped first)
-_ROOMS = 50_000  # room() answers kept
-
-
-def room(demand: Demand, node: NodeSnapshot) -> int:
-    """About how many more pods like `demand` fit on the node: its schedulable devices of the
-    vendors and models asked, as slices of the VRAM asked per device (whole free devices when
-    no VRAM is asked), over the devices one pod takes. An estimate for choosing a domain,
-    not a plan."""
-    per_device = max((c.vram_bytes or 0) for c in demand.containers)
-    per_pod = sum(c.devices for c in demand.containers) or 1
-    slots = 0
-    for device in node.view.devices:
-        if not device.health_state.schedulable:
-            continue
-        if demand.vendors and device.vendor not in demand.vendors:
-            continue
-        if demand.models and device.model.lower() not in demand.models:
-            continue
-        used = node.usage.get(device.uuid)
-        if per_device:
-            slots += max(device.vram_bytes - (used.vram_bytes if used else 0), 0) // per_device
-        elif used is None or (used.vram_bytes == 0 and used.compute_percent == 0):
-            slots += 1
-    return slots // per_pod
+CHOICES = 10_000  # jobs whose choice is remembered at most (the oldest seen goes first)
+_INSIDE = tuple(6 + s * 4 // 10 for s in range(11))
+_OUTSIDE = tuple(s * 5 // 10 for s in range(11))
 
 
 def lift(score: int, in_domain: bool) -> int:
     """A node's 0..10 score with the job's fabric domain first: 6..10 inside, 0..5 outside."""
-    return 6 + score * 4 // 10 if in_domain else score * 5 // 10
+    score = min(max(score, 0), 10)
+    return _INSIDE[score] if in_domain else _OUTSIDE[score]
+
+
+@dataclass(slots=True)
+class _Choice:
+    domain: str
+    size: int  # hcs.io/job-size; 0: not said
+    until: float
+    pending: set[str] = field(default_factory=set)  # pod uids seen deciding
 
 
 class FabricPlacement:
-    def __init__(self, jobs: JobIndex, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        jobs: JobIndex,
+        changed_between: Callable[[int, int], set[str] | None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.jobs = jobs
+        self.index = DomainIndex(changed_between)
         self.clock = clock
         self._lock = threading.Lock()
-        self._chosen: dict[JobKey, tuple[str, float]] = {}  # job -> (domain, until)
-        # room() by (node shape id, demand): a pure function of both, so equal nodes (most of
-        # a fleet) are counted once; racing threads can only store the same value twice.
-        self._rooms: dict[tuple[int, Demand], int] = {}
+        self._chosen: OrderedDict[JobKey, _Choice] = OrderedDict()  # oldest seen first
+        self._reasons: dict[tuple[str, str], str] = {}  # (node's domain, job's) -> reason
 
-    def domain_of(self, job: JobKey, snapshot: Snapshot) -> str:
-        """Where most of the job's pods hold accelerators (ties: the first name), else the
-        domain chosen for its first pods while that choice holds, else ""."""
+    # --- the job's domain -------------------------------------------------------------------
+
+    def _placed_domain(self, job: JobKey) -> str:
+        """Where most of the job's placed pods are (ties: the first name), else ""."""
         counts: Counter[str] = Counter()
+        domain_of = self.index.domain_of
         for name, pods in self.jobs.nodes_of(job).items():
-            node = snapshot.nodes.get(name)
-            if node is not None and node.view.fabric:
-                counts[node.view.fabric] += pods
-        if counts:
-            return min(counts, key=lambda domain: (-counts[domain], domain))
+            domain = domain_of.get(name, "")
+            if domain:
+                counts[domain] += pods
+        return min(counts, key=lambda d: (-counts[d], d)) if counts else ""
+
+    def _need(self, job: JobKey, choice: _Choice) -> int:
+        """Pods of the job not placed yet: its size less those placed, or at least the pods of
+        it seen deciding that are not placed."""
+        waiting = sum(1 for uid in choice.pending if uid not in self.jobs)
+        return max(choice.size - self.jobs.placed(job), waiting)
+
+    def domain_for(self, pod: Mapping[str, Any], job: JobKey, demand: Demand,
+                   snapshot: Snapshot) -> str:  # fmt: skip
+        """The job's domain (choosing it when the job has none yet), noting the pod as one of
+        the job's; "" when no node reports a domain."""
+        self.index.sync(snapshot)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        now = self.clock()
+        placed = self._placed_domain(job)
         with self._lock:
-            chosen = self._chosen.get(job)
-        if chosen is not None and chosen[1] > self.clock():
-            return chosen[0]
-        return ""
+            choice = self._chosen.get(job)
+            if choice is not None and choice.until <= now:
+                choice = None
+                del self._chosen[job]
+            if choice is not None:
+                choice.until = now + CHOICE_SECONDS
+                choice.size = job_size(pod) or choice.size
+                if len(choice.pending) < JOB_SIZE_MAX:
+                    choice.pending.add(uid)
+                self._chosen.move_to_end(job)
+                return placed or choice.domain
+        if placed:
+            self._remember(job, _Choice(placed, job_size(pod), now + CHOICE_SECONDS, {uid}))
+            return placed
+        choice = _Choice("", job_size(pod), now + CHOICE_SECONDS, {uid})
+        choice.domain = self._choose(job, choice, demand, snapshot)
+        if choice.domain:
+            self._remember(job, choice)
+        return choice.domain
 
-    def filter(
-        self,
-        pod: Mapping[str, Any],
-        demand: Demand,
-        snapshot: Snapshot,
-        passed: Sequence[str],
-        failed: Mapping[str, str],
-    ) -> tuple[list[str], Mapping[str, str]]:
-        """`passed` less the nodes outside the job's domain, which join `failed` with why,
-        when the pod asks for high bandwidth; else both as they are."""
-        if demand.topology is not TopologyPreference.HIGH_BANDWIDTH:
-            return list(passed), failed
-        job = job_of(pod)
-        domain = self.domain_of(job, snapshot) if job is not None else ""
-        if not domain:
-            return list(passed), failed
-        keep: list[str] = []
-        refused = dict(failed)
-        for name in passed:
-            node = snapshot.nodes.get(name)
-            here = node.view.fabric if node is not None else ""
-            if here == domain:
-                keep.append(name)
-            else:
-                where = f"is in fabric domain {here}" if here else "reports no fabric domain"
-                refused[name] = (
-                    f"node {where}; the pods of {job} run in fabric domain {domain} "
-                    f"({ANNOTATION_TOPOLOGY}: high-bandwidth keeps a job on one fabric)"
-                )
-        return keep, refused
-
-    def prioritize(
-        self,
-        pod: Mapping[str, Any],
-        demand: Demand,
-        snapshot: Snapshot,
-        scores: Sequence[tuple[str, int]],
-    ) -> list[tuple[str, int]]:
-        """`scores` with the job's fabric domain first (`lift`); as they are for a pod of no
-        job, or when no node offered reports a domain."""
-        job = job_of(pod)
-        if job is None:
-            return list(scores)
-        fabric = {}
-        for name, _ in scores:
-            node = snapshot.nodes.get(name)
-            if node is not None and node.view.fabric:
-                fabric[name] = node.view.fabric
-        if not fabric:
-            return list(scores)
-        domain = self.domain_of(job, snapshot) or self._choose(job, demand, snapshot, fabric)
-        return [(name, lift(score, fabric.get(name) == domain)) for name, score in scores]
-
-    def _choose(
-        self, job: JobKey, demand: Demand, snapshot: Snapshot, fabric: Mapping[str, str]
-    ) -> str:
-        """The domain with the most room for the job's pods (then the most nodes offered,
-        then the first name), remembered for its next pods."""
-        rooms: Counter[str] = Counter()
-        nodes: Counter[str] = Counter()
-        if len(self._rooms) > _ROOMS:
-            self._rooms = {}
-        for name, domain in fabric.items():
-            node = snapshot.nodes[name]
-            found = self._rooms.get((node.shape_id, demand))
-            if found is None:
-                found = self._rooms[(node.shape_id, demand)] = room(demand, node)
-            rooms[domain] += found
-            nodes[domain] += 1
-        domain = min(nodes, key=lambda d: (-rooms[d], -nodes[d], d))
+    def _choose(self, job: JobKey, choice: _Choice, demand: Demand, snapshot: Snapshot) -> str:
+        rooms = self.index.rooms(snapshot, demand)
+        if not rooms:
+            return ""
         now = self.clock()
         with self._lock:
-            if len(self._chosen) >= _CHOICES:
-                self._chosen = {k: v for k, v in self._chosen.items() if v[1] > now}
-                if len(self._chosen) >= _CHOICES:
-                    self._chosen.clear()
-            self._chosen[job] = (domain, now + CHOICE_SECONDS)
-        return domain
+            others = [(k, c) for k, c in self._chosen.items() if k != job and c.until > now]
+        free = Counter(rooms)
+        for other, taken in others:
+            if taken.domain in free:
+                free[taken.domain] -= self._need(other, taken)
+        need = self._need(job, choice)
+        members = self.index.members
+        if choice.size:
+            fits = [d for d in free if free[d] >= need]
+            if fits:
+                return min(fits, key=lambda d: (free[d], d))
+        return min(free, key=lambda d: (-free[d], -len(members.get(d, ())), d))
+
+    def _remember(self, job: JobKey, choice: _Choice) -> None:
+        with self._lock:
+            self._chosen[job] = choice
+            self._chosen.move_to_end(job)
+            while len(self._chosen) > CHOICES:
+                self._chosen.popitem(last=False)
+
+    # --- the two verbs ----------------------------------------------------------------------
+
+    def filter(self, pod: Mapping[str, Any], demand: Demand, snapshot: Snapshot,
+               passed: Sequence[str]) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+        """(`passed` less the nodes outside the job's domain, those nodes with why) when the pod
+        asks for high bandwidth; else (`passed`, nothing)."""
+        if demand.topology is not TopologyPreference.HIGH_BANDWIDTH:
+            return list(passed), {}
+        job = job_of(pod)
+        domain = self.domain_for(pod, job, demand, snapshot) if job is not None else ""
+        if not domain:
+            return list(passed), {}
+        members = self.index.members.get(domain, frozenset())
+        keep = [name for name in passed if name in members]
+        if len(keep) == len(passed):
+            return keep, {}
+        domain_of = self.index.domain_of
+        refused = {}
+        for name in passed:
+            if name not in members:
+                refused[name] = self._reason(domain_of.get(name, ""), domain)
+        return keep, refused
+
+    def _reason(self, here: str, domain: str) -> str:
+        """One string per (node's domain, job's domain): short, bounded (domains are at most
+        64 characters), and equal across nodes so kube-scheduler's summary counts them."""
+        reason = self._reasons.get((here, domain))
+        if reason is None:
+            where = f"node in fabric domain {here}" if here else "node reports no fabric domain"
+            reason = f"{where}; the job's is {domain} ({ANNOTATION_TOPOLOGY}: high-bandwidth)"
+            if len(self._reasons) > 4096:
+                self._reasons = {}
+            self._reasons[(here, domain)] = reason
+        return reason
+
+    def prioritize(self, pod: Mapping[str, Any], demand: Demand,
+                   snapshot: Callable[[], Snapshot],
+                   scores: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:  # fmt: skip
+        """`scores` with the job's fabric domain first (`lift`); as they are for a pod of no
+        job, or when the offered nodes are all in one domain (or none)."""
+        job = job_of(pod)
+        if job is None or len(scores) < 2:
+            return list(scores)
+        self.index.sync(snapshot())
+        domain_of = self.index.domain_of
+        first = domain_of.get(scores[0][0], "")
+        if all(domain_of.get(name, "") == first for name, _ in scores):
+            return list(scores)
+        domain = self.domain_for(pod, job, demand, snapshot())
+        members = self.index.members.get(domain, frozenset())
+        return [(name, lift(score, name in members)) for name, score in scores]

@@ -106,7 +106,7 @@ def filter_result(answer: FilterAnswer) -> bytes:
         "Nodes": None,
         "NodeNames": list(answer.passed),
         "FailedNodes": dict(answer.failed),
-        "FailedAndUnresolvableNodes": {},
+        "FailedAndUnresolvableNodes": dict(answer.unresolvable),
         "Error": "",
     }
     return orjson.dumps(result)

@@ -30,7 +30,7 @@ from typing import Any
 
 from hcsd.allocator import Usage
 from hcsd.cluster.compute_quota import Amounts, Quota, quota_of
-from hcsd.cluster.fabric_jobs import JobIndex
+from hcsd.cluster.fabric_jobs import JobIndex, JobKey
 from hcsd.cluster.fleet import FleetIndex, FleetRows
 from hcsd.cluster.heartbeats import Heartbeat, Heartbeats, NodeLease, node_lease
 from hcsd.cluster.holds import Holds, PodInfo, pod_info
@@ -219,11 +219,16 @@ class ClusterState:
 
     # --- the assume cache, for Binder -----------------------------------------------------
 
-    def assume(self, uid: str, node: str, holds: tuple[PodHold, ...]) -> None:
-        """Count a pod this process is binding before the informer shows it."""
+    def assume(
+        self, uid: str, node: str, holds: tuple[PodHold, ...], job: JobKey | None = None
+    ) -> None:
+        """Count a pod this process is binding before the informer shows it (and where its
+        `job`'s pod went, for fabric placement)."""
         with self._lock:
             for touched in self._holds.put(uid, node, holds, assumed=True):
                 self._touch(touched)
+            if job is not None:
+                self.jobs.put(uid, job, node)
 
     def bound(self, uid: str) -> None:
         """The Binding of an assumed pod is written: from now on the API server lists it."""
@@ -240,6 +245,7 @@ class ClusterState:
     def forget(self, uid: str) -> None:
         """The Binding failed: the pod holds nothing."""
         with self._lock:
+            self.jobs.drop(uid)
             for touched in self._holds.drop(uid):
                 self._touch(touched)
 

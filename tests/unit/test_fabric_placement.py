@@ -3,22 +3,29 @@ prioritize gives, and what the filter refuses under `high-bandwidth`."""
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import pytest
 
 from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.cluster import fabric_placement
+from hcsd.cluster.binding import BindRequest, signed_assignment
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.fabric_jobs import JobIndex, JobKey, job_of, job_size
-from hcsd.cluster.fabric_placement import lift
-from hcsd.cluster.holds import PodInfo
+from hcsd.cluster.fabric_placement import CHOICE_SECONDS, lift
+from hcsd.cluster.holds import PodInfo, pod_info
+from hcsd.cluster.http import filter_result
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import node_spec, node_view
 from hcsd.contract.keyring import Keyring
+from hcsd.model import Grant
 from hcsd.profiles.database import ProfileDatabase
 from tests.unit.fleet import assigned, beat, node_object
 
 DB = ProfileDatabase.load(None)
+GiB = 2**30
 ONE = {"ai.compute/devices": "1"}
 HB = {"hcs.io/topology-preference": "high-bandwidth"}
 
@@ -200,17 +207,20 @@ def test_pods_of_no_job_and_clusters_without_domains_score_as_before() -> None:
     assert scores(plain, job_pod("p2")) == scores(plain, lone)
 
 
-def test_high_bandwidth_refuses_nodes_outside_the_jobs_domain_with_the_reason() -> None:
+def test_high_bandwidth_refuses_nodes_outside_the_jobs_domain_as_unresolvable() -> None:
     e = cluster({**TWO_DOMAINS, "c1": ""})
     bound(e, "p0", "b1")
     answer = e.filter(job_pod("p1", annotations=HB), ["a1", "a2", "b1", "c1"])
-    assert list(answer.passed) == ["b1"]
-    assert answer.failed["a1"] == (
-        "node is in fabric domain ib:a; the pods of job ns/train run in fabric domain ib:b "
-        "(hcs.io/topology-preference: high-bandwidth keeps a job on one fabric)"
+    assert list(answer.passed) == ["b1"] and answer.failed == {}
+    assert answer.unresolvable["a1"] == (
+        "node in fabric domain ib:a; the job's is ib:b (hcs.io/topology-preference: high-bandwidth)"
     )
-    assert answer.failed["c1"].startswith("node reports no fabric domain; ")
+    assert answer.unresolvable["a1"] is answer.unresolvable["a2"]  # one string per domain
+    assert answer.unresolvable["c1"].startswith("node reports no fabric domain; ")
     assert 'hcs_extender_refusals_total{reason="fabric"} 3.0' in e.metrics_text()
+    wire = json.loads(filter_result(answer))
+    assert sorted(wire["FailedAndUnresolvableNodes"]) == ["a1", "a2", "c1"]
+    assert wire["FailedNodes"] == {}
 
 
 def test_a_full_domain_keeps_a_high_bandwidth_job_waiting_and_lets_others_spill() -> None:
@@ -220,16 +230,169 @@ def test_a_full_domain_keeps_a_high_bandwidth_job_waiting_and_lets_others_spill(
                                                     allocated={0: ("p0", 80)})))  # fmt: skip
     waiting = e.filter(job_pod("p1", annotations=HB), sorted(TWO_DOMAINS))
     assert list(waiting.passed) == []
-    assert "fabric domain ib:b" in waiting.failed["a1"] and "80Gi" not in waiting.failed["a1"]
+    assert "fabric domain ib:a" in waiting.unresolvable["a1"]
+    assert "80Gi" not in waiting.unresolvable["a1"]
+    assert "b1" in waiting.failed  # full: resolvable, preemption may free it
     spilling = e.filter(job_pod("p2"), sorted(TWO_DOMAINS))
     assert list(spilling.passed) == ["a1", "a2"]
 
 
-def test_high_bandwidth_before_the_job_has_a_domain_refuses_nothing() -> None:
+def test_high_bandwidth_chooses_the_first_pods_domain_in_filter() -> None:
+    """kube-scheduler may bind where prioritize did not put a pod first: the first pod of a
+    high-bandwidth job is kept to the chosen domain by the filter already."""
     e = cluster(TWO_DOMAINS)
-    assert sorted(e.filter(job_pod("p1", annotations=HB), sorted(TWO_DOMAINS)).passed) == [
-        "a1", "a2", "b1"
-    ]  # fmt: skip
+    answer = e.filter(job_pod("p1", annotations=HB), sorted(TWO_DOMAINS))
+    assert sorted(answer.passed) == ["a1", "a2"] and list(answer.unresolvable) == ["b1"]
+    second = e.filter(job_pod("p2", annotations=HB), sorted(TWO_DOMAINS))
+    assert sorted(second.passed) == ["a1", "a2"]
+
+
+def test_the_domain_is_chosen_from_the_whole_fleet_not_the_offered_sample() -> None:
+    nodes = {f"a{i}": "ib:a" for i in range(6)} | {"b0": "ib:b", "b1": "ib:b"}
+    e = cluster(nodes)
+    offered = ["a0", "b0", "b1"]  # a sample: ib:a has the room, but only one node of it shows
+    answer = e.filter(job_pod("p1", annotations=HB), offered)
+    assert list(answer.passed) == ["a0"]
+
+
+def interleave(e: Extender, jobs: dict[str, int], offered: list[str]) -> dict[str, list[str]]:
+    """Each job's pods, one of each job in turn, filtered and bound where the filter lets them
+    (the best-scored node with a free device), as kube-scheduler and the bind would."""
+    placed: dict[str, list[str]] = {job: [] for job in jobs}
+    for i in range(max(jobs.values())):
+        for job, size in jobs.items():
+            if i >= size:
+                continue
+            uid = f"{job}-{i}"
+            pod = job_pod(uid, job=job, annotations={**HB, "hcs.io/job-size": str(size)})
+            passed = list(e.filter(pod, offered).passed)
+            if not passed:
+                continue
+            ranked = e.prioritize(pod, passed)
+            node = max(ranked, key=lambda pair: (pair[1], pair[0]))[0]
+            hold = assigned(uid, node, (len(placed_on(e, node)), 80)).holds
+            e.state.assume(uid, node, hold, JobKey("ns", "job", job))
+            placed[job].append(node)
+    return placed
+
+
+def placed_on(e: Extender, node: str) -> list[str]:
+    return [uid for uid, n in e.state.jobs._pods.items() if n[1] == node]
+
+
+def test_two_jobs_arriving_together_each_get_a_domain_they_fit_in() -> None:
+    # ib:a: 5 nodes x 2 devices = 10 free; ib:b: 4 nodes x 2 = 8 free; two 8-pod jobs.
+    nodes = {f"a{i}": "ib:a" for i in range(5)} | {f"b{i}": "ib:b" for i in range(4)}
+    e = cluster(nodes)
+    placed = interleave(e, {"one": 8, "two": 8}, sorted(nodes))
+    domains = {job: {nodes[n] for n in where} for job, where in placed.items()}
+    assert [len(where) for where in placed.values()] == [8, 8]
+    assert domains["one"] != domains["two"] and all(len(d) == 1 for d in domains.values())
+
+
+def test_a_bind_records_where_the_pod_went_before_the_informer_shows_it() -> None:
+    e = cluster(TWO_DOMAINS)
+    e.filter(job_pod("p1"), sorted(TWO_DOMAINS))
+    e.prioritize(job_pod("p1"), sorted(TWO_DOMAINS))  # ib:a chosen for the job
+    e.state.assume("p1", "b1", assigned("p1", "b1", (0, 80)).holds, JobKey("ns", "job", "train"))
+    got = dict(e.prioritize(job_pod("p2"), sorted(TWO_DOMAINS)))
+    assert got["b1"] >= 6 > got["a1"]  # where p1 went, not the guess
+    e.state.forget("p1")  # its Binding failed
+    assert "p1" not in e.state.jobs
+
+
+class _BindKube(Kube):
+    def __init__(self, pods: dict[str, dict[str, Any]]) -> None:
+        self.pods, self.bindings = pods, []  # type: ignore[var-annotated]
+
+    def get(self, path: str, query: Any = ()) -> dict[str, Any]:
+        return self.pods[path.rsplit("/", 1)[1]]
+
+    def create(self, path: str, body: Any) -> dict[str, Any]:
+        self.bindings.append(body)
+        return {}
+
+
+def test_the_binder_records_the_jobs_pod_at_bind() -> None:
+    kube = _BindKube({"p1": job_pod("p1")})
+    e = Extender(kube, lambda: Keyring({"k": b"k" * 32}, "k"), DB)
+    for name, domain in TWO_DOMAINS.items():
+        e.state.nodes.apply(name, node_view(fabric_node(name, domain)))
+        beat(e, name)
+    assert e.bind(BindRequest("ns", "p1", "p1", "b1")) == ""
+    assert e.state.jobs.nodes_of(JobKey("ns", "job", "train")) == {"b1": 1}
+
+
+def test_a_remembered_choice_expires_with_the_clock() -> None:
+    now = [1000.0]
+    e = cluster(TWO_DOMAINS)
+    e.fabric.clock = lambda: now[0]
+    assert scores(e, job_pod("p1"))["a1"] >= 6  # ib:a chosen
+    for uid, node, device in (("x1", "a1", 0), ("x2", "a1", 1), ("x3", "a2", 0)):
+        e.state.pods.apply(f"ns/{uid}", assigned(uid, node, (device, 80)))  # ib:a: 1 free, ib:b: 2
+    now[0] += CHOICE_SECONDS - 1
+    assert scores(e, job_pod("p2"))["a2"] >= 6  # still ib:a (and seen again: kept longer)
+    now[0] += CHOICE_SECONDS + 1
+    assert scores(e, job_pod("p3"))["b1"] >= 6  # gone: chosen afresh
+
+
+def test_the_oldest_choice_goes_first_when_too_many_are_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fabric_placement, "CHOICES", 3)
+    e = cluster(TWO_DOMAINS)
+    for job in ("j0", "j1", "j2", "j3"):
+        e.filter(job_pod(f"{job}-p", job=job, annotations=HB), sorted(TWO_DOMAINS))
+    kept = [key.name for key in e.fabric._chosen]
+    assert kept == ["j1", "j2", "j3"]
+
+
+def test_scores_are_unchanged_when_the_offered_nodes_share_one_domain() -> None:
+    pod = job_pod("p1")
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"ai.compute/vram": "20Gi"}
+    busy = {0: ("x", 70), 1: ("y", 40)}  # a2 and n2 score other than a1 and n1
+    e = cluster({"a1": "ib:a", "n1": ""})
+    e.state.nodes.apply("a2", node_view(fabric_node("a2", "ib:a", allocated=busy)))
+    e.state.nodes.apply("n2", node_view(fabric_node("n2", "", allocated=busy)))
+    plain = cluster({"a1": "", "n1": ""})
+    for name in ("a2", "n2"):
+        plain.state.nodes.apply(name, node_view(fabric_node(name, "", allocated=busy)))
+    for names in (["a1", "a2"], ["n1", "n2"]):
+        assert e.prioritize(pod, names) == plain.prioritize(pod, names)
+        assert min(score for _, score in e.prioritize(pod, names)) < 6  # not lifted
+    mixed = dict(e.prioritize(pod, ["a2", "n1"]))  # a domain and "none": two
+    assert mixed["a2"] >= 6 > mixed["n1"]
+
+
+def test_a_large_cluster_keeps_the_job_in_its_domain() -> None:
+    nodes = {f"n{i:03}": f"ib:{i % 3}" for i in range(150)}
+    e = cluster(nodes)
+    bound(e, "p0", "n001")  # ib:1
+    answer = e.filter(job_pod("p1", annotations=HB), sorted(nodes))
+    assert len(answer.passed) == 50 and {nodes[n] for n in answer.passed} == {"ib:1"}
+    assert len(answer.unresolvable) == 100
+    got = dict(e.prioritize(job_pod("p1"), sorted(nodes)))
+    assert min(got[n] for n in answer.passed) >= 6 > max(got[n] for n in answer.unresolvable)
+    e.state.nodes.apply("n002", node_view(fabric_node("n002", "ib:1")))  # moved by its operator
+    assert "n002" in e.filter(job_pod("p2", annotations=HB), sorted(nodes)).passed
+
+
+def test_the_informers_pod_names_its_job_through_pod_info() -> None:
+    keys = Keyring({"k": b"k" * 32}, "k")
+    grants = {"main": (Grant("b1-0", 80 * GiB, 0),)}
+    obj = {
+        "metadata": {"name": "p0", "namespace": "ns", "uid": "p0",
+                     "labels": {"batch.kubernetes.io/job-name": "train"},
+                     "annotations": {"hcs.io/assignment": signed_assignment(
+                         "b1", "p0", grants, keys, int(time.time()))}},
+        "spec": {"nodeName": "b1"}, "status": {"phase": "Running"},
+    }  # fmt: skip
+    info = pod_info(obj, lambda: keys)
+    assert info is not None and info.job == JobKey("ns", "job", "train")
+    e = cluster(TWO_DOMAINS)
+    e.state.pods.apply("ns/p0", info)
+    got = scores(e, job_pod("p1"))
+    assert got["b1"] >= 6 > got["a1"]
 
 
 # --- the ComputeNode ------------------------------------------------------------------------
