@@ -13,6 +13,7 @@ from bench import (
     discovery_bench,
     extender_bench,
     extender_scaling,
+    fabric_bench,
     health_bench,
     idle,
     job_bench,
@@ -38,6 +39,7 @@ def main() -> int:
         "watchdog": watchdog_bench.main(),
         "extender": extender_bench.main(),
         "extender_scaling": extender_scaling.main(),
+        "fabric": fabric_bench.main(),
         "cluster": cluster_bench.main(),
         "jobs": job_bench.main(),
     }

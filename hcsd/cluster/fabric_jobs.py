@@ -146,6 +146,11 @@ class JobIndex:
         with self._lock:
             return uid in self._pods
 
+    def unplaced(self, uids: set[str]) -> set[str]:
+        """Those of `uids` that hold nothing anywhere (one lock for all)."""
+        with self._lock:
+            return {uid for uid in uids if uid not in self._pods}
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._nodes)

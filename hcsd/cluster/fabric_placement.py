@@ -60,7 +60,8 @@ class _Choice:
     domain: str
     size: int  # hcs.io/job-size; 0: not said
     until: float
-    pending: set[str] = field(default_factory=set)  # pod uids seen deciding
+    pending: set[str] = field(default_factory=set)  # pod uids seen deciding, not placed
+    promised: int = 0  # what it counts in FabricPlacement._promised[domain]
 
 
 class FabricPlacement:
@@ -75,6 +76,7 @@ class FabricPlacement:
         self.clock = clock
         self._lock = threading.Lock()
         self._chosen: OrderedDict[JobKey, _Choice] = OrderedDict()  # oldest seen first
+        self._promised: Counter[str] = Counter()  # domain -> pods' room the choices promise
         self._reasons: dict[tuple[str, str], str] = {}  # (node's domain, job's) -> reason
 
     # --- the job's domain -------------------------------------------------------------------
@@ -91,9 +93,23 @@ class FabricPlacement:
 
     def _need(self, job: JobKey, choice: _Choice) -> int:
         """Pods of the job not placed yet: its size less those placed, or at least the pods of
-        it seen deciding that are not placed."""
-        waiting = sum(1 for uid in choice.pending if uid not in self.jobs)
-        return max(choice.size - self.jobs.placed(job), waiting)
+        it seen deciding that are not placed (those placed are forgotten here)."""
+        choice.pending = self.jobs.unplaced(choice.pending)
+        return max(choice.size - self.jobs.placed(job), len(choice.pending))
+
+    def _promise(self, choice: _Choice, amount: int) -> None:
+        """Under the lock: the choice now promises `amount` pods' room in its domain."""
+        self._promised[choice.domain] += amount - choice.promised
+        choice.promised = amount
+
+    def _expire(self, now: float) -> None:
+        """Under the lock: drop the choices past their time (the oldest seen come first)."""
+        while self._chosen:
+            job, choice = next(iter(self._chosen.items()))
+            if choice.until > now:
+                return
+            self._promise(choice, 0)
+            del self._chosen[job]
 
     def domain_for(self, pod: Mapping[str, Any], job: JobKey, demand: Demand,
                    snapshot: Snapshot) -> str:  # fmt: skip
@@ -104,51 +120,45 @@ class FabricPlacement:
         now = self.clock()
         placed = self._placed_domain(job)
         with self._lock:
+            self._expire(now)
             choice = self._chosen.get(job)
-            if choice is not None and choice.until <= now:
-                choice = None
-                del self._chosen[job]
             if choice is not None:
                 choice.until = now + CHOICE_SECONDS
                 choice.size = job_size(pod) or choice.size
                 if len(choice.pending) < JOB_SIZE_MAX:
                     choice.pending.add(uid)
                 self._chosen.move_to_end(job)
-                return placed or choice.domain
-        if placed:
-            self._remember(job, _Choice(placed, job_size(pod), now + CHOICE_SECONDS, {uid}))
-            return placed
-        choice = _Choice("", job_size(pod), now + CHOICE_SECONDS, {uid})
-        choice.domain = self._choose(job, choice, demand, snapshot)
+        if choice is not None:
+            need = self._need(job, choice)
+            with self._lock:
+                self._promise(choice, need)
+            return placed or choice.domain
+        choice = _Choice(placed, job_size(pod), now + CHOICE_SECONDS, {uid})
+        if not placed:
+            choice.domain = self._choose(job, choice, demand, snapshot)
         if choice.domain:
-            self._remember(job, choice)
+            need = self._need(job, choice)
+            with self._lock:
+                self._chosen[job] = choice
+                self._promise(choice, need)
+                while len(self._chosen) > CHOICES:
+                    self._promise(self._chosen.popitem(last=False)[1], 0)
         return choice.domain
 
     def _choose(self, job: JobKey, choice: _Choice, demand: Demand, snapshot: Snapshot) -> str:
+        """The domain for a job that has none: see the module's docstring."""
         rooms = self.index.rooms(snapshot, demand)
         if not rooms:
             return ""
-        now = self.clock()
         with self._lock:
-            others = [(k, c) for k, c in self._chosen.items() if k != job and c.until > now]
-        free = Counter(rooms)
-        for other, taken in others:
-            if taken.domain in free:
-                free[taken.domain] -= self._need(other, taken)
+            free = {d: room - self._promised[d] for d, room in rooms.items()}
         need = self._need(job, choice)
-        members = self.index.members
         if choice.size:
             fits = [d for d in free if free[d] >= need]
             if fits:
                 return min(fits, key=lambda d: (free[d], d))
+        members = self.index.members
         return min(free, key=lambda d: (-free[d], -len(members.get(d, ())), d))
-
-    def _remember(self, job: JobKey, choice: _Choice) -> None:
-        with self._lock:
-            self._chosen[job] = choice
-            self._chosen.move_to_end(job)
-            while len(self._chosen) > CHOICES:
-                self._chosen.popitem(last=False)
 
     # --- the two verbs ----------------------------------------------------------------------
 
@@ -162,15 +172,19 @@ class FabricPlacement:
         domain = self.domain_for(pod, job, demand, snapshot) if job is not None else ""
         if not domain:
             return list(passed), {}
-        members = self.index.members.get(domain, frozenset())
-        keep = [name for name in passed if name in members]
+        members = self.index.members
+        inside = members.get(domain, frozenset())
+        keep = list(filter(inside.__contains__, passed))
         if len(keep) == len(passed):
             return keep, {}
-        domain_of = self.index.domain_of
-        refused = {}
-        for name in passed:
-            if name not in members:
-                refused[name] = self._reason(domain_of.get(name, ""), domain)
+        rest = set(passed).difference(inside)
+        refused: dict[str, str] = {}
+        for here, names in members.items():  # per domain, in C: a fleet has a few domains
+            if here != domain and not names.isdisjoint(rest):
+                found = rest.intersection(names)
+                refused.update(dict.fromkeys(found, self._reason(here, domain)))
+                rest -= found
+        refused.update(dict.fromkeys(rest, self._reason("", domain)))  # no domain reported
         return keep, refused
 
     def _reason(self, here: str, domain: str) -> str:
@@ -194,10 +208,20 @@ class FabricPlacement:
         if job is None or len(scores) < 2:
             return list(scores)
         self.index.sync(snapshot())
-        domain_of = self.index.domain_of
-        first = domain_of.get(scores[0][0], "")
-        if all(domain_of.get(name, "") == first for name, _ in scores):
-            return list(scores)
+        names = [name for name, _ in scores]
+        members = self.index.members
+        first = members.get(self.index.domain_of.get(names[0], ""))
+        if first is not None:
+            if first.issuperset(names):
+                return list(scores)
+        elif all(m.isdisjoint(names) for m in members.values()):
+            return list(scores)  # no node offered reports a domain
         domain = self.domain_for(pod, job, demand, snapshot())
-        members = self.index.members.get(domain, frozenset())
-        return [(name, lift(score, name in members)) for name, score in scores]
+        inside = members.get(domain, frozenset())
+        try:  # a plain comprehension: this runs over every node offered
+            return [
+                (name, _INSIDE[score]) if name in inside else (name, _OUTSIDE[score])
+                for name, score in scores
+            ]
+        except IndexError:  # a score outside 0..10 (not the decider's): the careful way
+            return [(name, lift(score, name in inside)) for name, score in scores]
