@@ -100,7 +100,8 @@ JOB_SOURCES = (
 # pod then picks the smallest fabric domain the whole job fits in.
 JOB_SIZE = f"{GROUP}/job-size"
 # A node's fabric domain: nodes of one domain reach each other over one RDMA fabric. hcsd
-# reports "ib:<subnet prefix>" for InfiniBand, or what `discovery.fabric_domain` says
+# reports "ib:<subnet prefix>" for InfiniBand ("ib:<prefix>/<prefix>…" for several, hashed past
+# 64 characters; hcsd.discovery.fabric), or what `discovery.fabric_domain` says
 # (ComputeNode spec.fabric.domain). Letters, digits and `:._/-`, at most 64 characters.
 FABRIC_DOMAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9:._/-]{0,63}")
 

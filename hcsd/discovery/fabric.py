@@ -5,22 +5,35 @@ The kernel lists every RDMA port under `class/infiniband/<device>/ports/<n>/`:
 traffic), `rate` ("200 Gb/sec (4X HDR)"), and the GID table `gids/<i>`, printed as eight
 groups of four hex digits. For InfiniBand, GID 0's upper 64 bits are the port's subnet
 prefix, which the subnet manager assigns: nodes whose ports share a prefix are on one
-subnet, so the domain is `ib:<prefix>` ("ib:fe80:0000:0000:0000"). The default prefix
+subnet, so the domain is `ib:<prefix>` ("ib:fe80:0000:0000:0000"). A node whose active ports
+are on several subnets (multi-rail) is named by all of them, sorted and joined with "/"
+("ib:fec0:0000:0000:0001/fec0:0000:0000:0002"), or, past 64 characters, by a hash of that list
+("ib:4-subnets-<20 hex digits>"): two nodes share a domain only when they reach the same set of
+subnets, whichever port the kernel lists first. The default prefix
 fe80:0000:0000:0000 is the same on every subnet whose manager was not given one: operators
 set one per fabric in the subnet manager, or name the domain in `discovery.fabric_domain`.
 
 Ethernet (RoCE) ports say nothing about which fabric they reach (GID 0 is link-local, from the
-MAC address); their netdev (`gid_attrs/ndevs/0`, else `device/net/`) is reported so that the
-operator can see them, and the domain is whatever `discovery.fabric_domain` names.
+MAC address); their netdev (`gid_attrs/ndevs/0`, else the one under `device/net/` whose
+`dev_port` is the port's number less one) is reported so that the operator can see them, and
+the domain is whatever `discovery.fabric_domain` names.
+
+A port in INIT or ARMED waits for the subnet manager's sweep (at boot, for a while): it is
+not counted, a note says so, and hcsd reads sysfs again every `RESCAN_SECONDS`
+(`hcsd.daemon.fabric_watch`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_PREFIX", "Fabric", "Port", "discover_fabric", "read_ports"]
+__all__ = ["DEFAULT_PREFIX", "RESCAN_SECONDS", "Fabric", "Port", "discover_fabric", "read_ports"]
+
+RESCAN_SECONDS = 30.0  # how often hcsd reads the ports again (a few small sysfs files)
+DOMAIN_MAX = 64  # names.py: a fabric domain is at most 64 characters
 
 DEFAULT_PREFIX = "fe80:0000:0000:0000"  # what every subnet manager uses unless told otherwise
 _GID = re.compile(r"[0-9a-f]{4}(:[0-9a-f]{4}){7}")
@@ -73,17 +86,25 @@ def _subnet(gid: str) -> str:
 
 
 def _netdev(device: Path, port: Path) -> str:
+    """The port's netdev: GID 0's, else the PCI function's netdev of the same port (its
+    `dev_port` counts ports from 0); the only one when it says nothing; else ""."""
     found = _read(port / "gid_attrs" / "ndevs" / "0")
     if found:
         return found
     try:
-        return sorted(p.name for p in (device / "device" / "net").iterdir())[0]
-    except (OSError, IndexError):
+        nets = sorted((device / "device" / "net").iterdir())
+    except OSError:
         return ""
+    wanted = str(int(port.name) - 1)
+    for net in nets:
+        if _read(net / "dev_port") == wanted:
+            return net.name
+    return nets[0].name if len(nets) == 1 else ""
 
 
-def read_ports(sysfs: Path) -> list[Port]:
-    """The active RDMA ports, by device and port number."""
+def read_ports(sysfs: Path, waiting: list[str] | None = None) -> list[Port]:
+    """The active RDMA ports, by device and port number; `waiting` gets "mlx5_0/1 INIT" for
+    each port that waits for the subnet manager (INIT, ARMED)."""
     root = sysfs / "class" / "infiniband"
     try:
         devices = sorted(root.iterdir())
@@ -96,7 +117,10 @@ def read_ports(sysfs: Path) -> list[Port]:
         except OSError:
             continue
         for port in ports:
-            if not port.name.isdigit() or not _read(port / "state").startswith("4:"):
+            state = _read(port / "state")
+            if not port.name.isdigit() or not state.startswith("4:"):
+                if waiting is not None and state[:2] in ("2:", "3:"):
+                    waiting.append(f"{device.name}/{port.name} {state[2:].strip()[:16]}")
                 continue  # DOWN, INIT, ARMED: carries no traffic now
             layer = _read(port / "link_layer")
             ib = layer == "InfiniBand"
@@ -113,15 +137,30 @@ def read_ports(sysfs: Path) -> list[Port]:
     return found
 
 
+def _domain(subnets: list[str]) -> str:
+    """`ib:` and every subnet, sorted, joined with "/"; hashed when that is too long."""
+    joined = "ib:" + "/".join(subnets)
+    if len(joined) <= DOMAIN_MAX:
+        return joined
+    digest = hashlib.sha256(joined.encode()).hexdigest()[:20]
+    return f"ib:{len(subnets)}-subnets-{digest}"
+
+
 def discover_fabric(sysfs: Path, override: str = "") -> Fabric:
-    """The node's fabric: `override` (`discovery.fabric_domain`) when set, else the subnet of
-    its active InfiniBand ports (the lowest prefix when they are on several)."""
-    ports = tuple(read_ports(sysfs))
+    """The node's fabric: `override` (`discovery.fabric_domain`) when set, else the subnets
+    of its active InfiniBand ports (all of them, see the module's docstring)."""
+    waiting: list[str] = []
+    ports = tuple(read_ports(sysfs, waiting))
+    notes: list[str] = []
+    if waiting:
+        notes.append(
+            f"RDMA ports {', '.join(waiting[:8])} are not ACTIVE yet (the subnet manager has "
+            f"not brought them up): read again every {RESCAN_SECONDS:.0f} s"
+        )
     if override:
-        return Fabric(override, "config", ports)
+        return Fabric(override, "config", ports, tuple(notes))
     subnets = sorted({p.subnet for p in ports if p.subnet})
     ethernet = [p for p in ports if p.link_layer == "Ethernet"]
-    notes: list[str] = []
     if not subnets:
         if ethernet:
             named = ", ".join(f"{p.device}/{p.number} ({p.netdev or '?'})" for p in ethernet)
@@ -129,18 +168,19 @@ def discover_fabric(sysfs: Path, override: str = "") -> Fabric:
                 f"RoCE ports {named} do not say which fabric they reach: name it in "
                 "discovery.fabric_domain"
             )
-        elif not ports:
+        elif not ports and not waiting:
             notes.append("no active RDMA port: the node has no fabric domain")
         return Fabric("", "", ports, tuple(notes))
     if len(subnets) > 1:
         notes.append(
-            f"active InfiniBand ports on {len(subnets)} subnets ({', '.join(subnets)}): the "
-            "lowest names the domain; set discovery.fabric_domain to choose"
+            f"active InfiniBand ports on {len(subnets)} subnets ({', '.join(subnets[:8])}): "
+            "the domain names them all, so it is shared only with nodes on the same subnets; "
+            "set discovery.fabric_domain to group nodes otherwise"
         )
-    if subnets[0] == DEFAULT_PREFIX:
+    if DEFAULT_PREFIX in subnets:
         notes.append(
             f"subnet prefix {DEFAULT_PREFIX} is every subnet manager's default: unless each "
             "fabric's subnet manager sets its own, separate fabrics look like one (set one, "
             "or discovery.fabric_domain)"
         )
-    return Fabric(f"ib:{subnets[0]}", "infiniband", ports, tuple(notes))
+    return Fabric(_domain(subnets), "infiniband", ports, tuple(notes))

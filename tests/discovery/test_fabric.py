@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hcsd.contract.names import FABRIC_DOMAIN
 from hcsd.daemon.config import ConfigError, load_config
 from hcsd.discovery.fabric import DEFAULT_PREFIX, Fabric, Port, discover_fabric, read_ports
 from tests.fakes.rdma import FakePort, make_rdma
@@ -41,18 +42,44 @@ def test_ports_not_active_are_not_counted(tmp_path: Path, state: str) -> None:
         FakePort("mlx5_0", state=state, gid0="fec0:0000:0000:0001:0002:c903:0031:7a51"),
         FakePort("mlx5_1", pci="0000:5e:00.0", gid0="fec0:0000:0000:0002:0002:c903:0031:7a52"),
     ])  # fmt: skip
-    assert discover_fabric(sysfs).domain == "ib:fec0:0000:0000:0002"
+    fabric = discover_fabric(sysfs)
+    assert fabric.domain == "ib:fec0:0000:0000:0002"
+    waits = [n for n in fabric.notes if "not ACTIVE yet" in n]
+    if state == "1: DOWN":
+        assert waits == []  # unplugged: nothing will change by itself
+    else:
+        assert waits and f"mlx5_0/1 {state[3:]}" in waits[0] and "every 30 s" in waits[0]
 
 
-def test_ports_on_several_subnets_take_the_lowest_and_say_so(tmp_path: Path) -> None:
+def test_a_port_waiting_for_the_subnet_manager_is_noted_without_a_domain(tmp_path: Path) -> None:
+    sysfs = make_rdma(tmp_path, [FakePort("mlx5_0", state="2: INIT")])
+    fabric = discover_fabric(sysfs)
+    assert fabric.domain == "" and fabric.ports == ()
+    assert fabric.notes == ("RDMA ports mlx5_0/1 INIT are not ACTIVE yet (the subnet manager "
+                            "has not brought them up): read again every 30 s",)  # fmt: skip
+
+
+def test_ports_on_several_subnets_name_them_all(tmp_path: Path) -> None:
     sysfs = make_rdma(tmp_path, [
         FakePort("mlx5_1", pci="0000:5e:00.0", gid0="fec0:0000:0000:0002:0002:c903:0031:7a52"),
         FakePort("mlx5_0", gid0="fec0:0000:0000:0001:0002:c903:0031:7a51"),
     ])  # fmt: skip
     fabric = discover_fabric(sysfs)
-    assert fabric.domain == "ib:fec0:0000:0000:0001"
+    assert fabric.domain == "ib:fec0:0000:0000:0001/fec0:0000:0000:0002"
     assert [p.device for p in fabric.ports] == ["mlx5_0", "mlx5_1"]
     assert "2 subnets (fec0:0000:0000:0001, fec0:0000:0000:0002)" in fabric.notes[0]
+
+
+def test_many_rails_are_named_by_a_hash_that_fits(tmp_path: Path) -> None:
+    gids = [f"fec0:0000:0000:000{i}:0002:c903:0031:7a5{i}" for i in range(1, 5)]
+    ports = [FakePort(f"mlx5_{i}", pci=f"0000:{i}e:00.0", gid0=g) for i, g in enumerate(gids)]
+    domain = discover_fabric(make_rdma(tmp_path, ports)).domain
+    assert domain.startswith("ib:4-subnets-") and len(domain) <= 64
+    assert FABRIC_DOMAIN.fullmatch(domain)
+    two = discover_fabric(make_rdma(tmp_path / "two", ports[:2])).domain
+    assert FABRIC_DOMAIN.fullmatch(two) and len(two) <= 64
+    again = discover_fabric(make_rdma(tmp_path / "other", list(reversed(ports)))).domain
+    assert again == domain  # the order the kernel lists them in does not matter
 
 
 def test_roce_needs_the_operator_and_shows_its_netdev(tmp_path: Path) -> None:
@@ -69,6 +96,15 @@ def test_roce_needs_the_operator_and_shows_its_netdev(tmp_path: Path) -> None:
     assert "mlx5_0/1 (ens1f0), mlx5_1/1 (ens2f0)" in fabric.notes[0]
     named = discover_fabric(sysfs, "roce-pod-a")
     assert (named.domain, named.source, named.ports) == ("roce-pod-a", "config", fabric.ports)
+
+
+def test_roce_picks_the_netdev_of_its_own_port(tmp_path: Path) -> None:
+    """A dual-port device whose GIDs name no netdev: each port is matched through dev_port."""
+    sysfs = make_rdma(tmp_path, [
+        FakePort("mlx5_0", number=1, link_layer="Ethernet", net="ens1f0", dev_port="0"),
+        FakePort("mlx5_0", number=2, link_layer="Ethernet", net="ens1f1", dev_port="1"),
+    ])  # fmt: skip
+    assert [p.netdev for p in discover_fabric(sysfs).ports] == ["ens1f0", "ens1f1"]
 
 
 def test_the_setting_wins_over_discovery(tmp_path: Path) -> None:

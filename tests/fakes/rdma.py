@@ -24,6 +24,7 @@ class FakePort:
     rate: str = "200 Gb/sec (4X HDR)"
     ndev: str = ""  # gid_attrs/ndevs/0 (RoCE)
     net: str = ""  # device/net/<netdev>
+    dev_port: str = ""  # device/net/<netdev>/dev_port (the port's number less one)
     pci: str = "0000:3b:00.0"
 
 
@@ -39,7 +40,10 @@ def make_rdma(sysfs: Path, ports: list[FakePort]) -> Path:
         if p.ndev:
             (port / "gid_attrs/ndevs/0").write_text(p.ndev + "\n")
         if p.net:
-            (sysfs / "devices/pci0000:00" / p.pci / "net" / p.net).mkdir(parents=True)
+            net = sysfs / "devices/pci0000:00" / p.pci / "net" / p.net
+            net.mkdir(parents=True)
+            if p.dev_port:
+                (net / "dev_port").write_text(p.dev_port + "\n")
         link = device / "device"
         if not link.is_symlink():
             link.symlink_to(Path("../.."))  # the PCI function the device hangs off
