@@ -28,6 +28,7 @@ from hcsd.daemon import notify
 from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config
 from hcsd.daemon.devicecheck import open_device_nodes
 from hcsd.daemon.discovering import build_backends, hotplug_watcher, plan
+from hcsd.daemon.fabric_watch import watch_fabric
 from hcsd.daemon.logs import configure_logging, set_level
 from hcsd.daemon.measuring import Measurer, build_measurer
 from hcsd.daemon.metrics import MetricsServer
@@ -205,6 +206,8 @@ class Daemon:
         if vram is not None:
             tasks.append(supervise(vram.run(), "vram-watchdog"))
         tasks.append(supervise(injector.sweep_every(runtime.sweep_interval), "quota-sweep"))
+        sysfs, domain = Path(config.discovery.sysfs), config.discovery.fabric_domain
+        tasks.append(supervise(watch_fabric(service, sysfs, domain), "fabric"))
         if runtime.nri:
             plugin = NriPlugin(injector, runtime, telemetry=self.telemetry)
             tasks.append(supervise(plugin.run(), "nri"))

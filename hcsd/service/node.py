@@ -13,6 +13,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from hcsd.allocator import AllocatorSection, Usage, choose
 from hcsd.discovery import Inventory
@@ -81,6 +82,10 @@ class NodeService:
     def fabric(self) -> Fabric:
         """The RDMA fabric the node is on, as discovery found it (or the config names it)."""
         return self._inventory.fabric
+
+    def set_fabric(self, fabric: Fabric) -> None:
+        """The fabric as read again (`hcsd.daemon.fabric_watch`): ports come up after boot."""
+        self._inventory = replace(self._inventory, fabric=fabric)
 
     @property
     def seq(self) -> int:

@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
 
 from hcsd.contract.names import FABRIC_DOMAIN
 from hcsd.daemon.config import ConfigError, load_config
+from hcsd.daemon.fabric_watch import rescan_fabric, watch_fabric
+from hcsd.discovery import Inventory
 from hcsd.discovery.fabric import DEFAULT_PREFIX, Fabric, Port, discover_fabric, read_ports
+from hcsd.ledger import Ledger
+from hcsd.service import NodeService
 from tests.fakes.rdma import FakePort, make_rdma
 
 
@@ -143,3 +149,39 @@ def test_the_setting_takes_names_only(tmp_path: Path, value: str, ok: bool) -> N
     else:
         with pytest.raises(ConfigError, match="fabric_domain"):
             load_config(str(path))
+
+
+def test_a_port_that_comes_up_after_start_gives_the_node_its_domain(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    """At boot the port waits in INIT; the periodic read finds it ACTIVE and the service (what
+    GetNode reports, so what the syncer writes) takes the new fabric."""
+    gid = "fec0:0000:0000:0001:0002:c903:0031:7a51"
+    make_rdma(tmp_path, [FakePort("mlx5_0", state="2: INIT", gid0=gid)])
+    service = NodeService(Inventory("node", (), (), fabric=discover_fabric(tmp_path)), ledger)
+    assert service.fabric.domain == "" and "not ACTIVE yet" in service.fabric.notes[0]
+    assert rescan_fabric(service, tmp_path) is False  # nothing moved
+    state = tmp_path / "devices/pci0000:00/0000:3b:00.0/infiniband/mlx5_0/ports/1/state"
+    state.write_text("4: ACTIVE\n")  # the subnet manager swept the fabric
+    assert rescan_fabric(service, tmp_path) is True
+    assert service.fabric.domain == "ib:fec0:0000:0000:0001" and service.fabric.notes == ()
+
+
+def test_the_daemon_reads_the_ports_again_on_its_own(tmp_path: Path, ledger: Ledger) -> None:
+    make_rdma(tmp_path, [FakePort("mlx5_0", state="3: ARMED")])
+    service = NodeService(Inventory("node", (), (), fabric=discover_fabric(tmp_path)), ledger)
+    state = tmp_path / "devices/pci0000:00/0000:3b:00.0/infiniband/mlx5_0/ports/1/state"
+    state.write_text("4: ACTIVE\n")
+
+    async def watch_briefly() -> None:
+        task = asyncio.create_task(watch_fabric(service, tmp_path, every=0.01))
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if service.fabric.domain:
+                break
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(watch_briefly())
+    assert service.fabric.domain == f"ib:{DEFAULT_PREFIX}"
