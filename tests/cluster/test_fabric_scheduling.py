@@ -184,8 +184,8 @@ def test_the_job_goes_where_there_is_room_for_it_and_stays_there(fabric: Fabric)
     try:
         fabric.run_job("hb", 20, HB)
         reason = (
-            "2 node is in fabric domain ib:a; the pods of job default/hb run in fabric domain "
-            "ib:b (hcs.io/topology-preference: high-bandwidth keeps a job on one fabric)"
+            "2 node in fabric domain ib:a; the job's is ib:b "
+            "(hcs.io/topology-preference: high-bandwidth)"
         )
         pods = fabric.settle("hb", bound=16, reason=reason)  # all 4 left wait for that reason
         assert domains_of(pods) == {"ib:b": 16}
