@@ -92,8 +92,9 @@ class FabricPlacement:
         return min(counts, key=lambda d: (-counts[d], d)) if counts else ""
 
     def _need(self, job: JobKey, choice: _Choice) -> int:
-        """Pods of the job not placed yet: its size less those placed, or at least the pods of
-        it seen deciding that are not placed (those placed are forgotten here)."""
+        """Under the lock: pods of the job not placed yet: its size less those placed, or at
+        least the pods of it seen deciding that are not placed (those placed are forgotten
+        here). Takes `JobIndex`'s lock inside this one (never the other way round)."""
         choice.pending = self.jobs.unplaced(choice.pending)
         return max(choice.size - self.jobs.placed(job), len(choice.pending))
 
@@ -128,19 +129,19 @@ class FabricPlacement:
                 if len(choice.pending) < JOB_SIZE_MAX:
                     choice.pending.add(uid)
                 self._chosen.move_to_end(job)
+                self._promise(choice, self._need(job, choice))
         if choice is not None:
-            need = self._need(job, choice)
-            with self._lock:
-                self._promise(choice, need)
             return placed or choice.domain
         choice = _Choice(placed, job_size(pod), now + CHOICE_SECONDS, {uid})
         if not placed:
             choice.domain = self._choose(job, choice, demand, snapshot)
         if choice.domain:
-            need = self._need(job, choice)
             with self._lock:
+                raced = self._chosen.pop(job, None)  # another thread chose meanwhile
+                if raced is not None:
+                    self._promise(raced, 0)
                 self._chosen[job] = choice
-                self._promise(choice, need)
+                self._promise(choice, self._need(job, choice))
                 while len(self._chosen) > CHOICES:
                     self._promise(self._chosen.popitem(last=False)[1], 0)
         return choice.domain
@@ -152,7 +153,7 @@ class FabricPlacement:
             return ""
         with self._lock:
             free = {d: room - self._promised[d] for d, room in rooms.items()}
-        need = self._need(job, choice)
+            need = self._need(job, choice)
         if choice.size:
             fits = [d for d in free if free[d] >= need]
             if fits:

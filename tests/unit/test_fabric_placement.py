@@ -4,7 +4,9 @@ prioritize gives, and what the filter refuses under `high-bandwidth`."""
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -411,3 +413,27 @@ def test_the_computenode_carries_the_fabric_hcsd_reports() -> None:
     assert "fabric" not in node_spec(pb.Node(name="n"), [])  # an older hcsd: as before
     obj = {"metadata": {"name": "n"}, "spec": spec, "status": {"phase": "Ready"}}
     assert node_view(obj).fabric == "ib:fec0:0000:0000:0001"
+
+
+def test_promised_room_adds_up_under_concurrent_pods() -> None:
+    """Threads deciding pods of the same jobs at once (the HTTP server's threads) leave the
+    room promised per domain equal to what the remembered choices promise."""
+    e = cluster({f"n{i}": f"ib:{i % 2}" for i in range(8)})
+    names = sorted(f"n{i}" for i in range(8))
+
+    def decide(worker: int) -> None:
+        for i in range(40):
+            job = f"j{i % 5}"
+            pod = job_pod(f"{worker}-{i}", job=job, annotations={**HB, "hcs.io/job-size": "3"})
+            e.filter(pod, names)
+
+    threads = [threading.Thread(target=decide, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    fabric = e.fabric
+    expected: Counter[str] = Counter()
+    for choice in fabric._chosen.values():
+        expected[choice.domain] += choice.promised
+    assert +fabric._promised == +expected and len(fabric._chosen) == 5
