@@ -14,12 +14,25 @@ import asyncio
 import logging
 from pathlib import Path
 
-from hcsd.discovery.fabric import RESCAN_SECONDS, discover_fabric
+from hcsd.discovery.fabric import RESCAN_SECONDS, Fabric, discover_fabric
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.service import NodeService
 
-__all__ = ["rescan_fabric", "watch_fabric"]
+__all__ = ["fabric_at_start", "rescan_fabric", "watch_fabric"]
 
 log = logging.getLogger(__name__)
+
+
+def fabric_at_start(settings: DiscoverySection) -> Fabric:
+    """The node's fabric as hcsd starts (`discovery.sysfs`, `discovery.fabric_domain`), logged."""
+    fabric = discover_fabric(Path(settings.sysfs), settings.fabric_domain)
+    log.info(
+        "fabric domain: %s%s", fabric.domain or "none",
+        f" ({fabric.source}, {len(fabric.ports)} active RDMA port(s))" if fabric.domain else "",
+    )  # fmt: skip
+    for note in fabric.notes:
+        log.info("fabric: %s", note)
+    return fabric
 
 
 def rescan_fabric(service: NodeService, sysfs: Path, override: str = "") -> bool:
@@ -38,9 +51,11 @@ def rescan_fabric(service: NodeService, sysfs: Path, override: str = "") -> bool
 
 
 async def watch_fabric(
-    service: NodeService, sysfs: Path, override: str = "", every: float = RESCAN_SECONDS
+    service: NodeService, settings: DiscoverySection, every: float = RESCAN_SECONDS
 ) -> None:
-    """`rescan_fabric` every `every` seconds, until cancelled."""
+    """`rescan_fabric` of `discovery.sysfs` (with `discovery.fabric_domain`) every `every`
+    seconds, until cancelled."""
+    sysfs, override = Path(settings.sysfs), settings.fabric_domain
     while True:
         await asyncio.sleep(every)
         await asyncio.to_thread(rescan_fabric, service, sysfs, override)

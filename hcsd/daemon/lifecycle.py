@@ -18,7 +18,6 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
 
 from hcsd import __version__
 from hcsd.api.server import ApiServer, SocketInUse
@@ -28,14 +27,13 @@ from hcsd.daemon import notify
 from hcsd.daemon.config import DEFAULT_PATH, Config, ConfigError, load_config
 from hcsd.daemon.devicecheck import open_device_nodes
 from hcsd.daemon.discovering import build_backends, hotplug_watcher, plan
-from hcsd.daemon.fabric_watch import watch_fabric
+from hcsd.daemon.fabric_watch import fabric_at_start, watch_fabric
 from hcsd.daemon.logs import configure_logging, set_level
 from hcsd.daemon.measuring import Measurer, build_measurer
 from hcsd.daemon.metrics import MetricsServer
 from hcsd.daemon.reference import render_default_config
 from hcsd.daemon.vram import vram_watchdog
 from hcsd.discovery import DiscoveryBackend, DiscoveryError, Inventory, discover_all
-from hcsd.discovery.fabric import discover_fabric
 from hcsd.health.watching import HealthWatcher
 from hcsd.health.watching import wanted as watching_wanted
 from hcsd.ledger import Ledger, LedgerError
@@ -79,14 +77,7 @@ class Daemon:
             inventory = discover_all(config.node.resolved_name(), self.backends, chosen.notes)
         except DiscoveryError as e:
             raise StartupError(f"failed to discover devices: {e}") from e
-        fabric = discover_fabric(Path(config.discovery.sysfs), config.discovery.fabric_domain)
-        inventory = replace(inventory, fabric=fabric)
-        log.info(
-            "fabric domain: %s%s", fabric.domain or "none",
-            f" ({fabric.source}, {len(fabric.ports)} active RDMA port(s))" if fabric.domain else "",
-        )  # fmt: skip
-        for note in fabric.notes:
-            log.info("fabric: %s", note)
+        inventory = replace(inventory, fabric=fabric_at_start(config.discovery))
         ledger = Ledger(config.daemon.state_dir, config.ledger)
         try:
             report = ledger.open()
@@ -206,8 +197,7 @@ class Daemon:
         if vram is not None:
             tasks.append(supervise(vram.run(), "vram-watchdog"))
         tasks.append(supervise(injector.sweep_every(runtime.sweep_interval), "quota-sweep"))
-        sysfs, domain = Path(config.discovery.sysfs), config.discovery.fabric_domain
-        tasks.append(supervise(watch_fabric(service, sysfs, domain), "fabric"))
+        tasks.append(supervise(watch_fabric(service, config.discovery), "fabric"))
         if runtime.nri:
             plugin = NriPlugin(injector, runtime, telemetry=self.telemetry)
             tasks.append(supervise(plugin.run(), "nri"))

@@ -14,6 +14,7 @@ from hcsd.daemon.config import ConfigError, load_config
 from hcsd.daemon.fabric_watch import rescan_fabric, watch_fabric
 from hcsd.discovery import Inventory
 from hcsd.discovery.fabric import DEFAULT_PREFIX, Fabric, Port, discover_fabric, read_ports
+from hcsd.discovery.settings import DiscoverySection
 from hcsd.ledger import Ledger
 from hcsd.service import NodeService
 from tests.fakes.rdma import FakePort, make_rdma
@@ -174,7 +175,8 @@ def test_the_daemon_reads_the_ports_again_on_its_own(tmp_path: Path, ledger: Led
     state.write_text("4: ACTIVE\n")
 
     async def watch_briefly() -> None:
-        task = asyncio.create_task(watch_fabric(service, tmp_path, every=0.01))
+        settings = DiscoverySection(sysfs=str(tmp_path))
+        task = asyncio.create_task(watch_fabric(service, settings, every=0.01))
         for _ in range(200):
             await asyncio.sleep(0.01)
             if service.fabric.domain:
