@@ -3,8 +3,10 @@
 Certificates are made at start with openssl (a CA, the apiserver's serving cert, client certs
 for the admin, the scheduler and HCS's two service accounts), so RBAC is exercised for real:
 the syncer and the extender run as `system:serviceaccount:hcs-system:<name>` and get exactly
-what packaging/kubernetes/rbac-*.yaml grants. No kubelet or controller-manager: Node objects
-are created by hand (with TaintNodesByCondition off so they are schedulable).
+what packaging/kubernetes/rbac-*.yaml grants. No kubelet: Node objects are created by hand
+(with TaintNodesByCondition off so they are schedulable). kube-controller-manager only on
+demand (`controller_manager`, for Jobs and garbage collection): most suites need none of its
+controllers and it costs a process and a certificate.
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ CLIENTS = {
         "system:serviceaccounts",
     ),
 }
+#: kube-controller-manager's client certificate (its user, as the bootstrap RBAC names it).
+CONTROLLER_MANAGER = {"controller-manager": ("system:kube-controller-manager", "")}
 
 
 @dataclass
@@ -110,6 +114,9 @@ class ControlPlane:
     # without one no namespace gets its `default` ServiceAccount for pods to name. (One flag:
     # a second --disable-admission-plugins would add to the list, not replace it.)
     disabled_admission: tuple[str, ...] = ("TaintNodesByCondition", "ServiceAccount")
+    # kube-controller-manager's binary: set, it starts after the API server (Jobs, garbage
+    # collection); None, it does not run unless `start_controller_manager` is called.
+    controller_manager: Path | None = None
 
     @property
     def server(self) -> str:
@@ -135,6 +142,8 @@ class ControlPlane:
 
     def start(self) -> ControlPlane:
         certs = self.work / "certs"
+        if self.controller_manager is not None:
+            self.clients = self.clients | CONTROLLER_MANAGER
         if not (certs / "ca.crt").exists():
             make_certs(certs, self.clients)
         for client in self.clients:
@@ -147,6 +156,8 @@ class ControlPlane:
             kubeconfig(self.config_for(client), self.server, certs, client)
         self.start_etcd()
         self.start_apiserver()
+        if self.controller_manager is not None:
+            self.start_controller_manager(self.controller_manager)
         return self
 
     def _spawn(self, name: str, args: list[str]) -> None:
@@ -201,6 +212,31 @@ class ControlPlane:
                 return
             time.sleep(0.3)
         raise RuntimeError(f"{name} not ready in {timeout}s: {self.tail(name)}")
+
+    def start_controller_manager(self, binary: Path, controllers: str = "*") -> None:
+        """kube-controller-manager as `system:kube-controller-manager` (the client
+        `controller-manager`, which `clients` must hold), every controller its own
+        service account (`--use-service-account-credentials`: the DaemonSet controller writes
+        ControllerRevisions, which the manager's own identity may not), no leader election,
+        its log in the plane's directory. `controllers` is its `--controllers` list: `*`, the
+        default set, holds what Jobs need (`job-controller`, `garbage-collector-controller`,
+        `pod-garbage-collector-controller`, `ttl-after-finished-controller`) and what pods
+        need with the ServiceAccount admission plugin on (`serviceaccount-controller`, the
+        `default` accounts; `root-ca-certificate-publisher-controller`, `kube-root-ca.crt`)."""
+        certs = self.work / "certs"
+        config = self.config_for("controller-manager")
+        port = free_port()
+        self._spawn("kube-controller-manager", [
+            str(binary), f"--kubeconfig={config}", f"--controllers={controllers}",
+            f"--authentication-kubeconfig={config}", f"--authorization-kubeconfig={config}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
+            f"--service-account-private-key-file={certs / 'sa.key'}",
+            f"--root-ca-file={certs / 'ca.crt'}", "--use-service-account-credentials=true",
+            # Its default would create /usr/libexec/kubernetes on the host.
+            f"--flex-volume-plugin-dir={self.work / 'flex-volumes'}",
+            "--service-cluster-ip-range=10.96.0.0/16", "-v=1",
+        ])  # fmt: skip
+        self.wait_ready("kube-controller-manager", f"https://127.0.0.1:{port}/healthz", 60)
 
     def extender_tls(self) -> list[str]:
         """hcs-scheduler-extender's flags for mutual TLS with this plane's kube-scheduler: its
@@ -265,7 +301,7 @@ class ControlPlane:
             process.wait()
 
     def stop(self) -> None:
-        for name in ("kube-scheduler", "kube-apiserver", "etcd"):
+        for name in ("kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"):
             self.stop_process(name)
 
     def tail(self, name: str, lines: int = 30) -> str:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hcsd.cluster.kube import Kube
-from tests.cluster.controlplane import CLIENTS, ControlPlane, free_port
+from tests.cluster.controlplane import CLIENTS, CONTROLLER_MANAGER, ControlPlane, free_port
 from tests.harness import cgroups
 from tests.harness.kubecluster import hcs
 from tests.harness.kubecluster.node import KubeletNode
@@ -136,8 +136,7 @@ def with_stamped_apiserver(peers: Peers, work: Path, log: Log = say) -> Peers | 
 
 
 def _clients(nodes: dict[str, VendorNode]) -> dict[str, tuple[str, str]]:
-    clients = dict(CLIENTS)
-    clients["controller-manager"] = ("system:kube-controller-manager", "")
+    clients = CLIENTS | CONTROLLER_MANAGER
     clients["kubelet-client"] = ("kube-apiserver-kubelet-client", "system:masters")
     for name in nodes:
         clients[f"node-{name}"] = (f"system:node:{name}", "system:nodes")
@@ -196,7 +195,7 @@ class KubeletCluster:
         self.admin = self.plane.kube()
         if not self.bare:
             self._deploy_hcs()
-        self._start_controller_manager()
+        self.plane.start_controller_manager(self.peers.node / "kube-controller-manager")
         if self.bare:
             self.plane.start_scheduler(None)
         else:
@@ -233,24 +232,6 @@ class KubeletCluster:
 
     def _deploy_hcs(self) -> None:
         self.control.apply(hcs.cluster_objects(self.keys))
-
-    def _start_controller_manager(self) -> None:
-        certs = self.work / "certs"
-        config = self.control.config_for("controller-manager")
-        port = free_port()
-        self.control._spawn("kube-controller-manager", [
-            str(self.peers.node / "kube-controller-manager"), f"--kubeconfig={config}",
-            f"--authentication-kubeconfig={config}", f"--authorization-kubeconfig={config}",
-            "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
-            f"--service-account-private-key-file={certs / 'sa.key'}",
-            # Each controller with its own account and the RBAC role made for it (the
-            # DaemonSet controller writes ControllerRevisions, which the manager's own
-            # identity may not).
-            f"--root-ca-file={certs / 'ca.crt'}", "--use-service-account-credentials=true",
-            f"--flex-volume-plugin-dir={self.work / 'flex-volumes'}",
-            "--service-cluster-ip-range=10.96.0.0/16", "-v=1",
-        ])  # fmt: skip
-        self.control.wait_ready("kube-controller-manager", f"https://127.0.0.1:{port}/healthz", 60)
 
     def start_extender(self) -> None:
         """hcs-scheduler-extender as a host process on loopback (hcs.extender_command)."""
@@ -325,8 +306,7 @@ class KubeletCluster:
             with contextlib.suppress(Exception):
                 self.admin.close()
         if self.plane is not None:
-            for name in ("extender", "kube-controller-manager"):
-                self.plane.stop_process(name)
+            self.plane.stop_process("extender")
             self.plane.stop()
         for name, value in self.sysctls.items():
             Path("/proc/sys", name).write_text(value)

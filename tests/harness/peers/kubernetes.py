@@ -126,6 +126,14 @@ def ensure_kubernetes_node(log: Log = say) -> Path | str:
     return cached("kubernetes-node", KUBERNETES_VERSION, NODE_COMMANDS, build, log)
 
 
+def ensure_controller_manager(log: Log = say) -> Path | str:
+    """kube-controller-manager (for Jobs on the control plane of tests/cluster), or why it
+    cannot be had: the node side's build, which the real-kubelet cluster needs anyway, so a
+    run of both suites builds it once (a peer of its own would link it a second time)."""
+    node = ensure_kubernetes_node(log)
+    return node if isinstance(node, str) else node / "kube-controller-manager"
+
+
 def find_etcd() -> Path | str:
     for candidate in ETCD_CANDIDATES:
         if os.access(candidate, os.X_OK):
