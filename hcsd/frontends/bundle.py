@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.runtime.env_merge import merged_env
 
 __all__ = [
     "apply_edits",
@@ -136,10 +137,13 @@ def container_spec(config: dict[str, Any]) -> pb.ContainerSpec:
 
 
 def apply_edits(config: dict[str, Any], edits: pb.PrepareContainerResponse) -> dict[str, Any]:
-    """Devices (with their cgroup allow rules), env and mounts; idempotent."""
+    """Devices (with their cgroup allow rules), env and mounts; idempotent. Path lists in the
+    env (LD_LIBRARY_PATH ...) are prepended to the config's own value, never replace it."""
     process = config.setdefault("process", {})
-    env = [e for e in process.get("env", []) if e.split("=", 1)[0] not in edits.env]
-    process["env"] = env + [f"{k}={v}" for k, v in sorted(edits.env.items())]
+    current = [str(e) for e in process.get("env", [])]
+    ours = merged_env(sorted(edits.env.items()), current)
+    env = [e for e in current if e.split("=", 1)[0] not in edits.env]
+    process["env"] = env + [f"{k}={v}" for k, v in ours]
     destinations = {m.container_path for m in edits.mounts}
     mounts = [m for m in config.get("mounts", []) if m.get("destination") not in destinations]
     config["mounts"] = mounts + [

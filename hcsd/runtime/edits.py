@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hcsd.model import DeviceNode
+from hcsd.runtime.env_merge import PATH_LISTS, join_paths
 
 __all__ = ["ContainerEdits", "MountEdit", "merge"]
 
@@ -39,7 +40,8 @@ class ContainerEdits:
 
 
 def merge(parts: Iterable[ContainerEdits]) -> ContainerEdits:
-    """One set of edits; for env and mounts a later part wins over an earlier one."""
+    """One set of edits; for env and mounts a later part wins over an earlier one, except
+    that path lists (`env_merge.PATH_LISTS`) are joined, the earlier part's elements first."""
     devices: dict[str, DeviceNode] = {}
     env: dict[str, str] = {}
     mounts: dict[str, MountEdit] = {}
@@ -47,7 +49,8 @@ def merge(parts: Iterable[ContainerEdits]) -> ContainerEdits:
     for part in parts:
         for node in part.devices:
             devices.setdefault(node.path, node)
-        env.update(part.env)
+        for key, value in part.env:
+            env[key] = join_paths(env[key], value) if key in PATH_LISTS and key in env else value
         for mount in part.mounts:
             mounts[mount.container_path] = mount
         annotations.update(part.annotations)

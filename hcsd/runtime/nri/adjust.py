@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hcsd.model import FrontEnd, PodRef
 from hcsd.runtime.container_files import ContainerUser
 from hcsd.runtime.container_mounts import ContainerMount
 from hcsd.runtime.edits import ContainerEdits
+from hcsd.runtime.env_merge import merged_env
 from hcsd.runtime.injector import ContainerInfo
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
 from hcsd.runtime.presence import ContainerView, RunningContainer
@@ -21,7 +24,9 @@ __all__ = [
 DEVICE_MODE = 0o666
 
 
-def adjustment(edits: ContainerEdits) -> api.ContainerAdjustment:
+def adjustment(edits: ContainerEdits, container_env: Sequence[str] = ()) -> api.ContainerAdjustment:
+    """The adjustment for `edits`; path lists in their env are prepended to the container's
+    own value (`container_env`, from the request), as an NRI env adjustment replaces it."""
     result = api.ContainerAdjustment()
     for node in edits.devices:
         result.linux.devices.append(
@@ -42,7 +47,7 @@ def adjustment(edits: ContainerEdits) -> api.ContainerAdjustment:
                 options=mount.options,
             )
         )
-    for key, value in edits.env:
+    for key, value in merged_env(edits.env, container_env):
         result.env.append(api.KeyValue(key=key, value=value))
     for key, value in edits.annotations:
         result.annotations[key] = value
