@@ -15,6 +15,7 @@ from hcsd.contract import paths
 from hcsd.contract.paths import KEYRING_NAME
 from hcsd.model import Vendor
 from hcsd.runtime.checkpoints import CheckpointSection
+from hcsd.runtime.driver_settings import LibraryPaths, NvidiaDriverFiles
 from hcsd.sections import Section, checks, section, setting
 
 __all__ = ["DriverPaths", "RuntimeSection"]
@@ -51,6 +52,15 @@ class DriverPaths(Section):
     )
     cambricon: tuple[str, ...] = setting(
         ("/usr/local/neuware",), f"Cambricon Neuware directory, {_MOUNTED}.", checks.path_list
+    )
+    library_path: LibraryPaths = section(
+        LibraryPaths,
+        "Library directories per vendor, put first in the container's LD_LIBRARY_PATH.",
+    )
+    nvidia_files: NvidiaDriverFiles = section(
+        NvidiaDriverFiles,
+        "The NVIDIA driver's files found as libnvidia-container finds them (the ld.so cache, "
+        "the tools' directories), mounted file by file where no NVIDIA CDI spec exists.",
     )
 
     def of(self, vendor: Vendor) -> Sequence[str]:

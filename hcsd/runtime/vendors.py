@@ -2,7 +2,8 @@
 mounts, library path, and the communication settings when the devices lack peer-to-peer.
 
 Driver paths come from `[runtime.driver_paths]` (defaults: the usual install locations of the
-vendors' container runtimes); only those that exist on this host are mounted.
+vendors' container runtimes); only those that exist on this host are mounted. The NVIDIA
+driver's files are found one by one as libnvidia-container finds them (`driver_files.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hcsd.model import Device, Vendor
+from hcsd.runtime.driver_files import nvidia_driver_mounts
 from hcsd.runtime.edits import ContainerEdits, MountEdit
 from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendor_cdi import vendor_spec_edits
@@ -24,7 +26,6 @@ class VendorRuntime:
     host_selection_env: tuple[str, ...]  # set to host ids/uuids (vendor runtimes read these)
     app_selection_env: tuple[str, ...]  # set to 0..n-1: the ordinals the app sees
     select_by_uuid: bool
-    library_dirs: tuple[str, ...]
     no_p2p_env: tuple[tuple[str, str], ...]
 
 
@@ -33,32 +34,24 @@ VENDOR_RUNTIME: Mapping[Vendor, VendorRuntime] = {
         ("NVIDIA_VISIBLE_DEVICES",),
         ("CUDA_VISIBLE_DEVICES",),
         True,
-        ("/usr/local/nvidia/lib64",),
         (("NCCL_P2P_DISABLE", "1"),),
     ),
     Vendor.ASCEND: VendorRuntime(
         ("ASCEND_VISIBLE_DEVICES",),
         ("ASCEND_RT_VISIBLE_DEVICES",),
         False,
-        (
-            "/usr/local/Ascend/driver/lib64",
-            "/usr/local/Ascend/driver/lib64/common",
-            "/usr/local/Ascend/driver/lib64/driver",
-        ),
         (("HCCL_INTRA_ROCE_ENABLE", "1"), ("HCCL_INTRA_PCIE_ENABLE", "0")),
     ),
     Vendor.HYGON: VendorRuntime(
         (),
         ("HIP_VISIBLE_DEVICES",),
         False,
-        ("/opt/hyhal/lib",),
         (("NCCL_P2P_DISABLE", "1"),),
     ),
     Vendor.CAMBRICON: VendorRuntime(
         ("CAMBRICON_VISIBLE_DEVICES",),
         ("MLU_VISIBLE_DEVICES",),
         False,
-        ("/usr/local/neuware/lib64",),
         (("CNCL_MLULINK_DISABLE", "1"),),
     ),
 }
@@ -92,7 +85,9 @@ def vendor_edits(
         env = [*from_vendor.env, *env]  # our device selection comes last and wins
     else:
         mounts = [MountEdit(p, p) for p in driver_paths.of(vendor) if os.path.exists(p)]
-        libraries = [d for d in spec.library_dirs if os.path.isdir(d)]
+        if vendor is Vendor.NVIDIA:  # the driver's files, found as libnvidia-container does
+            mounts += nvidia_driver_mounts(driver_paths.nvidia_files)
+        libraries = [d for d in driver_paths.library_path.of(vendor) if os.path.isdir(d)]
         if libraries:
             env.append(("LD_LIBRARY_PATH", ":".join(libraries)))
     if len(devices) > 1 and not _all_p2p(devices):

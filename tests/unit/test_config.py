@@ -13,6 +13,7 @@ import pytest
 from hcsd.daemon.config import Config, ConfigError, load_config
 from hcsd.daemon.reference import render_default_config
 from hcsd.model import SpreadPolicy
+from hcsd.runtime.driver_settings import LibraryPaths
 from hcsd.runtime.settings import DriverPaths, RuntimeSection
 from hcsd.sections import merge_reloadable, tables, values
 
@@ -101,7 +102,8 @@ def test_watchdog_section(tmp_path: Path) -> None:
         ),
         pytest.param(
             "[runtime.driver_paths]\nnvida = []\n",
-            r"runtime.driver_paths.nvida: unknown key \(known: ascend, cambricon, hygon, nvidia\)",
+            r"runtime.driver_paths.nvida: unknown key \(known: ascend, cambricon, hygon, "
+            r"library_path, nvidia, nvidia_files\)",
             id="nested-key",
         ),
         pytest.param("daemon = 3\n", "daemon: must be a table", id="not-a-table"),
@@ -357,7 +359,9 @@ def test_driver_paths_name_every_vendor() -> None:
     from hcsd.model import Vendor
 
     fields = {f.name for f in dataclasses.fields(DriverPaths)}
-    assert fields == {v.value for v in Vendor}
+    assert fields - {"library_path", "nvidia_files"} == {v.value for v in Vendor}
+    libraries = {f.name for f in dataclasses.fields(LibraryPaths)}
+    assert libraries == {v.value for v in Vendor}
     assert DriverPaths().of(Vendor.CAMBRICON) == ("/usr/local/neuware",)
 
 

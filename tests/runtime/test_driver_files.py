@@ -1,0 +1,123 @@
+"""The NVIDIA driver's files found through the ld.so cache of a fake host root, mounted file by
+file and read-only; entries that point elsewhere, files not root's and broken caches."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hcsd.runtime.driver_files import nvidia_driver_mounts
+from hcsd.runtime.driver_settings import NvidiaDriverFiles
+from hcsd.runtime.settings import DriverPaths
+from hcsd.runtime.vendors import vendor_edits
+from tests.conftest import gpu
+from tests.harness.fake_driver import LIB_DIR, VERSION, fake_driver, shared_object, update_cache
+from tests.nri.test_vendor_cdi import NVIDIA_SPEC
+
+INSIDE = "/usr/lib/x86_64-linux-gnu"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "host"
+    fake_driver(root)
+    return root
+
+
+def mounts_of(root: Path, **settings: object) -> dict[str, str]:
+    """container path -> host path of the mounts found under `root`."""
+    found = nvidia_driver_mounts(NvidiaDriverFiles(driver_root=str(root), **settings))  # type: ignore[arg-type]
+    assert all(m.read_only for m in found)
+    return {m.container_path: m.host_path for m in found}
+
+
+def test_libraries_tools_and_firmware_are_found(root: Path) -> None:
+    mounts = mounts_of(root)
+    real = str(root / LIB_DIR / f"libcuda.so.{VERSION}")
+    assert mounts[f"{INSIDE}/libcuda.so.{VERSION}"] == real
+    assert mounts[f"{INSIDE}/libcuda.so.1"] == real  # the soname, to the real file
+    assert mounts[f"{INSIDE}/libnvidia-ml.so.1"] == str(
+        root / LIB_DIR / f"libnvidia-ml.so.{VERSION}"
+    )
+    assert f"{INSIDE}/libnvidia-ptxjitcompiler.so.1" in mounts
+    assert mounts["/usr/bin/nvidia-smi"] == str(root / "usr/bin/nvidia-smi")
+    assert mounts[f"/lib/firmware/nvidia/{VERSION}"] == str(root / f"lib/firmware/nvidia/{VERSION}")
+    assert len(mounts) == 8
+
+
+def test_the_container_library_dir_and_the_switches(root: Path) -> None:
+    assert "/usr/lib64/libcuda.so.1" in mounts_of(root, container_library_dir="/usr/lib64")
+    assert not any("firmware" in p for p in mounts_of(root, firmware=False))
+    assert mounts_of(root, discover=False) == {}
+
+
+def test_without_a_vendor_spec_vendor_edits_mount_the_files(root: Path, tmp_path: Path) -> None:
+    paths = DriverPaths(nvidia=(), nvidia_files=NvidiaDriverFiles(driver_root=str(root)))
+    edits = vendor_edits([gpu(0)], paths, vendor_specs=[str(tmp_path / "none*.yaml")])
+    assert f"{INSIDE}/libcuda.so.1" in {m.container_path for m in edits.mounts}
+    (tmp_path / "nvidia.yaml").write_text(NVIDIA_SPEC)  # the vendor's spec wins
+    edits = vendor_edits([gpu(0)], paths, vendor_specs=[str(tmp_path / "nvidia*.yaml")])
+    assert f"{INSIDE}/libcuda.so.1" not in {m.container_path for m in edits.mounts}
+
+
+def test_an_entry_leading_outside_the_library_dirs_is_skipped(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A cache listing a library in /etc, and a soname link turned to a file elsewhere
+    (root / "etc/evil").mkdir()
+    shared_object(root / "etc/evil/libcuda.so.999", "libcuda.so.2")
+    (root / "srv").mkdir()
+    (root / "srv/secret").write_text("root's secret\n")
+    update_cache(root, LIB_DIR, "etc/evil")
+    link = root / LIB_DIR / "libnvidia-ml.so.1"
+    link.unlink()
+    link.symlink_to("../../../srv/secret")
+    mounts = mounts_of(root)
+    assert not any("evil" in h or "secret" in h for h in mounts.values())
+    assert f"{INSIDE}/libnvidia-ml.so.1" not in mounts and f"{INSIDE}/libcuda.so.1" in mounts
+    assert "outside the allowed directories" in caplog.text
+
+
+def test_an_absolute_link_does_not_leave_the_driver_root(root: Path) -> None:
+    link = root / LIB_DIR / "libnvidia-ml.so.1"
+    link.unlink()
+    link.symlink_to("/etc/passwd")
+    assert f"{INSIDE}/libnvidia-ml.so.1" not in mounts_of(root)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda p: os.chown(p, 1000, 1000), id="not-roots"),
+        pytest.param(lambda p: p.chmod(0o775), id="group-writable"),
+    ],
+)
+def test_a_file_root_does_not_own_alone_is_skipped(root: Path, change: object) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the files must be root's to begin with")
+    change(root / LIB_DIR / f"libcuda.so.{VERSION}")  # type: ignore[operator]
+    mounts = mounts_of(root)
+    assert not any("libcuda" in p for p in mounts) and f"{INSIDE}/libnvidia-ml.so.1" in mounts
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda data: data[:60], id="truncated"),
+        pytest.param(lambda data: b"\xff" * len(data), id="garbage"),
+        pytest.param(lambda data: data[:20] + b"\xff\xff\xff\x7f" + data[24:], id="count"),
+    ],
+)
+def test_a_corrupt_cache_mounts_no_library_and_says_so(
+    root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: object
+) -> None:
+    cache = root / "etc/ld.so.cache"
+    cache.write_bytes(damage(cache.read_bytes()))  # type: ignore[operator]
+    paths = DriverPaths(nvidia=(), nvidia_files=NvidiaDriverFiles(driver_root=str(root)))
+    edits = vendor_edits([gpu(0)], paths, vendor_specs=[str(tmp_path / "none*.yaml")])
+    assert not any(".so" in m.container_path for m in edits.mounts)
+    assert dict(edits.env)["CUDA_VISIBLE_DEVICES"] == "dev-0"  # the container still gets its GPU
+    assert "failed to read the ld.so cache" in caplog.text
+    assert "no NVIDIA driver libraries are mounted" in caplog.text
