@@ -35,6 +35,7 @@ def shared_object(path: Path, soname: str, symbol: str = "cuInit") -> None:
         capture_output=True,
     )
     source.unlink()
+    path.chmod(0o755)  # whatever the umask: hcsd refuses driver files others may write
 
 
 def update_cache(root: Path, *directories: str) -> Path:
@@ -62,6 +63,6 @@ def fake_driver(root: Path, *, smi: bool = True, firmware: bool = True) -> Path:
         (root / "usr/bin/nvidia-smi").write_text("#!/bin/sh\necho fake nvidia-smi\n")
         (root / "usr/bin/nvidia-smi").chmod(0o755)
     if firmware:
-        (root / f"lib/firmware/nvidia/{VERSION}").mkdir(parents=True)
+        (root / f"lib/firmware/nvidia/{VERSION}").mkdir(parents=True, mode=0o755)
         (root / f"lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin").write_bytes(b"\0" * 64)
     return update_cache(root)
