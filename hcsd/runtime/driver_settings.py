@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from hcsd.model import Vendor
 from hcsd.sections import Section, checks, setting
 
-__all__ = ["LibraryPaths", "NvidiaDriverFiles"]
+__all__ = ["AscendDriverFiles", "LibraryPaths", "NvidiaDriverFiles"]
 
 COMPUTE_LIBRARIES = (
     "libcuda.so",
@@ -130,3 +130,17 @@ class LibraryPaths(Section):
         """The directories for one vendor (a field per `Vendor`)."""
         directories: tuple[str, ...] = getattr(self, vendor.value)
         return directories
+
+
+@dataclass(frozen=True, slots=True)
+class AscendDriverFiles(Section):
+    """The mount list of Ascend Docker Runtime, read as that runtime reads it: one absolute
+    host path per line, each mounted read-only at the same path where no Ascend CDI spec
+    exists, besides the `ascend` directories."""
+
+    mount_list: str = setting(
+        "/etc/ascend-docker-runtime.d/base.list",
+        "Ascend Docker Runtime's default mount list (written by its installer); used when it "
+        "exists and is root's; empty: none.",
+        checks.path_or_empty,
+    )

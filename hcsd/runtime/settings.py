@@ -15,7 +15,7 @@ from hcsd.contract import paths
 from hcsd.contract.paths import KEYRING_NAME
 from hcsd.model import Vendor
 from hcsd.runtime.checkpoints import CheckpointSection
-from hcsd.runtime.driver_settings import LibraryPaths, NvidiaDriverFiles
+from hcsd.runtime.driver_settings import AscendDriverFiles, LibraryPaths, NvidiaDriverFiles
 from hcsd.sections import Section, checks, section, setting
 
 __all__ = ["DriverPaths", "RuntimeSection"]
@@ -56,6 +56,11 @@ class DriverPaths(Section):
     library_path: LibraryPaths = section(
         LibraryPaths,
         "Library directories per vendor, put first in the container's LD_LIBRARY_PATH.",
+    )
+    ascend_files: AscendDriverFiles = section(
+        AscendDriverFiles,
+        "The Ascend driver's files listed as Ascend Docker Runtime lists them, mounted where no "
+        "Ascend CDI spec exists.",
     )
     nvidia_files: NvidiaDriverFiles = section(
         NvidiaDriverFiles,

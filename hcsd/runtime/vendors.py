@@ -3,7 +3,8 @@ mounts, library path, and the communication settings when the devices lack peer-
 
 Driver paths come from `[runtime.driver_paths]` (defaults: the usual install locations of the
 vendors' container runtimes); only those that exist on this host are mounted. The NVIDIA
-driver's files are found one by one as libnvidia-container finds them (`driver_files.py`).
+driver's files are found one by one as libnvidia-container finds them (`driver_files.py`),
+the Ascend driver's from Ascend Docker Runtime's mount list (`ascend_files.py`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hcsd.model import Device, Vendor
+from hcsd.runtime.ascend_files import ascend_list_mounts
 from hcsd.runtime.driver_files import nvidia_driver_mounts
 from hcsd.runtime.edits import ContainerEdits, MountEdit
 from hcsd.runtime.settings import DriverPaths
@@ -87,6 +89,8 @@ def vendor_edits(
         mounts = [MountEdit(p, p) for p in driver_paths.of(vendor) if os.path.exists(p)]
         if vendor is Vendor.NVIDIA:  # the driver's files, found as libnvidia-container does
             mounts += nvidia_driver_mounts(driver_paths.nvidia_files)
+        elif vendor is Vendor.ASCEND:  # and as Ascend Docker Runtime does, from its list
+            mounts += ascend_list_mounts(driver_paths.ascend_files)
         libraries = [d for d in driver_paths.library_path.of(vendor) if os.path.isdir(d)]
         if libraries:
             env.append(("LD_LIBRARY_PATH", ":".join(libraries)))

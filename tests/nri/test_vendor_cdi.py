@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from hcsd.model import Vendor
+from hcsd.runtime.driver_settings import NvidiaDriverFiles
 from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendor_cdi import vendor_spec_edits
 from hcsd.runtime.vendors import vendor_edits
@@ -62,7 +63,10 @@ def test_without_a_vendor_spec_the_configured_directories_are_used(tmp_path: Pat
     driver.mkdir()
     edits = vendor_edits(
         [gpu(0)],
-        driver_paths=DriverPaths(nvidia=(str(driver), str(tmp_path / "absent"))),
+        driver_paths=DriverPaths(
+            nvidia=(str(driver), str(tmp_path / "absent")),
+            nvidia_files=NvidiaDriverFiles(discover=False),  # whatever driver this host has
+        ),
         vendor_specs=[str(tmp_path / "none*.yaml")],
     )
     assert [m.host_path for m in edits.mounts] == [str(driver)]  # only what exists is mounted

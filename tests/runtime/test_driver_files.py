@@ -1,5 +1,6 @@
 """The NVIDIA driver's files found through the ld.so cache of a fake host root, mounted file by
-file and read-only; entries that point elsewhere, files not root's and broken caches."""
+file and read-only; entries that point elsewhere, files not root's and broken caches; the
+Ascend driver's files from Ascend Docker Runtime's mount list."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from hcsd.model import Vendor
+from hcsd.runtime.ascend_files import ascend_list_mounts
 from hcsd.runtime.driver_files import nvidia_driver_mounts
-from hcsd.runtime.driver_settings import NvidiaDriverFiles
+from hcsd.runtime.driver_settings import AscendDriverFiles, NvidiaDriverFiles
 from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendors import vendor_edits
 from tests.conftest import gpu
@@ -121,3 +124,57 @@ def test_a_corrupt_cache_mounts_no_library_and_says_so(
     assert dict(edits.env)["CUDA_VISIBLE_DEVICES"] == "dev-0"  # the container still gets its GPU
     assert "failed to read the ld.so cache" in caplog.text
     assert "no NVIDIA driver libraries are mounted" in caplog.text
+
+
+def ascend_list(tmp_path: Path, *entries: str) -> Path:
+    listed = tmp_path / "base.list"
+    listed.write_text("".join(f"{e}\n" for e in entries))
+    listed.chmod(0o644)
+    return listed
+
+
+def test_the_ascend_mount_list_is_mounted_as_its_runtime_does(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the listed files must be root's")
+    driver = tmp_path / "Ascend/driver/lib64"
+    driver.mkdir(parents=True, mode=0o755)
+    smi = tmp_path / "npu-smi"
+    smi.write_text("#!/bin/sh\n")
+    smi.chmod(0o755)
+    theirs = tmp_path / "not-roots"
+    theirs.write_text("x")
+    os.chown(theirs, 1000, 1000)
+    listed = ascend_list(
+        tmp_path,
+        "# the driver",
+        str(driver),
+        str(smi),
+        str(theirs),
+        "relative/x",
+        f"{tmp_path}/../escape",
+        str(tmp_path / "absent"),
+        "",
+    )
+    files = AscendDriverFiles(mount_list=str(listed))
+    paths = DriverPaths(ascend=(), ascend_files=files)
+    edits = vendor_edits([gpu(0, vendor=Vendor.ASCEND)], paths, vendor_specs=[])
+    assert {(m.host_path, m.container_path) for m in edits.mounts} == {
+        (str(driver), str(driver)),
+        (str(smi), str(smi)),
+    }
+    assert all(m.read_only for m in edits.mounts)
+    assert "not root's alone" in caplog.text and "not a plain absolute path" in caplog.text
+
+
+def test_an_ascend_mount_list_others_may_write_is_ignored(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the list must be root's to begin with")
+    driver = tmp_path / "lib64"
+    driver.mkdir(mode=0o755)
+    listed = ascend_list(tmp_path, str(driver))
+    assert ascend_list_mounts(AscendDriverFiles(mount_list=str(listed))) != []
+    listed.chmod(0o666)
+    assert ascend_list_mounts(AscendDriverFiles(mount_list=str(listed))) == []
+    assert ascend_list_mounts(AscendDriverFiles(mount_list="")) == []
