@@ -304,6 +304,16 @@ class ObjectError(ValueError):
     """A ComputeNode that does not have the shape the CRD schema promises."""
 
 
+MAX_DEVICE_VRAM = 1 << 46  # 64 TiB: a device reporting more is a broken report, not a device
+
+
+def _vram(raw: Mapping[str, Any]) -> int:
+    vram = int(raw["vramBytes"])
+    if not 0 <= vram <= MAX_DEVICE_VRAM:
+        raise ValueError(f"vramBytes {vram} is outside 0..{MAX_DEVICE_VRAM}")
+    return vram
+
+
 def _device(raw: Mapping[str, Any], health: Mapping[str, Any]) -> Device:
     links = tuple(
         Link(str(link["peer"]), LinkKind(str(link["kind"])), float(link.get("gbps", 0.0)))
@@ -316,7 +326,7 @@ def _device(raw: Mapping[str, Any], health: Mapping[str, Any]) -> Device:
         model=str(raw["model"]),
         index=int(raw.get("index", 0)),
         pci_bus_id=str(raw.get("pciBusID", "")),
-        vram_bytes=int(raw["vramBytes"]),
+        vram_bytes=_vram(raw),
         numa_node=int(raw.get("numaNode", -1)),
         tflops_fp16=float(raw.get("tflopsFP16", 0.0)),
         tflops_bf16=float(raw.get("tflopsBF16", 0.0)),
