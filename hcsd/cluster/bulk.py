@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hcsd.cluster.demand import Demand
-from hcsd.cluster.fleet import SHIFT, Bools, FleetIndex, Ints
+from hcsd.cluster.fleet import MAX_FREE, SHIFT, Bools, FleetIndex, Ints
 
 __all__ = ["Bulk", "BulkVerdict", "one_slice"]
 
@@ -40,6 +40,8 @@ def one_slice(demand: Demand) -> int | None:
     container = demand.containers[0]
     if container.devices != 1 or container.tflops_fp16 is not None:
         return None
+    if container.vram_bytes is not None and container.vram_bytes > MAX_FREE:
+        return None  # more than a key can carry (and than any device has)
     return container.vram_bytes
 
 
@@ -95,14 +97,18 @@ class Bulk:
         renewed = fleet.renewed[r]
         usable = known & fleet.ready[r] & ~np.isnan(renewed)
         usable &= ~(now - renewed > fleet.duration[r])
-        fits, score = _fit(fleet, r, demand, want, usable)
-
         named = np.array(names, dtype=object)
         reasons = np.empty(len(rows), dtype=object)
         for i in np.flatnonzero(~usable).tolist():
             reasons[i] = unusable(names[i])
+        refused = ~usable
+        apart = usable & ~fleet.whole[r]  # nodes the slots do not hold: node by node
+        usable &= ~apart
+        fits, score = _fit(fleet, r, demand, want, usable)
         unfit = usable & ~fits
-        undecided = _word(fleet.signature[r], unfit, reasons, names, reason)
+        undecided = np.union1d(
+            np.flatnonzero(apart), _word(fleet.signature[r], unfit, reasons, names, reason)
+        )
         passing = fits.copy()
         if key_refusal is not None and fits.any():
             keyset = fleet.keyset[r]
@@ -116,7 +122,7 @@ class Bulk:
         if quota_refusal is not None:
             reasons[passing] = quota_refusal
             passing[:] = False
-        refused = ~usable | unfit | (fits & ~passing)
+        refused |= unfit | (fits & ~passing)
         failed = dict(zip(named[refused].tolist(), reasons[refused].tolist(), strict=True))
         scores = dict(zip(named[passing].tolist(), score[passing].tolist(), strict=True))
         expiry = (renewed + fleet.duration[r])[passing]
