@@ -125,7 +125,9 @@ def host_priorities(scores: list[tuple[str, int]]) -> bytes:
     if not scores:
         return b"[]"
     hosts, values = zip(*scores, strict=True)
-    if not (set(values) <= _BETWEEN.keys() and _PLAIN_NAMES.fullmatch("\n".join(hosts))):
+    lines = "\n".join(hosts)  # plain only if each name is one line of the pattern
+    plain = lines.count("\n") == len(hosts) - 1 and _PLAIN_NAMES.fullmatch(lines)
+    if not (plain and set(values) <= _BETWEEN.keys()):
         return orjson.dumps([{"Host": h, "Score": int(s)} for h, s in scores])
     parts: list[str] = [""] * (2 * len(hosts))
     parts[0::2] = hosts

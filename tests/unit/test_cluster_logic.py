@@ -258,3 +258,19 @@ def test_filter_enforces_quota(extender: Extender) -> None:
     assert answer["FailedNodes"]["fresh"] == (
         "ComputeQuota ns/q: vram 0 used + 16Gi requested exceeds the limit 10Gi"
     )
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [
+        pytest.param(["node-a", "node-b"], id="plain"),
+        pytest.param(["node-a\nnode-b"], id="newline-inside"),
+        pytest.param(["node-a\n", "node-b"], id="newline-at-the-end"),
+        pytest.param(["node-a", "\nnode-b"], id="newline-at-the-start"),
+        pytest.param(["a" * 254], id="too-long"),
+        pytest.param(['"', "x"], id="quote"),
+    ],
+)
+def test_host_priorities_is_valid_json_whatever_the_names(hosts: list[str]) -> None:
+    scores = [(h, i % 11) for i, h in enumerate(hosts)]
+    assert json.loads(host_priorities(scores)) == [{"Host": h, "Score": s} for h, s in scores]
