@@ -202,7 +202,7 @@ class Decider:
             found = self._bulk.judge(
                 snapshot.fleet, demand, want, names, now,
                 unusable=lambda n: unusable(snapshot, n, now) or "node is not usable",
-                reason=lambda n: _reason(self._plan(nodes[n], demand, demand_id)),
+                reason=lambda n: self._bulk_reason(nodes[n], demand, demand_id),
                 key_refusal=(lambda n: lacks_key(nodes[n].view, signing)) if signing else None,
                 quota_refusal=over_quota(quotas, used, floor_of(demand)) if quotas else None,
             )  # fmt: skip
@@ -316,7 +316,10 @@ class Decider:
             # The quick path grants one slice and reserves no compute: the demand's floor.
             answer = (0, reason, NOTHING) if score < 0 else (score, "", floor_of(demand))
         else:
-            found = self._plan(node, demand, demand_id)
+            try:
+                found = self._plan(node, demand, demand_id)
+            except ValueError as e:  # a request the allocator refuses (a container's name)
+                found = Unfit(f"failed to plan the pod: {e}")
             if isinstance(found, Unfit):
                 answer = (0, found.reason, NOTHING)
             else:
@@ -338,6 +341,14 @@ class Decider:
                 with contextlib.suppress(KeyError):  # another thread emptied it meanwhile
                     self._plans.popitem(last=False)
         return found
+
+    def _bulk_reason(self, node: NodeSnapshot, demand: Demand, demand_id: int) -> str | None:
+        """The allocator's reason for the bulk path; None (decide the node by itself) when it
+        cannot word one: a container name `Request` refuses must not fail the whole filter."""
+        try:
+            return _reason(self._plan(node, demand, demand_id))
+        except ValueError:
+            return None
 
     def plan(self, snapshot: Snapshot, demand: Demand, name: str) -> Plan | Unfit:
         """The allocator's answer for the pod on this node (cached per shape)."""

@@ -113,3 +113,18 @@ def test_chip_models_and_keysets_no_node_has_are_forgotten() -> None:
     assert rows.tables()[:2] == (2, 1 + 1)  # A100 and M49; n1's key set and n2's None
     rows.drop("n2")
     assert rows.tables()[:2] == (1, 1)
+
+
+@pytest.mark.parametrize("container", ["", "c" * 300], ids=["empty", "too-long"])
+def test_a_reason_the_allocator_cannot_word_is_an_answer_not_an_error(container: str) -> None:
+    extender = new_extender()
+    first = view("mixed").devices[0]
+    other = dataclasses.replace(first, uuid="mixed-9", model="H800", index=9)
+    for v in (view("n1"), dataclasses.replace(view("mixed"), devices=(first, other))):
+        extender.state.nodes.apply(v.name, v)
+        beat(extender, v.name)
+    asked = pod({"ai.compute/vram": "200Gi"})
+    asked["spec"]["containers"][0]["name"] = container
+    answer = extender.filter(asked, ["n1", "mixed"])  # raised ValueError: a 500
+    assert sorted(answer.failed) == ["mixed", "n1"] and not answer.passed
+    assert "200Gi wanted" in answer.failed["n1"]
