@@ -208,21 +208,22 @@ def shape_of(devices: Sequence[Device], usage: Mapping[str, Usage]) -> tuple[obj
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """Per chip model on one node: schedulable devices as (free VRAM, -health, index, uuid),
-    sorted, so the common request (one container, one slice of VRAM) is a binary search
-    instead of a run of the allocator. Built once per change of the node."""
+    """Per chip model on one node, in the allocator's (vendor, model) order: schedulable
+    devices as (free VRAM, -health, index, position on the node, VRAM), sorted, so the common
+    request (one container, one slice of VRAM) is a binary search instead of a run of the
+    allocator. Built once per change of the node."""
 
-    groups: tuple[tuple[str, str, str, tuple[tuple[int, int, int, str, int], ...]], ...]
+    groups: tuple[tuple[str, str, tuple[tuple[int, int, int, int, int], ...]], ...]
 
 
 def summarise(devices: Sequence[Device], usage: Mapping[str, Usage]) -> Summary:
-    groups: dict[tuple[str, str, str], list[tuple[int, int, int, str, int]]] = {}
-    for d in devices:
+    groups: dict[tuple[str, str], list[tuple[int, int, int, int, int]]] = {}
+    for position, d in enumerate(devices):
         if not d.health_state.schedulable:
             continue
         free = d.vram_bytes - usage.get(d.uuid, Usage()).vram_bytes
-        groups.setdefault((d.vendor.value, d.model.lower(), d.model), []).append(
-            (free, -d.health_score, d.index, d.uuid, d.vram_bytes)
+        groups.setdefault((d.vendor.value, d.model), []).append(
+            (free, -d.health_score, d.index, position, d.vram_bytes)
         )
     return Summary(tuple((*key, tuple(sorted(items))) for key, items in sorted(groups.items())))
 
@@ -230,35 +231,38 @@ def summarise(devices: Sequence[Device], usage: Mapping[str, Usage]) -> Summary:
 def quick_fit(demand: Demand, summary: Summary) -> tuple[int, str] | None:
     """(score, "") or (-1, reason) for one container asking one device's slice of VRAM; None
     when the demand is of another kind (the allocator decides those). The same choice as
-    `choose`: the fit leaving the least VRAM behind, then the healthier device."""
+    `choose`: the fit leaving the least VRAM behind, then the healthier device, then the lower
+    index, then the earlier device on the node; across models, the earlier (vendor, model)."""
     if len(demand.containers) != 1 or demand.substitution:
         return None
     container = demand.containers[0]
     want = container.vram_bytes
     if want is None or container.devices != 1 or container.tflops_fp16 is not None:
         return None
-    best: tuple[int, int, int, str, int] | None = None
+    best: tuple[int, int, int, int, int] | None = None
     allowed = []
     vendors = {v.value for v in demand.vendors}
-    for vendor, model, model_name, items in summary.groups:
-        if (vendors and vendor not in vendors) or (demand.models and model not in demand.models):
+    for vendor, model, items in summary.groups:
+        if (vendors and vendor not in vendors) or (
+            demand.models and model.lower() not in demand.models
+        ):
             continue
-        allowed.append((model_name, items))
+        allowed.append((model, items))
         position = bisect.bisect_left(items, (want,))
         if position < len(items):
             found = items[position]
-            # The allocator's order across models too: least left, healthiest, lowest index.
+            # Across models only a strictly better fit wins: ties go to the earlier group.
             if best is None or found[:3] < best[:3]:
                 best = found
     if best is None:
         if len(allowed) != 1:
             return None  # none, or several models to explain: the allocator words it
-        model_name, items = allowed[0]
+        model, items = allowed[0]
         top = items[-1][0]
-        largest = min((item for item in items if item[0] == top), key=lambda item: item[2])
+        largest = min((item for item in items if item[0] == top), key=lambda item: item[3])
         return -1, (
-            f"container {container.name}: {model_name}: {format_bytes(want)} wanted, most free "
-            f"is {format_bytes(max(top, 0))} on {model_name}#{largest[2]}"
+            f"container {container.name}: {model}: {format_bytes(want)} wanted, most free "
+            f"is {format_bytes(max(top, 0))} on {model}#{largest[2]}"
         )
     free, negative_health, _, _, vram = best
     packing = 1.0 - max(free - want, 0) / vram if vram else 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -274,3 +275,33 @@ def test_filter_enforces_quota(extender: Extender) -> None:
 def test_host_priorities_is_valid_json_whatever_the_names(hosts: list[str]) -> None:
     scores = [(h, i % 11) for i, h in enumerate(hosts)]
     assert json.loads(host_priorities(scores)) == [{"Host": h, "Score": s} for h, s in scores]
+
+
+def _with_uuid(device: Any, uuid: str) -> Any:
+    return dataclasses.replace(device, uuid=uuid)
+
+
+@pytest.mark.parametrize(
+    ("devices", "usage", "want"),
+    [
+        # Two models tie on (free, health, index): the allocator takes the first group in
+        # (vendor, model) order, case-sensitive ("B100" before "a100"); their VRAM differs.
+        pytest.param(
+            [gpu(0, model="a100"), _with_uuid(gpu(0, model="B100", vram_gib=96), "dev-b")],
+            {"dev-b": Usage(16 * GiB)}, "10Gi", id="groups-ordered-case-sensitive",
+        ),
+        # The most free VRAM on two devices: the refusal names the first in node order.
+        pytest.param(
+            [gpu(1), gpu(0)], {"dev-0": Usage(70 * GiB), "dev-1": Usage(70 * GiB)}, "20Gi",
+            id="tied-top-in-node-order",
+        ),
+    ],
+)  # fmt: skip
+def test_quick_fit_answers_as_the_allocator_on_ties(
+    devices: list[Any], usage: dict[str, Usage], want: str
+) -> None:
+    demand = demand_of(pod({"ai.compute/vram": want}))
+    assert demand is not None
+    full = plan(demand, devices, usage, DB)
+    expected = (full.score, "") if isinstance(full, Plan) else (-1, full.reason)
+    assert quick_fit(demand, summarise(devices, usage)) == expected
