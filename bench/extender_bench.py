@@ -156,6 +156,7 @@ def serve_fleet(size: int, devices: int = 0) -> None:
         obj = node_object(name, rng, devices)
         stored.append(json.dumps(obj))
         extender.state.nodes.apply(name, node_view(obj))
+    for name in names:  # after the (slow) build, so no Lease starts the run half aged
         renew(extender, name)
     extender.state.snapshot()  # as hcs-scheduler-extender does once its caches are synced
     tune_gc()
