@@ -314,7 +314,12 @@ def _vram(raw: Mapping[str, Any]) -> int:
     return vram
 
 
-def _device(raw: Mapping[str, Any], health: Mapping[str, Any]) -> Device:
+# The health score the extender sees for a device that hcs-controller found slow against its
+# model's fleet median (status.fleet): it still takes work, after the devices that are not.
+SLOW_SCORE = 50
+
+
+def _device(raw: Mapping[str, Any], health: Mapping[str, Any], *, slow: bool = False) -> Device:
     links = tuple(
         Link(str(link["peer"]), LinkKind(str(link["kind"])), float(link.get("gbps", 0.0)))
         for link in raw.get("links") or ()
@@ -333,7 +338,7 @@ def _device(raw: Mapping[str, Any], health: Mapping[str, Any]) -> Device:
         tflops_fp32=float(raw.get("tflopsFP32", 0.0)),
         tops_int8=float(raw.get("topsINT8", 0.0)),
         links=links,
-        health_score=int(health.get("healthScore", 100)),
+        health_score=min(int(health.get("healthScore", 100)), SLOW_SCORE if slow else 100),
         health_state=state,
     )
 
@@ -345,8 +350,10 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
         health = {str(d["uuid"]): d for d in status.get("devices") or ()}
+        slow = {str(d["uuid"]) for d in (status.get("fleet") or {}).get("slowDevices") or ()}
         devices = tuple(
-            _device(d, health.get(str(d["uuid"]), {})) for d in spec.get("devices") or ()
+            _device(d, health.get(str(d["uuid"]), {}), slow=str(d["uuid"]) in slow)
+            for d in spec.get("devices") or ()
         )
         holds: dict[str, PodHold] = {}
         local: dict[str, Usage] = {}

@@ -200,6 +200,10 @@ class Syncer:
             # hcsd without runtime integration (no mode) verifies no assignment
             key_ids=node.assignment_key_ids if node.mode else None,
         )
+        # status.fleet is hcs-controller's (slow devices against the fleet): carried over as
+        # the object holds it, so this write neither drops it nor differs because of it.
+        if previous.get("fleet"):
+            status["fleet"] = previous["fleet"]
         return spec, status
 
     # --- API side ----------------------------------------------------------------------

@@ -32,6 +32,8 @@ NODE_LEASE_PREFIX = "hcs-node-"  # + node name: the syncer's heartbeat
 LEADER_LEASE = "hcs-scheduler-extender"
 SYNCER_ACCOUNT = "hcs-syncer"
 EXTENDER_ACCOUNT = "hcs-scheduler-extender"
+CONTROLLER_ACCOUNT = "hcs-controller"
+CONTROLLER_LEASE = "hcs-controller"  # the isolation controller's leader Lease
 KEY_SECRET = "hcs-assignment-key"  # noqa: S105 - a Secret's name, not a secret
 NODE_KEYS_PORT = 8890  # the extender's node-keys endpoint (HTTPS), for hcs-syncers
 NODE_KEYS_AUDIENCE = "hcs-node-keys"  # the audience of the syncers' token for it
@@ -70,6 +72,10 @@ ANNOTATION_ASSIGNMENT = "hcs.io/assignment"
 ANNOTATION_CAPACITY_FREED = "hcs.io/capacity-freed"
 # Read by the extender only.
 ANNOTATION_SUBSTITUTION = "hcs.io/allow-substitution"
+# Read by hcs-controller: "never" keeps the pod from being evicted off a failed device (it
+# still gets its DisruptionTarget condition and Events, so its owner can act).
+ANNOTATION_EVICTION = "hcs.io/eviction"
+EVICTION_NEVER = "never"
 # Local requests, read by hcsd for containers outside Kubernetes scheduling.
 ANNOTATION_VRAM = "hcs.io/vram"
 ANNOTATION_TFLOPS = "hcs.io/tflops-fp16"
@@ -104,6 +110,14 @@ JOB_SIZE = f"{GROUP}/job-size"
 # 64 characters; hcsd.discovery.fabric), or what `discovery.fabric_domain` says
 # (ComputeNode spec.fabric.domain). Letters, digits and `:._/-`, at most 64 characters.
 FABRIC_DOMAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9:._/-]{0,63}")
+
+# --- isolation (hcs-controller) ----------------------------------------------------------------
+# The taint on a Node whose accelerators are (mostly) unhealthy; the controller touches no other.
+TAINT_UNHEALTHY = f"{GROUP}/accelerator-unhealthy"
+# The DisruptionTarget condition's reason on a pod holding a failed (or, by policy, degraded)
+# device: a Job's podFailurePolicy matches the condition type, operators the reason.
+REASON_DEVICE_FAILED = "HCSDeviceFailed"
+REASON_DEVICE_DEGRADED = "HCSDeviceDegraded"
 
 # --- CDI ----------------------------------------------------------------------------------------
 CDI_KIND = "hcs.io/device"  # devices as `hcs.io/device=<uuid>` or `hcs.io/device=nvidia-0`

@@ -1,0 +1,308 @@
+"""hcs-controller's loop: isolate failed devices' pods, taint dead nodes, mark slow devices.
+
+Two informers (ComputeNodes, and bound pods whose assignment names devices) wake one loop,
+which also runs every `interval` seconds (backoffs and the quiet period are timed). While this
+replica holds the Lease, each round:
+1. writes `status.fleet` of each ComputeNode whose slow devices changed (healer_fleet);
+2. per node, finds the devices to isolate (healer_policy.faults) and the pods holding them;
+   each such pod gets DisruptionTarget=True (reason HCSDeviceFailed) and is evicted through
+   the Eviction API, once; a PodDisruptionBudget's 429 is retried with a backoff; a pod
+   annotated `hcs.io/eviction: never` is left alone (an Event says so, once);
+3. taints the Node when all (or more than the policy's share) of its devices are bad, and
+   takes the taint off when they have been good for the quiet period.
+Every action is an Event (on the pod, and on the ComputeNode) and a metric. Nothing is
+remembered across a change of leader but what the API server holds (a pod being deleted, the
+taint, `status.fleet`), so a new leader repeats no eviction and loses none.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hcsd.cluster import healer_actions as act
+from hcsd.cluster.healer_fleet import FleetPolicy, fleet_status, outliers
+from hcsd.cluster.healer_metrics import HealerMetrics
+from hcsd.cluster.healer_policy import (
+    PodRef,
+    Policy,
+    Target,
+    faults,
+    holders,
+    opted_out,
+    pod_ref,
+    should_taint,
+)
+from hcsd.cluster.informer import Informer
+from hcsd.cluster.kube import Kube, KubeError, paths_for
+from hcsd.contract.names import ANNOTATION_EVICTION, API_VERSION, COMPUTE_NODES, TAINT_UNHEALTHY
+from hcsd.profiles.database import ProfileDatabase
+
+__all__ = ["Healer", "Timing"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    interval: float = 5.0  # a round at least this often, besides the informers' wake-ups
+    backoff: float = 2.0  # first retry of a blocked or failed eviction
+    backoff_max: float = 120.0
+
+
+class Healer:
+    def __init__(
+        self,
+        kube: Kube,
+        db: ProfileDatabase,
+        *,
+        policy: Policy | None = None,
+        fleet: FleetPolicy | None = None,
+        timing: Timing | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.db = db
+        self.policy = policy or Policy()
+        self.fleet = fleet or FleetPolicy()
+        self.timing = timing or Timing()
+        self.is_leader = is_leader
+        self.clock = clock
+        self.metrics = HealerMetrics()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self.nodes: Informer[dict[str, Any]] = Informer(
+            kube,
+            paths_for(API_VERSION, COMPUTE_NODES),
+            dict,
+            on_change=lambda *_: self._wake.set(),
+            name="computenodes",
+        )
+        self.pods: Informer[PodRef] = Informer(
+            kube,
+            paths_for("v1", "pods"),
+            pod_ref,
+            query=[("fieldSelector", "spec.nodeName!=")],
+            on_change=lambda *_: self._wake.set(),
+            name="pods",
+        )
+        self._forget()
+
+    def _forget(self) -> None:
+        """What a term of leadership learns; a new term starts from the API server's word."""
+        self._done: set[str] = set()  # pod uids evicted, gone, or opted out (said once)
+        self._retry: dict[str, tuple[int, float]] = {}  # uid -> attempts, next try
+        self._taints: dict[str, str | None] = {}  # node -> our taint's effect, as last seen
+        self._good_since: dict[str, float] = {}  # node -> when it stopped needing the taint
+        self._leading = False
+
+    # --- running ----------------------------------------------------------------------------
+
+    def start(self) -> Healer:
+        self.nodes.start()
+        self.pods.start()
+        threading.Thread(target=self._run, name="healer", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        self.nodes.stop()
+        self.pods.stop()
+
+    def synced(self) -> bool:
+        return self.nodes.synced.is_set() and self.pods.synced.is_set()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(self.timing.interval)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self.reconcile()
+            except Exception:  # one bad round must not end the controller
+                log.exception("isolation round failed; next round in %.1fs", self.timing.interval)
+
+    def reconcile(self) -> None:
+        """One round (public for tests that drive it without the thread)."""
+        if not self.is_leader():
+            if self._leading:
+                self._forget()
+            self.metrics.leader.set(0)
+            return
+        self._leading = True
+        self.metrics.leader.set(1)
+        if not self.synced():
+            return
+        with self.nodes.lock:
+            nodes = list(self.nodes.items.values())
+        with self.pods.lock:
+            pods = list(self.pods.items.values())
+        self._mark_fleet(nodes)
+        seen: set[str] = set()
+        blocked = 0
+        for node in nodes:
+            if not self.is_leader():
+                return
+            bad = faults(node, self.policy)
+            self._taint(node, len(bad))
+            for target in holders(node, pods, bad):
+                seen.add(target.uid)
+                blocked += self._isolate(node, target)
+        self._done &= seen
+        self._retry = {uid: r for uid, r in self._retry.items() if uid in seen}
+        self.metrics.blocked.set(blocked)
+        self.metrics.tainted.set(sum(1 for effect in self._taints.values() if effect))
+
+    # --- pods -------------------------------------------------------------------------------
+
+    def _isolate(self, node: Mapping[str, Any], target: Target) -> int:
+        """Condition and evict one pod; 1 when a PodDisruptionBudget holds it back."""
+        if target.uid in self._done:
+            return 0
+        attempts, at = self._retry.get(target.uid, (0, 0.0))
+        if at > self.clock():
+            return 1 if attempts else 0
+        try:
+            pod = act.get_pod(self.kube, target.namespace, target.name)
+            result = self._evict(pod, target)
+        except KubeError as e:
+            self.metrics.errors.labels("evict").inc()
+            self._back_off(target.uid, attempts)
+            log.warning("%s: failed to isolate: %s; retrying", target.key, e)
+            return 0
+        if pod is None or result is None or result is act.Eviction.GONE:
+            self._done.add(target.uid)
+            return 0
+        fault, message = target.faults[0], _message(target)
+        self.metrics.evictions.labels(result.value, fault.reason).inc()
+        if result is act.Eviction.BLOCKED:
+            delay = self._back_off(target.uid, attempts)
+            if attempts == 0:
+                log.info("%s: eviction blocked by a PodDisruptionBudget; retrying", target.key)
+                self._event(pod, "EvictionBlocked", f"a PodDisruptionBudget blocks it: {message}")
+            log.debug("%s: still blocked; next try in %.1fs", target.key, delay)
+            return 1
+        self._done.add(target.uid)
+        log.info("%s: evicted: %s", target.key, message)
+        self._event(pod, "Evicted", f"evicted by hcs-controller: {message}")
+        self._event(
+            act.compute_node_ref(_name(node), str((node.get("metadata") or {}).get("uid", ""))),
+            "PodEvicted",
+            f"evicted {target.key}: {message}",
+        )
+        return 0
+
+    def _evict(self, pod: Mapping[str, Any] | None, target: Target) -> act.Eviction | None:
+        """The condition, then the eviction; None when there is nothing to do: the pod is
+        gone, another pod of that name, being deleted, or opted out (said once)."""
+        meta = (pod or {}).get("metadata") or {}
+        if pod is None or meta.get("uid") != target.uid or meta.get("deletionTimestamp"):
+            return None
+        fault, message = target.faults[0], _message(target)
+        if opted_out(meta.get("annotations") or {}):
+            self.metrics.evictions.labels("opted_out", fault.reason).inc()
+            log.info("%s: not evicted (%s): %s", target.key, ANNOTATION_EVICTION, message)
+            self._event(pod, "EvictionSkipped", f"{ANNOTATION_EVICTION}: never; {message}")
+            return None
+        if not act.has_condition(pod, fault.reason):
+            act.set_condition(self.kube, pod, fault.reason, message)
+            self.metrics.conditions.labels(fault.reason).inc()
+            self._event(pod, fault.reason, message)
+        return act.evict(self.kube, pod, self.policy.grace_seconds)
+
+    def _back_off(self, uid: str, attempts: int) -> float:
+        delay = min(self.timing.backoff_max, self.timing.backoff * 2**attempts)
+        self._retry[uid] = (attempts + 1, self.clock() + delay)
+        return float(delay)
+
+    def _event(self, involved: Mapping[str, Any], reason: str, message: str) -> None:
+        """An Event; one that fails is logged and counted, never retried (the action stands)."""
+        try:
+            act.post_event(self.kube, involved, reason, message)
+        except KubeError as e:
+            self.metrics.errors.labels("event").inc()
+            log.warning("failed to record event %s: %s", reason, e)
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    def _taint(self, node: Mapping[str, Any], bad: int) -> None:
+        name = _name(node)
+        now = self.clock()
+        want = should_taint(node, bad, self.policy)
+        if want:
+            self._good_since.pop(name, None)
+        else:
+            self._good_since.setdefault(name, now)
+        try:
+            if name not in self._taints:
+                self._taints[name] = act.taint_of(self.kube, name)
+            have = self._taints[name]
+            if want and have != self.policy.taint_effect:
+                self._taints[name] = act.set_taint(self.kube, name, self.policy.taint_effect)
+                self._node_action(node, "taint", f"{bad} of its devices are bad")
+            elif (
+                not want
+                and have is not None
+                and now - self._good_since[name] >= self.policy.quiet_seconds
+            ):
+                self._taints[name] = act.set_taint(self.kube, name, None)
+                self._node_action(
+                    node,
+                    "untaint",
+                    f"its devices have been good for {self.policy.quiet_seconds:g}s",
+                )
+        except KubeError as e:
+            self._taints.pop(name, None)  # ask again next round
+            self.metrics.errors.labels("taint").inc()
+            log.warning("node %s: failed to update %s: %s", name, TAINT_UNHEALTHY, e)
+
+    def _node_action(self, node: Mapping[str, Any], action: str, why: str) -> None:
+        name = _name(node)
+        self.metrics.taints.labels(action).inc()
+        verb = "tainted" if action == "taint" else "untainted"
+        effect = self.policy.taint_effect
+        log.info("node %s %s %s:%s: %s", name, verb, TAINT_UNHEALTHY, effect, why)
+        self._event(
+            act.compute_node_ref(name, str((node.get("metadata") or {}).get("uid", ""))),
+            "NodeTainted" if action == "taint" else "NodeUntainted",
+            f"Node {name} {verb} {TAINT_UNHEALTHY}:{effect}: {why}",
+        )
+
+    # --- the fleet --------------------------------------------------------------------------
+
+    def _mark_fleet(self, nodes: list[dict[str, Any]]) -> None:
+        found = outliers(nodes, self.db, self.fleet)
+        self.metrics.slow.set(len(found))
+        for node in nodes:
+            name = _name(node)
+            wanted = fleet_status([o for o in found if o.node == name], self.fleet)
+            if (node.get("status") or {}).get("fleet") == wanted or not node.get("status"):
+                continue
+            try:
+                act.write_fleet(self.kube, name, wanted)
+            except KubeError as e:
+                self.metrics.errors.labels("fleet").inc()
+                log.warning("ComputeNode %s: failed to write status.fleet: %s", name, e)
+                continue
+            summary = (wanted or {}).get("summary", "no slow devices")
+            log.info("ComputeNode %s: fleet: %s", name, summary)
+            self._event(
+                act.compute_node_ref(name, str((node.get("metadata") or {}).get("uid", ""))),
+                "SlowDevices" if wanted else "SlowDevicesCleared",
+                str(summary),
+            )
+
+
+def _message(target: Target) -> str:
+    return "; ".join(f.message for f in target.faults)
+
+
+def _name(node: Mapping[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("name", ""))

@@ -1,0 +1,193 @@
+"""The API calls hcs-controller makes, one function each, and nothing else.
+
+Each is exactly one RBAC rule of packaging/helm/hcs/templates/rbac-controller.yaml: get a pod,
+patch pods/status (the DisruptionTarget condition), create pods/eviction, patch nodes (our
+taint only, by a strategic merge keyed on the taint's key, so other taints are never read or
+written), patch computenodes/status (`status.fleet`), create events.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from hcsd.cluster.kube import Kube, KubeError, paths_for
+from hcsd.cluster.timefmt import rfc3339
+from hcsd.contract.names import API_VERSION, COMPUTE_NODE_KIND, COMPUTE_NODES, TAINT_UNHEALTHY
+
+__all__ = [
+    "EVENT_NAMESPACE",
+    "Eviction",
+    "compute_node_ref",
+    "evict",
+    "get_pod",
+    "has_condition",
+    "post_event",
+    "set_condition",
+    "set_taint",
+    "taint_of",
+    "write_fleet",
+]
+
+STRATEGIC = "application/strategic-merge-patch+json"
+DISRUPTION_TARGET = "DisruptionTarget"
+# Events about cluster-scoped objects (ComputeNodes) live here, as the Node's do.
+EVENT_NAMESPACE = "default"
+COMPONENT = "hcs-controller"
+
+
+def pod_path(namespace: str, name: str) -> str:
+    return paths_for("v1", "pods", namespace, name)
+
+
+def get_pod(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return kube.get(pod_path(namespace, name))
+    except KubeError as e:
+        if e.not_found:
+            return None
+        raise
+
+
+def has_condition(pod: Mapping[str, Any], reason: str) -> bool:
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == DISRUPTION_TARGET and condition.get("status") == "True":
+            return bool(condition.get("reason") == reason)
+    return False
+
+
+def set_condition(kube: Kube, pod: Mapping[str, Any], reason: str, message: str) -> None:
+    """DisruptionTarget=True with our reason, merged by type into the pod's conditions (a
+    strategic merge: the kubelet's own conditions stay as they are)."""
+    meta = pod.get("metadata") or {}
+    condition = {
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": rfc3339(time.time()),
+    }
+    kube.request(
+        "PATCH",
+        pod_path(str(meta.get("namespace")), str(meta.get("name"))) + "/status",
+        body={"metadata": {"uid": meta.get("uid")}, "status": {"conditions": [condition]}},
+        content_type=STRATEGIC,
+    )
+
+
+class Eviction(enum.Enum):
+    EVICTED = "evicted"
+    BLOCKED = "blocked"  # 429: a PodDisruptionBudget allows no disruption now
+    GONE = "gone"  # the pod (that uid) no longer exists
+
+
+def evict(kube: Kube, pod: Mapping[str, Any], grace: int | None) -> Eviction:
+    """Ask the Eviction API (policy/v1) to delete the pod, for this uid only; PDBs apply."""
+    meta = pod.get("metadata") or {}
+    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    options: dict[str, Any] = {"preconditions": {"uid": meta.get("uid")}}
+    if grace is not None:
+        options["gracePeriodSeconds"] = grace
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+        "deleteOptions": options,
+    }
+    try:
+        kube.create(pod_path(namespace, name) + "/eviction", body)
+    except KubeError as e:
+        if e.status == 429:
+            return Eviction.BLOCKED
+        if e.not_found or e.conflict:  # 409: the uid precondition failed, another pod now
+            return Eviction.GONE
+        raise
+    return Eviction.EVICTED
+
+
+def set_taint(kube: Kube, node: str, effect: str | None) -> str | None:
+    """Put our taint on the Node with `effect`, or take it off (None); the effect it carries
+    after the call (None: none). A strategic merge keyed on the taint's key: no other taint is
+    read, sent or changed, and a patch that changes nothing writes nothing."""
+    taint: dict[str, Any] = {"key": TAINT_UNHEALTHY}
+    if effect is None:
+        taint["$patch"] = "delete"
+    else:
+        taint["effect"] = effect
+    answer = kube.request(
+        "PATCH",
+        paths_for("v1", "nodes", name=node),
+        body={"spec": {"taints": [taint]}},
+        content_type=STRATEGIC,
+    )
+    for found in (answer.get("spec") or {}).get("taints") or ():
+        if found.get("key") == TAINT_UNHEALTHY:
+            return str(found.get("effect", ""))
+    return None
+
+
+def taint_of(kube: Kube, node: str) -> str | None:
+    """The effect of our taint on the Node, None when it has none. Read from the answer to an
+    empty patch, which writes nothing: the controller may patch Nodes, not read them."""
+    answer = kube.patch(paths_for("v1", "nodes", name=node), {})
+    for taint in (answer.get("spec") or {}).get("taints") or ():
+        if taint.get("key") == TAINT_UNHEALTHY:
+            return str(taint.get("effect", ""))
+    return None
+
+
+def write_fleet(kube: Kube, node: str, fleet: Mapping[str, Any] | None) -> None:
+    """`status.fleet` of the ComputeNode (None removes it), through the status subresource."""
+    kube.patch(
+        paths_for(API_VERSION, COMPUTE_NODES, name=node) + "/status", {"status": {"fleet": fleet}}
+    )
+
+
+def post_event(
+    kube: Kube,
+    involved: Mapping[str, Any],
+    reason: str,
+    message: str,
+    *,
+    warning: bool = True,
+) -> None:
+    """A core/v1 Event about `involved` (a pod, or a ComputeNode: in EVENT_NAMESPACE), as
+    `kubectl describe` shows them."""
+    meta = involved.get("metadata") or {}
+    namespace = str(meta.get("namespace") or EVENT_NAMESPACE)
+    stamp = rfc3339(time.time())
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta.get('name')}.{time.time_ns():x}", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": involved.get("apiVersion", "v1"),
+            "kind": involved.get("kind", "Pod"),
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            **({"namespace": meta["namespace"]} if meta.get("namespace") else {}),
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": os.environ.get("POD_NAME", COMPONENT),
+        "action": reason,
+    }
+    kube.create(paths_for("v1", "events", namespace), body)
+
+
+def compute_node_ref(name: str, uid: str = "") -> dict[str, Any]:
+    """What `post_event` needs of a ComputeNode."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": COMPUTE_NODE_KIND,
+        "metadata": {"name": name, "uid": uid},
+    }

@@ -1,0 +1,63 @@
+"""hcs-controller's Prometheus metrics: every isolation action, counted.
+
+Its own `CollectorRegistry` (never the library's global one), so two controllers in one
+process (the leader-election test) keep their counts apart. The alerts built on them are in
+packaging/helm/hcs/files/prometheus-rules.yaml.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+__all__ = ["HealerMetrics"]
+
+
+class HealerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.evictions = Counter(
+            "hcs_controller_evictions",
+            "Evictions of pods holding a failed (or, by policy, degraded) device, by result: "
+            "evicted, blocked (a PodDisruptionBudget; retried), failed (retried), opted_out "
+            "(hcs.io/eviction: never)",
+            ["result", "reason"],
+            registry=self.registry,
+        )
+        self.conditions = Counter(
+            "hcs_controller_disruption_conditions",
+            "DisruptionTarget conditions set on pods holding a failed device",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.taints = Counter(
+            "hcs_controller_taints",
+            "hcs.io/accelerator-unhealthy taints put on (taint) or taken off (untaint) Nodes",
+            ["action"],
+            registry=self.registry,
+        )
+        self.tainted = Gauge(
+            "hcs_controller_tainted_nodes",
+            "Nodes carrying hcs.io/accelerator-unhealthy (as this leader put or found it)",
+            registry=self.registry,
+        )
+        self.blocked = Gauge(
+            "hcs_controller_blocked_evictions",
+            "Pods on failed devices whose eviction a PodDisruptionBudget holds back now",
+            registry=self.registry,
+        )
+        self.slow = Gauge(
+            "hcs_controller_slow_devices",
+            "Measured devices below their model's fleet median by more than the margin",
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "hcs_controller_leader",
+            "1 while this replica holds the controller's Lease and acts",
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "hcs_controller_api_errors",
+            "Requests to the API server that failed (retried), by action",
+            ["action"],
+            registry=self.registry,
+        )
