@@ -190,6 +190,7 @@ class Healer:
             log.debug("%s: still blocked; next try in %.1fs", target.key, delay)
             return 1
         self._done.add(target.uid)
+        self._restore_reason(pod, fault.reason, message)
         log.info("%s: evicted: %s", target.key, message)
         self._event(pod, "Evicted", f"evicted by hcs-controller: {message}")
         self._event(
@@ -216,6 +217,17 @@ class Healer:
             self.metrics.conditions.labels(fault.reason).inc()
             self._event(pod, fault.reason, message)
         return act.evict(self.kube, pod, self.policy.grace_seconds)
+
+    def _restore_reason(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
+        """The Eviction API rewrites DisruptionTarget's reason to EvictionByEvictionAPI;
+        ours goes back, so that the terminating pod (and the Job's record of it) says which
+        device failed. The type and status, what a podFailurePolicy matches, stay."""
+        try:
+            act.set_condition(self.kube, pod, reason, message)
+        except KubeError as e:
+            if not e.not_found:  # a zero grace period: already gone
+                self.metrics.errors.labels("condition").inc()
+                log.warning("failed to restore the condition's reason: %s", e)
 
     def _back_off(self, uid: str, attempts: int) -> float:
         delay = min(self.timing.backoff_max, self.timing.backoff * 2**attempts)

@@ -2,8 +2,8 @@
 
 Each is exactly one RBAC rule of packaging/helm/hcs/templates/rbac-controller.yaml: get a pod,
 patch pods/status (the DisruptionTarget condition), create pods/eviction, patch nodes (our
-taint only, by a strategic merge keyed on the taint's key, so other taints are never read or
-written), patch computenodes/status (`status.fleet`), create events.
+taint only: a JSON patch of its own entry, guarded by a test, so other taints are never
+written; the Node is read from the answer to an empty patch, as get is not granted), patch computenodes/status (`status.fleet`), create events.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 STRATEGIC = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 DISRUPTION_TARGET = "DisruptionTarget"
 # Events about cluster-scoped objects (ComputeNodes) live here, as the Node's do.
 EVENT_NAMESPACE = "default"
@@ -108,35 +109,57 @@ def evict(kube: Kube, pod: Mapping[str, Any], grace: int | None) -> Eviction:
     return Eviction.EVICTED
 
 
-def set_taint(kube: Kube, node: str, effect: str | None) -> str | None:
-    """Put our taint on the Node with `effect`, or take it off (None); the effect it carries
-    after the call (None: none). A strategic merge keyed on the taint's key: no other taint is
-    read, sent or changed, and a patch that changes nothing writes nothing."""
-    taint: dict[str, Any] = {"key": TAINT_UNHEALTHY}
-    if effect is None:
-        taint["$patch"] = "delete"
-    else:
-        taint["effect"] = effect
-    answer = kube.request(
-        "PATCH",
-        paths_for("v1", "nodes", name=node),
-        body={"spec": {"taints": [taint]}},
-        content_type=STRATEGIC,
-    )
-    for found in (answer.get("spec") or {}).get("taints") or ():
-        if found.get("key") == TAINT_UNHEALTHY:
-            return str(found.get("effect", ""))
-    return None
+def _ours(node: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """The index and effect of our taint on the Node (None, None: it has none)."""
+    for index, taint in enumerate((node.get("spec") or {}).get("taints") or ()):
+        if taint.get("key") == TAINT_UNHEALTHY:
+            return index, str(taint.get("effect", ""))
+    return None, None
+
+
+def _node(kube: Kube, node: str) -> dict[str, Any]:
+    """The Node, from the answer to an empty patch, which writes nothing: the controller may
+    patch Nodes, not read them."""
+    return kube.patch(paths_for("v1", "nodes", name=node), {})
 
 
 def taint_of(kube: Kube, node: str) -> str | None:
-    """The effect of our taint on the Node, None when it has none. Read from the answer to an
-    empty patch, which writes nothing: the controller may patch Nodes, not read them."""
-    answer = kube.patch(paths_for("v1", "nodes", name=node), {})
-    for taint in (answer.get("spec") or {}).get("taints") or ():
-        if taint.get("key") == TAINT_UNHEALTHY:
-            return str(taint.get("effect", ""))
-    return None
+    """The effect of our taint on the Node, None when it has none."""
+    return _ours(_node(kube, node))[1]
+
+
+def set_taint(kube: Kube, node: str, effect: str | None) -> str | None:
+    """Put our taint on the Node with `effect`, or take it off (None); the effect it carries
+    after the call. A JSON patch of our entry alone (Node taints have no merge key: a
+    strategic merge would replace the whole list), each step guarded by a `test` of what it
+    changes, so a concurrent edit of the taints fails the patch (422, retried next round)
+    instead of being lost."""
+    current = _node(kube, node)
+    index, have = _ours(current)
+    if have == effect:
+        return have
+    taint: dict[str, Any] = {"key": TAINT_UNHEALTHY, "effect": effect}
+    if effect == "NoExecute":
+        taint["timeAdded"] = rfc3339(time.time())
+    where = f"/spec/taints/{index}"
+    ops: list[dict[str, Any]]
+    if index is not None:
+        guard = {"op": "test", "path": f"{where}/key", "value": TAINT_UNHEALTHY}
+        change = {"op": "remove", "path": where} if effect is None else {
+            "op": "replace", "path": where, "value": taint}  # fmt: skip
+        ops = [guard, change]
+    elif (current.get("spec") or {}).get("taints"):
+        ops = [{"op": "add", "path": "/spec/taints/-", "value": taint}]
+    else:  # no list yet: only if nobody wrote one meanwhile
+        version = (current.get("metadata") or {}).get("resourceVersion")
+        ops = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+            {"op": "add", "path": "/spec/taints", "value": [taint]},
+        ]
+    answer = kube.request(
+        "PATCH", paths_for("v1", "nodes", name=node), body=ops, content_type=JSON_PATCH
+    )
+    return _ours(answer)[1]
 
 
 def write_fleet(kube: Kube, node: str, fleet: Mapping[str, Any] | None) -> None:

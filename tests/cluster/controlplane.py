@@ -91,6 +91,7 @@ CLIENTS = {
         "system:serviceaccount:hcs-system:hcs-scheduler-extender",
         "system:serviceaccounts",
     ),
+    "controller": ("system:serviceaccount:hcs-system:hcs-controller", "system:serviceaccounts"),
 }
 #: kube-controller-manager's client certificate (its user, as the bootstrap RBAC names it).
 CONTROLLER_MANAGER = {"controller-manager": ("system:kube-controller-manager", "")}

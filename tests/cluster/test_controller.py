@@ -1,0 +1,404 @@
+"""hcs-controller on a real kube-apiserver, as its service account (the shipped RBAC).
+
+Simulated nodes: a Node and its ComputeNode written as the node's syncer would (device health
+in the status); pods bound through a Binding carrying an `hcs.io/assignment`, as the
+extender binds them. No kubelet and no kube-controller-manager: an evicted pod stays
+terminating (nothing confirms its end), and a PodDisruptionBudget's status is written here as
+the disruption controller would. The timings are small (a round every 0.2 s, a quiet period
+under a second) so that the whole loop runs in seconds.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from hcsd.cluster.healer import Healer, Timing
+from hcsd.cluster.healer_fleet import FleetPolicy
+from hcsd.cluster.healer_policy import Policy
+from hcsd.cluster.kube import Kube, KubeError
+from hcsd.cluster.leader import LeaderElector
+from hcsd.contract import assignment
+from hcsd.contract.names import CONTROLLER_LEASE, TAINT_UNHEALTHY
+from hcsd.model import Grant
+from hcsd.profiles.database import default_database
+from tests.cluster.controlplane import ControlPlane, register_node
+
+pytestmark = pytest.mark.slow
+
+GiB = 2**30
+CN = "/apis/hcs.io/v1alpha1/computenodes"
+FAST = Timing(interval=0.2, backoff=0.3, backoff_max=1.0)
+FOREIGN_TAINT = {"key": "example.com/maintenance", "effect": "PreferNoSchedule"}
+
+
+def wait(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Sim:
+    """Nodes and pods of one test, removed after it."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.admin = plane.kube()
+        self.tag = uuid.uuid4().hex[:6]
+        self.nodes: list[str] = []
+        self.pods: list[tuple[str, str]] = []
+
+    def node(
+        self, devices: int, *, model: str = "A100-SXM4-80GB", tflops: list[float] | None = None
+    ) -> tuple[str, list[str]]:
+        name = f"n{len(self.nodes)}-{self.tag}"
+        register_node(self.admin, name)
+        self.admin.request(
+            "PATCH",
+            f"/api/v1/nodes/{name}",
+            body={"spec": {"taints": [FOREIGN_TAINT]}},
+            content_type="application/strategic-merge-patch+json",
+        )
+        uuids = [f"GPU-{self.tag}-{len(self.nodes)}-{i}" for i in range(devices)]
+        spec = {
+            "nodeName": name,
+            "devices": [
+                {"uuid": u, "vendor": "nvidia", "model": model, "index": i, "vramBytes": 80 * GiB,
+                 "tflopsFP16": (tflops or [312.0] * devices)[i],
+                 "fingerprint": "measured" if tflops else "profile"}
+                for i, u in enumerate(uuids)
+            ],
+        }  # fmt: skip
+        self.admin.create(CN, {"apiVersion": "hcs.io/v1alpha1", "kind": "ComputeNode",
+                               "metadata": {"name": name}, "spec": spec})  # fmt: skip
+        self.nodes.append(name)
+        self.health(name, {u: "healthy" for u in uuids})
+        return name, uuids
+
+    def health(self, node: str, states: dict[str, str]) -> None:
+        """The device states, as the node's syncer writes them (other status fields kept)."""
+        current = self.admin.get(f"{CN}/{node}")
+        status = current.get("status") or {}
+        status["devices"] = [
+            {"uuid": u, "health": s, "healthScore": 100 if s == "healthy" else 0,
+             **({"reason": "xid 79: fell off the bus"} if s != "healthy" else {})}
+            for u, s in states.items()
+        ]  # fmt: skip
+        status["phase"] = "Ready"
+        self.admin.replace(f"{CN}/{node}/status", {**current, "status": status})
+
+    def pod(
+        self, node: str, devices: list[str], *, labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """A pod bound to `node` holding `devices`, as the extender binds it."""
+        name = f"p{len(self.pods)}-{self.tag}"
+        created = self.admin.create("/api/v1/namespaces/default/pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+            "spec": {"schedulerName": "hcs-test-manual",
+                     "containers": [{"name": "main", "image": "busybox"}]},
+        })  # fmt: skip
+        uid = created["metadata"]["uid"]
+        grants = [Grant(d, 8 * GiB, 0) for d in devices]
+        text = assignment.encode(
+            assignment.Assignment(node, uid, time.time(), {"main": tuple(grants)}, "k1"),
+            b"k" * 32,
+        )
+        self.admin.create(f"/api/v1/namespaces/default/pods/{name}/binding", {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "annotations": {assignment.ANNOTATION: text}},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        })  # fmt: skip
+        self.pods.append(("default", name))
+        # Running and ready, as its kubelet would report it (the Eviction API deletes a
+        # Pending pod without asking its PodDisruptionBudget)
+        bound = self.admin.get(f"/api/v1/namespaces/default/pods/{name}")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        bound["status"] = {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": now}]}  # fmt: skip
+        return self.admin.replace(f"/api/v1/namespaces/default/pods/{name}/status", bound)
+
+    def get_pod(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.admin.get(f"/api/v1/namespaces/default/pods/{name}")
+        except KubeError as e:
+            if e.not_found:
+                return None
+            raise
+
+    def events(self, name: str, namespace: str = "default") -> list[tuple[str, str]]:
+        items = self.admin.get(
+            f"/api/v1/namespaces/{namespace}/events",
+            [("fieldSelector", f"involvedObject.name={name}")],
+        ).get("items", [])
+        return [(e["reason"], e["message"]) for e in items]
+
+    def taints(self, node: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.admin.get(f"/api/v1/nodes/{node}")["spec"].get(
+            "taints", []
+        )
+        return [{k: t[k] for k in ("key", "effect")} for t in found]
+
+    def close(self) -> None:
+        for namespace, name in self.pods:
+            try:
+                self.admin.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                                   body={"gracePeriodSeconds": 0})  # fmt: skip
+            except KubeError:
+                pass
+        for name in self.nodes:
+            for path in (f"{CN}/{name}", f"/api/v1/nodes/{name}"):
+                try:
+                    self.admin.request("DELETE", path)
+                except KubeError:
+                    pass
+        self.admin.close()
+
+
+@pytest.fixture
+def sim(plane: ControlPlane) -> Iterator[Sim]:
+    s = Sim(plane)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def controller(
+    plane: ControlPlane,
+    policy: Policy | None = None,
+    *,
+    is_leader: Callable[[], bool] = lambda: True,
+    fleet: FleetPolicy | None = None,
+) -> Healer:
+    healer = Healer(
+        plane.kube("controller"),
+        default_database(),
+        policy=policy or Policy(quiet_seconds=0.8),
+        fleet=fleet,
+        timing=FAST,
+        is_leader=is_leader,
+    ).start()
+    wait("the controller's caches", healer.synced)
+    return healer
+
+
+def condition(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    for c in ((pod or {}).get("status") or {}).get("conditions") or ():
+        if c["type"] == "DisruptionTarget":
+            return dict(c)
+    return None
+
+
+def count(healer: Healer, name: str, **labels: str) -> float:
+    value = healer.metrics.registry.get_sample_value(name, labels)
+    return value or 0.0
+
+
+def test_a_failed_device_gets_its_pods_condition_and_eviction_once(
+    plane: ControlPlane, sim: Sim
+) -> None:
+    node, (bad, good) = sim.node(2)
+    hit = sim.pod(node, [bad])
+    spared = sim.pod(node, [good])
+    kept = sim.pod(node, [bad], annotations={"hcs.io/eviction": "never"})
+    healer = controller(plane)
+    try:
+        time.sleep(0.6)  # rounds over a healthy node: nothing happens
+        assert condition(sim.get_pod(hit["metadata"]["name"])) is None
+        sim.health(node, {bad: "unhealthy", good: "healthy"})
+        name = hit["metadata"]["name"]
+        evicted = wait("the eviction", lambda: (sim.get_pod(name) or {}).get("metadata", {})
+                       .get("deletionTimestamp") and sim.get_pod(name))  # fmt: skip
+        assert (condition(evicted) or {}).get("status") == "True"
+        # the Eviction API sets its own reason (EvictionByEvictionAPI); ours comes back
+        found = wait("our reason", lambda: (condition(sim.get_pod(name)) or {}).get("reason")
+                     == "HCSDeviceFailed" and condition(sim.get_pod(name)))  # fmt: skip
+        assert f"device {bad} on node {node} is unhealthy" in found["message"]
+        reasons = [r for r, _ in sim.events(name)]
+        assert "HCSDeviceFailed" in reasons and "Evicted" in reasons
+        (message,) = [m for r, m in sim.events(name) if r == "HCSDeviceFailed"]
+        assert f"device {bad} on node {node} is unhealthy: xid 79" in message
+        assert any(r == "PodEvicted" and name in m for r, m in sim.events(node))
+        # the opted-out pod: not evicted, no condition, said once
+        kept_name = kept["metadata"]["name"]
+        wait(
+            "the opt-out event", lambda: "EvictionSkipped" in [r for r, _ in sim.events(kept_name)]
+        )
+        time.sleep(0.6)
+        kept_now = sim.get_pod(kept_name)
+        assert kept_now is not None and not kept_now["metadata"].get("deletionTimestamp")
+        assert condition(kept_now) is None
+        assert [r for r, _ in sim.events(kept_name)].count("EvictionSkipped") == 1
+        # the pod on the healthy device is untouched; one eviction in all, rounds later too
+        spared_now = sim.get_pod(spared["metadata"]["name"])
+        assert spared_now is not None and not spared_now["metadata"].get("deletionTimestamp")
+        assert count(healer, "hcs_controller_evictions_total", result="evicted",
+                     reason="HCSDeviceFailed") == 1  # fmt: skip
+        assert count(healer, "hcs_controller_evictions_total", result="opted_out",
+                     reason="HCSDeviceFailed") == 1  # fmt: skip
+        assert [r for r, _ in sim.events(name)].count("Evicted") == 1
+    finally:
+        healer.stop()
+
+
+def test_a_disruption_budget_holds_the_eviction_back_and_it_is_retried(
+    plane: ControlPlane, sim: Sim
+) -> None:
+    node, (bad,) = sim.node(1)
+    app = f"trainer-{sim.tag}"
+    pod = sim.pod(node, [bad], labels={"app": app})
+    name = pod["metadata"]["name"]
+    pdb = sim.admin.create("/apis/policy/v1/namespaces/default/poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": app}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+    })  # fmt: skip
+    healer = controller(plane)
+    try:
+        sim.health(node, {bad: "lost"})
+        wait("the blocked eviction", lambda: count(healer, "hcs_controller_evictions_total",
+             result="blocked", reason="HCSDeviceFailed") >= 3)  # fmt: skip
+        held = sim.get_pod(name)
+        assert held is not None and not held["metadata"].get("deletionTimestamp")
+        assert (condition(held) or {}).get("reason") == "HCSDeviceFailed"
+        assert [r for r, _ in sim.events(name)].count("EvictionBlocked") == 1
+        assert healer.metrics.blocked._value.get() == 1
+        # the disruption controller's word: one disruption allowed now
+        current = sim.admin.get(f"/apis/policy/v1/namespaces/default/poddisruptionbudgets/{app}")
+        current["status"] = {"observedGeneration": current["metadata"]["generation"],
+                             "disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 0,
+                             "expectedPods": 1}  # fmt: skip
+        sim.admin.replace(
+            f"/apis/policy/v1/namespaces/default/poddisruptionbudgets/{app}/status", current
+        )
+        wait("the eviction once allowed", lambda: (sim.get_pod(name) or {}).get("metadata", {})
+             .get("deletionTimestamp"))  # fmt: skip
+        assert count(healer, "hcs_controller_evictions_total", result="evicted",
+                     reason="HCSDeviceFailed") == 1  # fmt: skip
+    finally:
+        healer.stop()
+        sim.admin.request(
+            "DELETE",
+            f"/apis/policy/v1/namespaces/default/poddisruptionbudgets/{pdb['metadata']['name']}",
+        )
+
+
+def test_a_node_with_every_device_down_is_tainted_until_they_recover(
+    plane: ControlPlane, sim: Sim
+) -> None:
+    node, (a, b) = sim.node(2)
+    healer = controller(plane)
+    ours = {"key": TAINT_UNHEALTHY, "effect": "NoSchedule"}
+    try:
+        sim.health(node, {a: "unhealthy", b: "healthy"})
+        time.sleep(0.8)
+        assert sim.taints(node) == [FOREIGN_TAINT]  # one of two: below the share
+        sim.health(node, {a: "unhealthy", b: "lost"})
+        wait("the taint", lambda: ours in sim.taints(node))
+        assert FOREIGN_TAINT in sim.taints(node)
+        assert any(r == "NodeTainted" for r, _ in sim.events(node))
+        sim.health(node, {a: "healthy", b: "healthy"})
+        recovered = time.monotonic()
+        wait("the untaint", lambda: ours not in sim.taints(node))
+        assert time.monotonic() - recovered >= 0.6  # the quiet period (0.8 s) held it
+        assert sim.taints(node) == [FOREIGN_TAINT]
+        assert any(r == "NodeUntainted" for r, _ in sim.events(node))
+        assert count(healer, "hcs_controller_taints_total", action="taint") == 1
+        assert count(healer, "hcs_controller_taints_total", action="untaint") == 1
+    finally:
+        healer.stop()
+
+
+def test_a_share_policy_taints_with_no_execute(plane: ControlPlane, sim: Sim) -> None:
+    node, uuids = sim.node(4)
+    healer = controller(plane, Policy(taint_share=0.5, taint_effect="NoExecute"))
+    try:
+        sim.health(node, dict(zip(uuids, ["unhealthy", "unhealthy", "healthy", "healthy"])))
+        time.sleep(0.8)
+        assert sim.taints(node) == [FOREIGN_TAINT]  # half is not more than half
+        sim.health(node, dict(zip(uuids, ["unhealthy", "unhealthy", "lost", "healthy"])))
+        wait(
+            "the taint", lambda: {"key": TAINT_UNHEALTHY, "effect": "NoExecute"} in sim.taints(node)
+        )
+    finally:
+        healer.stop()
+
+
+def test_two_controllers_one_acts_and_the_standby_takes_over(plane: ControlPlane, sim: Sim) -> None:
+    node, (first, second) = sim.node(2)
+    p1, p2 = sim.pod(node, [first]), sim.pod(node, [second])
+    electors = [
+        LeaderElector(plane.kube("controller"), "hcs-system", CONTROLLER_LEASE, who,
+                      duration=2, renew=0.3).start()
+        for who in (f"a-{sim.tag}", f"b-{sim.tag}")
+    ]  # fmt: skip
+    wait("a leader", lambda: any(e.is_leader() for e in electors), timeout=10)
+    healers = [controller(plane, is_leader=e.is_leader) for e in electors]
+    try:
+        sim.health(node, {first: "unhealthy", second: "healthy"})
+        name = p1["metadata"]["name"]
+        wait("the eviction", lambda: (sim.get_pod(name) or {}).get("metadata", {})
+             .get("deletionTimestamp"))  # fmt: skip
+        time.sleep(0.6)
+        evictions = [count(h, "hcs_controller_evictions_total", result="evicted",
+                           reason="HCSDeviceFailed") for h in healers]  # fmt: skip
+        leader = next(i for i, e in enumerate(electors) if e.is_leader())
+        assert evictions[leader] == 1 and evictions[1 - leader] == 0
+        assert [r for r, _ in sim.events(name)].count("Evicted") == 1
+        assert count(healers[1 - leader], "hcs_controller_leader") == 0
+        electors[leader].stop()  # the leader dies without giving the Lease back
+        healers[leader].stop()
+        standby = 1 - leader
+        wait("the standby leading", electors[standby].is_leader, timeout=10)
+        sim.health(node, {first: "unhealthy", second: "lost"})
+        name2 = p2["metadata"]["name"]
+        wait("the standby's eviction", lambda: (sim.get_pod(name2) or {}).get("metadata", {})
+             .get("deletionTimestamp"))  # fmt: skip
+        assert count(healers[standby], "hcs_controller_evictions_total", result="evicted",
+                     reason="HCSDeviceFailed") == 1  # fmt: skip
+    finally:
+        for e in electors:
+            e.stop()
+        for h in healers:
+            h.stop()
+
+
+def test_a_slow_device_is_marked_against_the_fleet_and_isolated_by_policy(
+    plane: ControlPlane, sim: Sim
+) -> None:
+    fast, _ = sim.node(2, tflops=[305.0, 300.0])
+    slow_node, (slow, other) = sim.node(2, tflops=[190.0, 310.0])
+    pod = sim.pod(slow_node, [slow])
+    healer = controller(plane, Policy(isolate_degraded=True, quiet_seconds=0.8),
+                        fleet=FleetPolicy(margin=0.15, min_devices=3))  # fmt: skip
+    try:
+        fleet = wait(
+            "status.fleet",
+            lambda: (sim.admin.get(f"{CN}/{slow_node}").get("status") or {}).get("fleet"),
+        )
+        (entry,) = fleet["slowDevices"]
+        assert entry["uuid"] == slow and entry["efficiency"] == round(190 / 312, 3)
+        assert "fleet median of A100-SXM4-80GB is 97%" in entry["reason"]
+        assert "fleet" not in (sim.admin.get(f"{CN}/{fast}").get("status") or {})
+        # kubectl get computenodes: the Slow column
+        table = sim.admin.request("GET", f"{CN}/{slow_node}",
+                                  accept="application/json;as=Table;v=v1;g=meta.k8s.io")  # fmt: skip
+        columns = [c["name"] for c in table["columnDefinitions"]]
+        assert table["rows"][0]["cells"][columns.index("Slow")].startswith("1 slow: ")
+        name = pod["metadata"]["name"]
+        wait("the eviction", lambda: (sim.get_pod(name) or {}).get("metadata", {})
+             .get("deletionTimestamp"))  # fmt: skip
+        assert any(r == "HCSDeviceDegraded" for r, _ in sim.events(name))
+        assert any(r == "SlowDevices" for r, _ in sim.events(slow_node))
+        assert count(healer, "hcs_controller_slow_devices") == 1
+    finally:
+        healer.stop()
