@@ -109,6 +109,27 @@ def test_a_resync_writes_nothing_unless_someone_else_changed_the_status(
     assert syncer.writes["status"] == 2
 
 
+def test_the_controllers_fleet_field_survives_the_syncers_writes(
+    plane: ControlPlane, start: Callable[..., Running], hcsd: Daemon
+) -> None:
+    """status.fleet is hcs-controller's: a resync does not rewrite the status because of it,
+    and the syncer's next write (after a change in hcsd) keeps it."""
+    running = start("fleet-kept", resync=1.0)
+    syncer = running.syncer
+    assert syncer.synced.wait(15)
+    fleet = {"summary": "1 slow: GPU-0", "slowDevices": [{"uuid": "GPU-0", "efficiency": 0.6}]}
+    controller = plane.kube("controller")
+    controller.patch(NODES + running.node + "/status", {"status": {"fleet": fleet}})
+    controller.close()
+    time.sleep(2.5)  # two resyncs read it back
+    assert syncer.writes["status"] == 1 and running.status()["fleet"] == fleet
+    with Client(hcsd.socket) as client:
+        client.allocate(pb.AllocateRequest(container_id="after-fleet", vram="1Gi"))
+    wait_for(lambda: len(running.status()["allocations"]) == 1, what="the allocation")
+    assert running.status()["fleet"] == fleet
+    assert syncer.writes["status"] == 2
+
+
 def test_the_heartbeat_follows_hcsd(start: Callable[..., Running], hcsd: Daemon) -> None:
     running = start("heartbeat")
     assert running.syncer.synced.wait(15)

@@ -65,6 +65,23 @@ RBAC: dict[tuple[str, str], Rules] = {
         # list+watch: the nodes' heartbeats; get/create/update: the leader Lease
         ("coordination.k8s.io", "leases"): frozenset({"get", "list", "watch", "create", "update"}),
     },
+    # hcsd/cluster/healer*.py: informers; GET of a pod before acting; the DisruptionTarget
+    # condition; the eviction; the taint (JSON patch; the Node read from an empty patch's
+    # answer); status.fleet; Events
+    ("ClusterRole", names.CONTROLLER_ACCOUNT): {
+        (names.GROUP, names.COMPUTE_NODES): frozenset({"list", "watch"}),
+        (names.GROUP, f"{names.COMPUTE_NODES}/status"): frozenset({"patch"}),
+        ("", "pods"): frozenset({"get", "list", "watch"}),
+        ("", "pods/status"): frozenset({"patch"}),
+        ("", "pods/eviction"): frozenset({"create"}),
+        ("", "nodes"): frozenset({"patch"}),
+        ("", "events"): frozenset({"create"}),
+    },
+    ("Role", names.CONTROLLER_ACCOUNT): {
+        # its leader Lease by name (get, PUT to renew); create cannot name it
+        ("coordination.k8s.io", f"leases:{names.CONTROLLER_LEASE}"): frozenset({"get", "update"}),
+        ("coordination.k8s.io", "leases"): frozenset({"create"}),
+    },
     # People, not an account (no binding shipped): hcsctl cluster's lists (cluster_reader.py),
     # and get/watch for `kubectl get`; the heartbeats in hcs-system; the pods apart (they
     # expose every pod's spec).
@@ -572,13 +589,16 @@ def test_the_quota_pattern_admits_what_the_extender_parses(text: str) -> None:
 
 
 def rules_of(role: Mapping[str, Any]) -> Rules:
-    """A role's rules flattened per (group, resource), so their grouping does not matter."""
+    """A role's rules flattened per (group, resource), so their grouping does not matter; a
+    rule limited to names counts per `resource:name`."""
     found: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
-        assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no names, no URLs
+        assert set(rule) - {"resourceNames"} == {"apiGroups", "resources", "verbs"}, rule  # no URLs
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
-                found.setdefault((group, resource), set()).update(rule["verbs"])
+                for name in rule.get("resourceNames") or [""]:
+                    key = f"{resource}:{name}" if name else resource
+                    found.setdefault((group, key), set()).update(rule["verbs"])
     return {key: frozenset(verbs) for key, verbs in found.items()}
 
 
@@ -599,7 +619,12 @@ def test_rbac_grants_what_the_code_calls_and_no_more() -> None:
 def test_bindings_tie_each_account_to_its_own_roles() -> None:
     """Each account gets its ClusterRole and its Role in hcs-system (where the Leases are)."""
     accounts = by_kind("ServiceAccount")
-    assert set(accounts) == {names.SYNCER_ACCOUNT, names.EXTENDER_ACCOUNT, SCHEDULER}
+    assert set(accounts) == {
+        names.SYNCER_ACCOUNT,
+        names.EXTENDER_ACCOUNT,
+        names.CONTROLLER_ACCOUNT,
+        SCHEDULER,
+    }
     roles = {(d["kind"], d["metadata"]["name"]) for d in hcs_roles()}
     bound = set()
     for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
@@ -725,6 +750,7 @@ def env_field(pod: Mapping[str, Any], name: str) -> str:
     [
         ("DaemonSet", names.SYNCER_ACCOUNT, names.SYNCER_ACCOUNT),
         ("Deployment", names.EXTENDER_ACCOUNT, names.EXTENDER_ACCOUNT),
+        ("Deployment", names.CONTROLLER_ACCOUNT, names.CONTROLLER_ACCOUNT),
     ],
 )
 def test_workloads_run_our_image_as_our_account(kind: str, name: str, account: str) -> None:
