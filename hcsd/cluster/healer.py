@@ -134,7 +134,9 @@ class Healer:
         if not self.is_leader():
             if self._leading:
                 self._forget()
-            self.metrics.leader.set(0)
+            for gauge in (self.metrics.leader, self.metrics.tainted, self.metrics.blocked):
+                gauge.set(0)  # the leader's figures; a standby's would count them twice
+            self.metrics.slow.set(0)
             return
         self._leading = True
         self.metrics.leader.set(1)
