@@ -14,6 +14,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from hcsd.cluster.extender import Extender
+from hcsd.cluster.healer_metrics import HealerMetrics
 from hcsd.cluster.http import serve
 from hcsd.cluster.kube import Kube
 from hcsd.contract.keyring import Keyring
@@ -113,3 +114,15 @@ def test_the_extender_exports_what_the_document_lists() -> None:
     section = "hcs-scheduler-extender (per replica)"
     assert found == documented(section)
     assert samples - allowed(section) == set()
+
+
+def test_the_controller_exports_what_the_document_lists() -> None:
+    metrics = HealerMetrics()
+    # labelled families show their samples once a child exists
+    metrics.evictions.labels("evicted", "HCSDeviceFailed").inc()
+    metrics.conditions.labels("HCSDeviceFailed").inc()
+    metrics.taints.labels("taint").inc()
+    metrics.errors.labels("evict").inc()
+    section = "hcs-controller (per replica)"
+    assert exported(metrics.registry.collect()) == documented(section)
+    assert rendered_samples(metrics.registry) - allowed(section) == set()
