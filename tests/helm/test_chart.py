@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hcsd.cluster.healer_cli import main as controller_main
 from hcsd.cluster.webhook_server import MUTATE_PATH
 from hcsd.cluster.webhook_server import main as webhook_main
 from hcsd.contract import assignment
@@ -235,6 +236,61 @@ def test_the_webhook_runs_with_flags_its_program_knows(
     assert pod["automountServiceAccountToken"] is False  # it calls no API
 
 
+def controller_args(
+    helm: str, monkeypatch: pytest.MonkeyPatch, *values: str
+) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """hcs-controller's Deployment command through its own parser (a misspelt flag fails
+    here rather than in a crash-looping pod), and its container."""
+    (deployment,) = [
+        d
+        for d in template(helm, *values)
+        if (d["kind"], d["metadata"]["name"]) == ("Deployment", "hcs-controller")
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"][0] == "hcs-controller"
+    parsed: list[argparse.Namespace] = []
+    original = argparse.ArgumentParser.parse_args
+
+    def stop(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> argparse.Namespace:
+        parsed.append(original(self, *args, **kwargs))
+        raise SystemExit(0)
+
+    with monkeypatch.context() as patched, pytest.raises(SystemExit):
+        patched.setattr(argparse.ArgumentParser, "parse_args", stop)
+        controller_main(container["command"][1:])
+    return parsed[0], container
+
+
+def test_the_controller_runs_with_flags_its_program_knows_from_its_values(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args, container = controller_args(helm, monkeypatch)
+    assert (args.namespace, args.taint_effect, args.taint_share) == (
+        "hcs-system",
+        "NoSchedule",
+        1.0,
+    )
+    assert (args.quiet_seconds, args.eviction_grace_seconds) == (300.0, -1)
+    assert (args.isolate_degraded, args.slow_margin, args.slow_min_devices) == (False, 0.15, 3)
+    port = int(args.probe_listen.rpartition(":")[2])
+    assert container["ports"] == [{"name": "probes", "containerPort": port}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+    args, _ = controller_args(
+        helm, monkeypatch,
+        "--set", "controller.taintEffect=NoExecute", "--set", "controller.taintShare=0.5",
+        "--set", "controller.isolateDegraded=true", "--set", "controller.evictionGraceSeconds=30",
+        "--set", "controller.quietSeconds=60",
+    )  # fmt: skip
+    assert (args.taint_effect, args.taint_share, args.isolate_degraded) == ("NoExecute", 0.5, True)
+    assert (args.eviction_grace_seconds, args.quiet_seconds) == (30, 60.0)
+
+
+def test_the_controller_can_be_left_out(helm: str) -> None:
+    names = {d["metadata"]["name"] for d in template(helm, "--set", "controller.enabled=false")}
+    assert "hcs-controller" not in names
+    assert "hcs-controller" in {d["metadata"]["name"] for d in template(helm)}
+
+
 def test_the_webhook_survives_a_drain_and_admits_only_the_api_server_when_asked(helm: str) -> None:
     """More than one replica: spread over nodes and a PodDisruptionBudget keeping one; the
     optional NetworkPolicy admits the control plane and the probes to port 8443 alone."""
@@ -393,7 +449,7 @@ def test_every_container_runs_under_the_runtimes_seccomp_profile(helm: str) -> N
         if d["kind"] in {"Deployment", "DaemonSet"}
         for c in d["spec"]["template"]["spec"]["containers"]
     ]
-    assert len(containers) == 4
+    assert len(containers) == 5
     for name, container in containers:
         assert container["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
     (namespace,) = [d for d in docs if d["kind"] == "Namespace"]
@@ -415,7 +471,7 @@ def test_clusters_without_kube_proxy_get_host_network_addresses_and_ports(helm: 
     pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs
             if d["kind"] in ("Deployment", "DaemonSet")}  # fmt: skip
     assert set(pods) == {"hcs-syncer", "hcs-scheduler-extender", "hcs-admission-webhook",
-                         "hcs-scheduler"}  # fmt: skip
+                         "hcs-scheduler", "hcs-controller"}  # fmt: skip
     api = [{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"},
            {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]  # fmt: skip
     for name, pod in pods.items():
