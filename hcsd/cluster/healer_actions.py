@@ -3,7 +3,8 @@
 Each is exactly one RBAC rule of packaging/helm/hcs/templates/rbac-controller.yaml: get a pod,
 patch pods/status (the DisruptionTarget condition), create pods/eviction, patch nodes (our
 taint only: a JSON patch of its own entry, guarded by a test, so other taints are never
-written; the Node is read from the answer to an empty patch, as get is not granted), patch computenodes/status (`status.fleet`), create events.
+written; the Node is read from the answer to an empty patch, as get is not granted), patch
+computenodes/status (`status.fleet`), create events.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ under a second) so that the whole loop runs in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ import pytest
 from hcsd.cluster.healer import Healer, Timing
 from hcsd.cluster.healer_fleet import FleetPolicy
 from hcsd.cluster.healer_policy import Policy
-from hcsd.cluster.kube import Kube, KubeError
+from hcsd.cluster.kube import KubeError
 from hcsd.cluster.leader import LeaderElector
 from hcsd.contract import assignment
 from hcsd.contract.names import CONTROLLER_LEASE, TAINT_UNHEALTHY
@@ -150,17 +151,13 @@ class Sim:
 
     def close(self) -> None:
         for namespace, name in self.pods:
-            try:
+            with contextlib.suppress(KubeError):
                 self.admin.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
                                    body={"gracePeriodSeconds": 0})  # fmt: skip
-            except KubeError:
-                pass
         for name in self.nodes:
             for path in (f"{CN}/{name}", f"/api/v1/nodes/{name}"):
-                try:
+                with contextlib.suppress(KubeError):
                     self.admin.request("DELETE", path)
-                except KubeError:
-                    pass
         self.admin.close()
 
 
@@ -260,7 +257,8 @@ def test_a_disruption_budget_holds_the_eviction_back_and_it_is_retried(
     name = pod["metadata"]["name"]
     pdb = sim.admin.create("/apis/policy/v1/namespaces/default/poddisruptionbudgets", {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": app}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+        "metadata": {"name": app},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
     })  # fmt: skip
     healer = controller(plane)
     try:
@@ -376,7 +374,7 @@ def test_a_slow_device_is_marked_against_the_fleet_and_isolated_by_policy(
     plane: ControlPlane, sim: Sim
 ) -> None:
     fast, _ = sim.node(2, tflops=[305.0, 300.0])
-    slow_node, (slow, other) = sim.node(2, tflops=[190.0, 310.0])
+    slow_node, (slow, _) = sim.node(2, tflops=[190.0, 310.0])
     pod = sim.pod(slow_node, [slow])
     healer = controller(plane, Policy(isolate_degraded=True, quiet_seconds=0.8),
                         fleet=FleetPolicy(margin=0.15, min_devices=3))  # fmt: skip
@@ -390,8 +388,9 @@ def test_a_slow_device_is_marked_against_the_fleet_and_isolated_by_policy(
         assert "fleet median of A100-SXM4-80GB is 97%" in entry["reason"]
         assert "fleet" not in (sim.admin.get(f"{CN}/{fast}").get("status") or {})
         # kubectl get computenodes: the Slow column
-        table = sim.admin.request("GET", f"{CN}/{slow_node}",
-                                  accept="application/json;as=Table;v=v1;g=meta.k8s.io")  # fmt: skip
+        table = sim.admin.request(
+            "GET", f"{CN}/{slow_node}", accept="application/json;as=Table;v=v1;g=meta.k8s.io"
+        )
         columns = [c["name"] for c in table["columnDefinitions"]]
         assert table["rows"][0]["cells"][columns.index("Slow")].startswith("1 slow: ")
         name = pod["metadata"]["name"]

@@ -34,6 +34,7 @@ LEASE = {
     ("coordination.k8s.io", "leases", "update", "hcs-controller"),
     ("coordination.k8s.io", "leases", "create", ""),
 }
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases"
 # what every authenticated user may do (the API server's own bootstrap roles)
 SELF_REVIEWS = {"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
 
@@ -77,7 +78,7 @@ def test_the_controller_may_do_exactly_what_it_calls(
         ("GET", "/api/v1/nodes/anything", None),
         ("GET", "/api/v1/namespaces/hcs-system/secrets", None),
         ("PATCH", "/apis/hcs.io/v1alpha1/computenodes/anything", {"spec": {}}),
-        ("GET", "/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases/hcs-scheduler-extender", None),
+        ("GET", f"{LEASES}/hcs-scheduler-extender", None),
         ("PATCH", "/api/v1/nodes/anything/status", {"status": {}}),
     ],
     ids=["delete a pod", "patch a pod", "read a node", "read secrets", "patch a ComputeNode's spec",

@@ -12,8 +12,8 @@ import pytest
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster.healer_fleet import FleetPolicy, efficiency, fleet_status, outliers
 from hcsd.cluster.healer_policy import (
-    Policy,
     PodRef,
+    Policy,
     faults,
     holders,
     opted_out,
@@ -112,10 +112,8 @@ def test_a_bad_policy_is_refused(kwargs: dict[str, Any], error: str) -> None:
 
 
 def pod(uid: str, node: str, uuids: list[str], **extra: Any) -> dict[str, Any]:
-    text = assignment.encode(
-        assignment.Assignment(node, uid, time.time(), {"main": tuple(Grant(u, 1, 0) for u in uuids)}, "k1"),
-        b"k" * 32,
-    )  # fmt: skip
+    grants = {"main": tuple(Grant(u, 1, 0) for u in uuids)}
+    text = assignment.encode(assignment.Assignment(node, uid, time.time(), grants, "k1"), b"k" * 32)
     return {
         "metadata": {"name": f"pod-{uid}", "namespace": "ns", "uid": uid,
                      "annotations": {assignment.ANNOTATION: text}, **extra.get("meta", {})},
