@@ -67,6 +67,7 @@ def test_compute_nodes_mirror_hcsd(cluster: Cluster) -> None:
         "Phase",
         "Sub-health",  # -o wide
         "Fabric",  # -o wide
+        "Slow",  # -o wide
         "Age",
     ]
     rows = {row["cells"][0]: row["cells"] for row in table["rows"]}
