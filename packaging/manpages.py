@@ -18,6 +18,7 @@ PAGES = {
     ("hcs-syncer", "8"): [["hcsd.cluster.syncer_cli"]],
     ("hcs-scheduler-extender", "8"): [["hcsd.cluster.extender_cli"]],
     ("hcs-admission-webhook", "8"): [["hcsd.cluster.webhook_server"]],
+    ("hcs-controller", "8"): [["hcsd.cluster.healer_cli"]],
 }
 # Sections rendered as roff by a module of their own, after the usage.
 EXTRA = {("hcsd", "8"): [["hcsd.daemon.reference", "man"]]}

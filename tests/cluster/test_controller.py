@@ -11,7 +11,10 @@ under a second) so that the whole loop runs in seconds.
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,7 +30,7 @@ from hcsd.contract import assignment
 from hcsd.contract.names import CONTROLLER_LEASE, TAINT_UNHEALTHY
 from hcsd.model import Grant
 from hcsd.profiles.database import default_database
-from tests.cluster.controlplane import ControlPlane, register_node
+from tests.cluster.controlplane import ControlPlane, free_port, register_node
 
 pytestmark = pytest.mark.slow
 
@@ -401,3 +404,45 @@ def test_a_slow_device_is_marked_against_the_fleet_and_isolated_by_policy(
         assert count(healer, "hcs_controller_slow_devices") == 1
     finally:
         healer.stop()
+
+
+def test_the_command_leads_serves_its_probes_and_metrics_and_acts(
+    plane: ControlPlane, sim: Sim
+) -> None:
+    """hcs-controller as the Deployment runs it (its own process, its account, the Lease)."""
+    node, (bad,) = sim.node(1)
+    pod = sim.pod(node, [bad])
+    port = free_port()
+    log = open(plane.work / f"controller-{sim.tag}.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hcsd.cluster.healer_cli",
+         "--kubeconfig", str(plane.config_for("controller")), "--identity", f"cli-{sim.tag}",
+         "--probe-listen", f"127.0.0.1:{port}", "--interval-seconds", "0.2",
+         "--lease-seconds", "2", "--renew-seconds", "0.3", "--eviction-grace-seconds", "0"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as answer:
+                return answer.status, answer.read().decode()
+        except OSError:
+            return 0, ""
+
+    try:
+        wait("/readyz", lambda: get("/readyz")[0] == 200)
+        assert get("/healthz") == (200, "ok\n")
+        wait("leading", lambda: "hcs_controller_leader 1.0" in get("/metrics")[1], timeout=10)
+        sim.health(node, {bad: "unhealthy"})
+        name = pod["metadata"]["name"]
+        wait("the eviction (grace 0: the pod is gone)", lambda: sim.get_pod(name) is None)
+        metrics = get("/metrics")[1]
+        assert (
+            'hcs_controller_evictions_total{reason="HCSDeviceFailed",result="evicted"} 1.0'
+            in metrics
+        )
+        assert "hcs_controller_tainted_nodes 1.0" in metrics  # its one device is down
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
