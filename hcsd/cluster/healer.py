@@ -95,7 +95,8 @@ class Healer:
 
     def _forget(self) -> None:
         """What a term of leadership learns; a new term starts from the API server's word."""
-        self._done: set[str] = set()  # pod uids evicted, gone, or opted out (said once)
+        self._done: set[str] = set()  # pod uids evicted or gone
+        self._told: set[str] = set()  # pod uids opted out, and told so (asked every round)
         self._retry: dict[str, tuple[int, float]] = {}  # uid -> attempts, next try
         self._taints: dict[str, str | None] = {}  # node -> our taint's effect, as last seen
         self._good_since: dict[str, float] = {}  # node -> when it stopped needing the taint
@@ -158,6 +159,7 @@ class Healer:
                 seen.add(target.uid)
                 blocked += self._isolate(node, target)
         self._done &= seen
+        self._told &= seen
         self._retry = {uid: r for uid, r in self._retry.items() if uid in seen}
         self.metrics.blocked.set(blocked)
         self.metrics.tainted.set(sum(1 for effect in self._taints.values() if effect))
@@ -180,7 +182,8 @@ class Healer:
             log.warning("%s: failed to isolate: %s; retrying", target.key, e)
             return 0
         if pod is None or result is None or result is act.Eviction.GONE:
-            self._done.add(target.uid)
+            if pod is None or target.uid not in self._told:  # opted out: read again next round
+                self._done.add(target.uid)
             return 0
         fault, message = target.faults[0], _message(target)
         self.metrics.evictions.labels(result.value, fault.reason).inc()
@@ -204,12 +207,16 @@ class Healer:
 
     def _evict(self, pod: Mapping[str, Any] | None, target: Target) -> act.Eviction | None:
         """The condition, then the eviction; None when there is nothing to do: the pod is
-        gone, another pod of that name, being deleted, or opted out (said once)."""
+        gone, another pod of that name, being deleted, or opted out (said once; a pod that
+        drops the annotation later is evicted then)."""
         meta = (pod or {}).get("metadata") or {}
         if pod is None or meta.get("uid") != target.uid or meta.get("deletionTimestamp"):
             return None
         fault, message = target.faults[0], _message(target)
         if opted_out(meta.get("annotations") or {}):
+            if target.uid in self._told:
+                return None
+            self._told.add(target.uid)
             self.metrics.evictions.labels("opted_out", fault.reason).inc()
             log.info("%s: not evicted (%s): %s", target.key, ANNOTATION_EVICTION, message)
             self._event(pod, "EvictionSkipped", f"{ANNOTATION_EVICTION}: never; {message}")
@@ -273,6 +280,10 @@ class Healer:
                     f"its devices have been good for {self.policy.quiet_seconds:g}s",
                 )
         except KubeError as e:
+            if e.not_found:  # a ComputeNode whose Node is gone: nothing to taint
+                self._taints[name] = None
+                log.debug("node %s: no such Node", name)
+                return
             self._taints.pop(name, None)  # ask again next round
             self.metrics.errors.labels("taint").inc()
             log.warning("node %s: failed to update %s: %s", name, TAINT_UNHEALTHY, e)

@@ -247,6 +247,11 @@ def test_a_failed_device_gets_its_pods_condition_and_eviction_once(
         assert count(healer, "hcs_controller_evictions_total", result="opted_out",
                      reason="HCSDeviceFailed") == 1  # fmt: skip
         assert [r for r, _ in sim.events(name)].count("Evicted") == 1
+        # the owner takes the opt-out back: the pod is evicted then
+        sim.admin.patch(f"/api/v1/namespaces/default/pods/{kept_name}",
+                        {"metadata": {"annotations": {"hcs.io/eviction": None}}})  # fmt: skip
+        wait("the eviction after the opt-out", lambda: (sim.get_pod(kept_name) or {})
+             .get("metadata", {}).get("deletionTimestamp"))  # fmt: skip
     finally:
         healer.stop()
 
