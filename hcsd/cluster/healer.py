@@ -131,7 +131,7 @@ class Healer:
                 log.exception("isolation round failed; next round in %.1fs", self.timing.interval)
 
     def reconcile(self) -> None:
-        """One round (public for tests that drive it without the thread)."""
+        """One round: the fleet marks, then per node its taint and its pods."""
         if not self.is_leader():
             if self._leading:
                 self._forget()
