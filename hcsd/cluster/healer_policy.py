@@ -81,7 +81,8 @@ def faults(node: Mapping[str, Any], policy: Policy) -> dict[str, Fault]:
     found: dict[str, Fault] = {}
     for device in status.get("devices") or ():
         uuid, state = str(device.get("uuid", "")), str(device.get("health", "healthy"))
-        why = str(device.get("reason") or "")
+        # hcsd's reason, else the sub-health signals that hold the device degraded
+        why = str(device.get("reason") or ", ".join(map(str, device.get("subhealth") or ())))
         if state in ("unhealthy", "lost"):
             found[uuid] = Fault(uuid, state, REASON_DEVICE_FAILED, _message(uuid, name, state, why))
         elif state == "degraded" and policy.isolate_degraded:

@@ -72,6 +72,14 @@ def test_faults_follow_health_and_the_degraded_policy(
         assert fault.message.endswith(": xid 79")
 
 
+def test_a_sub_health_degraded_device_is_named_by_its_signals() -> None:
+    node = with_states(node_object("n"), "degraded", "healthy")
+    del node["status"]["devices"][0]["reason"]
+    node["status"]["devices"][0]["subhealth"] = ["hw-slowdown", "pcie-link-x8-of-x16"]
+    (fault,) = faults(node, Policy(isolate_degraded=True)).values()
+    assert fault.message == "device n-0 on node n is degraded: hw-slowdown, pcie-link-x8-of-x16"
+
+
 def test_a_slow_device_is_isolated_only_by_policy() -> None:
     node = slow_mark(node_object("n"), "n-1")
     assert faults(node, Policy()) == {}
