@@ -1,5 +1,5 @@
 """docs/install.md's cluster steps on real kubelets: `helm install` of the chart onto the bare
-kubelet cluster, so that the syncers, the extender, the webhook and hcs-scheduler run as pods
+kubelet cluster, so that the syncers, the extender, the webhook, hcs-scheduler and hcs-controller run as pods
 from their images; the first pod (no schedulerName) gets hcs-scheduler from the webhook, is
 placed by the hcs-scheduler pod through the extender pod and runs on the NVIDIA node with
 its quota enforced inside; then `helm upgrade` with a changed value and `helm uninstall`.
@@ -41,7 +41,13 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "hcs-system"
-RELEASE_PODS = ("hcs-syncer", "hcs-scheduler-extender", "hcs-admission-webhook", "hcs-scheduler")
+RELEASE_PODS = (
+    "hcs-syncer",
+    "hcs-scheduler-extender",
+    "hcs-admission-webhook",
+    "hcs-scheduler",
+    "hcs-controller",
+)
 # docs/install.md's substitutions (it lists them).
 REGISTRY = ("registry.example.com/hcs", "docker.io/hcs")
 POD_IMAGE = ("docker.io/library/busybox:1.37", BUSYBOX_IMAGE)
@@ -63,8 +69,9 @@ def environment_values(cluster: KubeletCluster) -> dict[str, Any]:
                           "port": api["KUBERNETES_SERVICE_PORT"]},
         "extenderAddress": cluster.peers.address,
         "ports": {k: free_port() for k in ("extender", "extenderProbes", "extenderNodeKeys",
-                                            "webhook", "scheduler")},
+                                            "webhook", "scheduler", "controllerProbes")},
         "extender": {"replicas": 1}, "scheduler": {"replicas": 1}, "webhook": {"replicas": 1},
+        "controller": {"replicas": 1},
     }  # fmt: skip
 
 
@@ -234,7 +241,12 @@ def uninstall_leaves_what_the_doc_says(cluster: KubeletCluster, helm: Path) -> N
     # What the programs wrote, not Helm: the leader and heartbeat Leases (docs/helm.md).
     leases = cluster.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases")
     assert sorted(lease["metadata"]["name"] for lease in leases["items"]) == sorted(
-        ["hcs-scheduler", "hcs-scheduler-extender", *(f"hcs-node-{n}" for n in cluster.nodes)]
+        [
+            "hcs-scheduler",
+            "hcs-scheduler-extender",
+            "hcs-controller",
+            *(f"hcs-node-{n}" for n in cluster.nodes),
+        ]
     )
     for crd in ("computenodes.hcs.io", "computequotas.hcs.io"):  # kept
         cluster.kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
