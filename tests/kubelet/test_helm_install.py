@@ -2,7 +2,8 @@
 kubelet cluster, so that the syncers, the extender, the webhook, hcs-scheduler and
 hcs-controller run as pods from their images; the first pod (no schedulerName) gets
 hcs-scheduler from the webhook, is placed by the hcs-scheduler pod through the extender pod
-and runs on the NVIDIA node with its quota enforced inside; then `helm upgrade` with a changed value and `helm uninstall`.
+and runs on the NVIDIA node with its quota enforced inside; then `helm upgrade` with a
+changed value and `helm uninstall`.
 
 The images: HCS's (`cluster_image`, `make image`) and hcs-scheduler's
 registry.k8s.io/kube-scheduler:v1.36.3, written here from the statically linked
