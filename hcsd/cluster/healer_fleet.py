@@ -1,8 +1,9 @@
 """Slow devices against the fleet: each device's measured efficiency vs its model's median.
 
-A node that measured its own devices says so in its ComputeNode (`spec.devices[].fingerprint:
-measured`, the measured FP16 TFLOPS in `tflopsFP16`). The efficiency of such a device is that
-figure over its model's profile figure; grouped by model across every ComputeNode, a device
+A node that measured its own devices says so in its ComputeNode (`spec.devices[].measured`:
+the measured FP16 TFLOPS and their ratio to the profile's; or, from a node that publishes
+only the figure, `fingerprint: measured` with the measured TFLOPS in `tflopsFP16`). The
+efficiency of such a device is that ratio; grouped by model across every ComputeNode, a device
 whose efficiency is below the model's median by more than the margin is an outlier: a card
 down-clocked, down-trained or throttled that hcsd alone cannot see, since every card on one
 node may be the same model. Outliers go to the node's `status.fleet` (written by hcs-controller
@@ -33,11 +34,18 @@ class FleetPolicy:
 
 
 def efficiency(device: Mapping[str, Any], db: ProfileDatabase) -> float | None:
-    """Measured FP16 TFLOPS over the model's profile figure; None when the node did not
-    measure the device or the model has no profile figure to compare with."""
-    if device.get("fingerprint") != "measured":
+    """Measured FP16 TFLOPS over the model's profile figure: the node's own ratio
+    (`measured.ratio`), else its measured figure over the profile database's; None when the
+    node did not measure the device or there is no profile figure to compare with."""
+    own = device.get("measured") or {}
+    if own.get("ratio"):
+        return float(own["ratio"])
+    if own.get("tflopsFP16"):
+        measured = float(own["tflopsFP16"])
+    elif device.get("fingerprint") == "measured":  # a node that publishes only the figure
+        measured = float(device.get("tflopsFP16") or 0.0)
+    else:
         return None
-    measured = float(device.get("tflopsFP16") or 0.0)
     try:
         vendor = Vendor.parse(str(device.get("vendor", "")))
     except ValueError:

@@ -77,7 +77,10 @@ class Sim:
             "devices": [
                 {"uuid": u, "vendor": "nvidia", "model": model, "index": i, "vramBytes": 80 * GiB,
                  "tflopsFP16": (tflops or [312.0] * devices)[i],
-                 "fingerprint": "measured" if tflops else "profile"}
+                 "fingerprint": "measured" if tflops else "profile",
+                 # the node's measurement, as the syncer writes it (the profile's ratio is
+                 # left for the controller to work out)
+                 **({"measured": {"tflopsFP16": tflops[i]}} if tflops else {})}
                 for i, u in enumerate(uuids)
             ],
         }  # fmt: skip

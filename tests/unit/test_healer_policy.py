@@ -176,6 +176,10 @@ def measured(name: str, *tflops: float, model: str = "A100-SXM4-80GB") -> dict[s
 def test_efficiency_is_measured_over_the_profile_and_nothing_unmeasured() -> None:
     (device,) = measured("n", 156.0)["spec"]["devices"]
     assert efficiency(device, DB) == pytest.approx(0.5)
+    # the node's own measurement: its ratio, else its figure over the profile's
+    assert efficiency({**device, "measured": {"tflopsFP16": 156.0, "ratio": 0.48}}, DB) == 0.48
+    own = {**device, "fingerprint": "profile", "tflopsFP16": 312.0}
+    assert efficiency({**own, "measured": {"tflopsFP16": 234.0}}, DB) == pytest.approx(0.75)
     assert efficiency({**device, "fingerprint": "profile"}, DB) is None
     assert efficiency({**device, "model": "no such chip"}, DB) is None
     assert efficiency({**device, "vendor": "nobody"}, DB) is None
