@@ -4,10 +4,12 @@ for the device, stream, memory and synchronisation.
 Declarations from acl/acl_base.h, acl/acl_rt.h, acl/acl_op.h and acl/ops/acl_cblas.h: aclError
 is an int, 0 for success; aclDataType ACL_FLOAT = 0, ACL_FLOAT16 = 1; aclTransType ACL_TRANS_N
 = 0; aclComputeType ACL_COMPUTE_HIGH_PRECISION = 0; aclrtMemMallocPolicy
-ACL_MEM_MALLOC_HUGE_FIRST = 0; aclrtMemcpyKind ACL_MEMCPY_DEVICE_TO_DEVICE = 3. The matrices are
+ACL_MEM_MALLOC_HUGE_FIRST = 0; aclrtMemcpyKind ACL_MEMCPY_HOST_TO_DEVICE = 1
+ACL_MEMCPY_DEVICE_TO_DEVICE = 3. The matrices are
 row-major and the leading dimensions are reserved (-1). C is FP32 (FP16 inputs, FP32 result:
 the datasheets' dense FP16 figure) or FP16 (`accumulate = "fp16"`); alpha and beta have C's
-type. `aclblasGemmEx` runs a GEMM single-operator model: CANN finds it in the directory given
+type and live in device memory (CANN reads them on the device, as its gemm sample shows:
+aclrtMalloc'd and copied in with aclrtMemcpy). `aclblasGemmEx` runs a GEMM single-operator model: CANN finds it in the directory given
 to `aclopSetModelDir` (`measure.ascend_op_models`, compiled with ATC for this chip and size,
 docs/discovery.md); without one it answers ACL_ERROR_OP_NOT_FOUND. The worker sees one NPU
 (ASCEND_RT_VISIBLE_DEVICES), so the device is 0.
@@ -29,6 +31,7 @@ ACL_FLOAT16 = 1
 ACL_TRANS_N = 0
 ACL_COMPUTE_HIGH_PRECISION = 0
 ACL_MEM_MALLOC_HUGE_FIRST = 0
+ACL_MEMCPY_HOST_TO_DEVICE = 1
 ACL_MEMCPY_DEVICE_TO_DEVICE = 3
 ACL_ERROR_REPEAT_INITIALIZE = 100002
 ACL_ERROR_OP_NOT_FOUND = 100024
@@ -77,6 +80,7 @@ class AclblasGemm:
         self._malloc = a("aclrtMalloc", [ctypes.POINTER(_ptr), _size, _int], _named)
         self._free = a("aclrtFree", [_ptr], _named)
         self._memset = a("aclrtMemset", [_ptr, _size, ctypes.c_int32, _size], _named)
+        self._memcpy_sync = a("aclrtMemcpy", [_ptr, _size, _ptr, _size, _int], _named)
         self._memcpy = a("aclrtMemcpyAsync", [_ptr, _size, _ptr, _size, _int, _ptr], _named)
         self._sync = a("aclrtSynchronizeStream", [_ptr], _named)
         self._model_dir = a("aclopSetModelDir", [ctypes.c_char_p], _named)
@@ -121,6 +125,7 @@ class AclblasGemm:
         matrix = self.m * self.k * 2
         self.a, self.b = (self._buffer(matrix) for _ in range(2))
         self.c = self._buffer(self._c_bytes)
+        self._alpha_device, self._beta_device = (self._scalar(x) for x in (self._alpha, self._beta))
         if self.copy_bytes:
             self.source, self.target = (self._buffer(self.copy_bytes) for _ in range(2))
 
@@ -132,11 +137,18 @@ class AclblasGemm:
         self._memset(pointer.value, size, 0, size)
         return pointer.value
 
+    def _scalar(self, value: Any) -> int:
+        """A device copy of alpha or beta."""
+        size = ctypes.sizeof(value)
+        pointer = self._buffer(size)
+        self._memcpy_sync(pointer, size, ctypes.byref(value), size, ACL_MEMCPY_HOST_TO_DEVICE)
+        return pointer
+
     def gemm(self) -> None:
         m, n, k, n_ = self.m, self.n, self.k, ACL_TRANS_N
         status = self._gemm_raw(
-            n_, n_, n_, m, n, k, ctypes.byref(self._alpha), self.a, -1, ACL_FLOAT16,
-            self.b, -1, ACL_FLOAT16, ctypes.byref(self._beta), self.c, -1, self._c_type,
+            n_, n_, n_, m, n, k, self._alpha_device, self.a, -1, ACL_FLOAT16,
+            self.b, -1, ACL_FLOAT16, self._beta_device, self.c, -1, self._c_type,
             ACL_COMPUTE_HIGH_PRECISION, self._stream,
         )  # fmt: skip
         if status == ACL_ERROR_OP_NOT_FOUND:

@@ -3,7 +3,8 @@
  * aclblasGemmEx with acl_cblas.h's real ABI (aclTransType, aclDataType, aclComputeType as int;
  * aclrtStream a pointer), checking what CANN documents: transC ACL_TRANS_N; trans A/B N, T or
  * NZ; m, n, k positive; lda, ldb, ldc -1 (reserved); A and B FP16 (1), C FP16 or FP32 (0) with
- * alpha and beta of C's type and values 1 and 0; a compute type 0 or 1; the stream the fake
+ * alpha and beta of C's type and values 1 and 0, in device memory (aclrtMalloc'd and copied
+ * in with aclrtMemcpy, as CANN's gemm sample does: CANN reads them on the device); a compute type 0 or 1; the stream the fake
  * AscendCL created; A, B and C allocations of it big enough (row-major). A violation prints why
  * and returns ACL_ERROR_INVALID_PARAM (100000). With FAKE_ACL_REQUIRE_OP_MODELS set and no
  * aclopSetModelDir before, it returns ACL_ERROR_OP_NOT_FOUND (100024), as CANN does without a
@@ -23,6 +24,7 @@ enum { INVALID_PARAM = 100000, OP_NOT_FOUND = 100024 };
 extern void fake_acl_enqueue(double seconds);
 extern int fake_acl_block(const void *ptr, size_t size);
 extern int fake_acl_stream(const void *stream);
+extern int fake_acl_written(const void *ptr, size_t size, void *head);
 extern const char *fake_acl_model_dir(void);
 
 static long calls;
@@ -45,15 +47,16 @@ API int aclblasGemmEx(int transA, int transB, int transC, int m, int n, int k, c
     if (compute != 0 && compute != 1) return bad("compute type must be HIGH or LOW_PRECISION");
     if (!fake_acl_stream(stream)) return bad("not a live stream");
     if (!alpha || !beta) return bad("alpha or beta is NULL");
+    /* CANN reads alpha and beta on the device: they must be device allocations, copied in. */
     if (typeC == ACL_FLOAT) {
         float x, y;
-        memcpy(&x, alpha, sizeof(x));
-        memcpy(&y, beta, sizeof(y));
+        if (!fake_acl_written(alpha, sizeof(x), &x) || !fake_acl_written(beta, sizeof(y), &y))
+            return bad("alpha/beta are not device allocations copied in");
         if (x != 1.0f || y != 0.0f) return bad("alpha/beta are not the floats 1 and 0");
     } else {
         uint16_t x, y;
-        memcpy(&x, alpha, sizeof(x));
-        memcpy(&y, beta, sizeof(y));
+        if (!fake_acl_written(alpha, sizeof(x), &x) || !fake_acl_written(beta, sizeof(y), &y))
+            return bad("alpha/beta are not device allocations copied in");
         if (x != 0x3c00 || y != 0) return bad("alpha/beta are not the halves 1 and 0");
     }
     size_t c_size = typeC == ACL_FLOAT ? 4 : 2;

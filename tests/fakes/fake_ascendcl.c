@@ -5,7 +5,9 @@
  * aclrtSetDevice accepts only the ids ASCEND_RT_VISIBLE_DEVICES leaves visible; memory is a
  * counter, never touched; work is queued on the stream that aclrtSynchronizeStream waits for:
  * a GEMM by the fake aclblas (`fake_acl_enqueue`), an aclrtMemcpyAsync device to device at
- * FAKE_ACL_COPY_GBPS GB/s. aclopSetModelDir remembers its directory, which the fake aclblas
+ * FAKE_ACL_COPY_GBPS GB/s. aclrtMemcpy (host or device to device) records that an allocation
+ * was written and keeps its first bytes, so the fake aclblas can require A and B filled and
+ * alpha/beta in device memory holding 1 and 0. aclopSetModelDir remembers its directory, which the fake aclblas
  * requires when FAKE_ACL_REQUIRE_OP_MODELS is set (as CANN needs a compiled single-op model).
  */
 #include <pthread.h>
@@ -25,11 +27,13 @@ enum {
     ACL_ERROR_RT_PARAM_INVALID = 107000,
     ACL_ERROR_RT_MEMORY_ALLOCATION = 207001,
 };
-enum { ACL_MEMCPY_DEVICE_TO_DEVICE = 3 };
+enum { ACL_MEMCPY_HOST_TO_DEVICE = 1, ACL_MEMCPY_DEVICE_TO_DEVICE = 3 };
 
 struct block {
     uintptr_t ptr;
     size_t size;
+    int written;           /* a copy put data in it (a memset does not count) */
+    unsigned char head[8]; /* the first bytes copied in from the host (alpha, beta) */
 };
 static struct block blocks[MAX_BLOCKS];
 static uintptr_t next_ptr = 0x12c000000000ULL;
@@ -70,6 +74,26 @@ API int fake_acl_block(const void *ptr, size_t size) {
             found = 1;
     pthread_mutex_unlock(&lock);
     return found;
+}
+
+static struct block *find(const void *ptr, size_t size) {
+    uintptr_t p = (uintptr_t)ptr;
+    for (int i = 0; i < MAX_BLOCKS; i++)
+        if (blocks[i].ptr && p >= blocks[i].ptr && p + size <= blocks[i].ptr + blocks[i].size)
+            return &blocks[i];
+    return NULL;
+}
+
+/* 1 when [ptr, ptr+size) lies in an allocation that a copy wrote; its first bytes in `head`
+ * when ptr is the allocation's start and head is not NULL (the scalars alpha and beta). */
+API int fake_acl_written(const void *ptr, size_t size, void *head) {
+    pthread_mutex_lock(&lock);
+    struct block *b = find(ptr, size);
+    int written = b && b->written;
+    if (written && head && size <= sizeof(b->head) && (uintptr_t)ptr == b->ptr)
+        memcpy(head, b->head, size);
+    pthread_mutex_unlock(&lock);
+    return written;
 }
 
 API int fake_acl_stream(const void *stream) {
@@ -121,7 +145,7 @@ API int aclrtMalloc(void **ptr, size_t size, int policy) {
     pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_BLOCKS; i++)
         if (!blocks[i].ptr) {
-            blocks[i] = (struct block){next_ptr, size};
+            blocks[i] = (struct block){next_ptr, size, 0, {0}};
             *ptr = (void *)next_ptr;
             next_ptr += (size + 0xFFFFF) & ~(uintptr_t)0xFFFFF;
             pthread_mutex_unlock(&lock);
@@ -154,6 +178,28 @@ API int aclrtMemcpyAsync(void *dst, size_t max, const void *src, size_t count, i
     double gbps = text ? atof(text) : 1000.0;
     if (gbps > 0) fake_acl_enqueue(2.0 * (double)count / (gbps * 1e9));
     return ACL_SUCCESS;
+}
+/* aclrtMemcpy (synchronous): host to device marks the target written and keeps its first
+ * bytes; device to device marks it written when the source was. */
+API int aclrtMemcpy(void *dst, size_t max, const void *src, size_t count, int kind) {
+    if (count > max || !src || !dst || !count) return ACL_ERROR_INVALID_PARAM;
+    if (kind != ACL_MEMCPY_HOST_TO_DEVICE && kind != ACL_MEMCPY_DEVICE_TO_DEVICE)
+        return ACL_ERROR_INVALID_PARAM;
+    pthread_mutex_lock(&lock);
+    struct block *to = find(dst, max);
+    struct block *from = kind == ACL_MEMCPY_DEVICE_TO_DEVICE ? find(src, count) : NULL;
+    int status = ACL_SUCCESS;
+    if (!to || (kind == ACL_MEMCPY_DEVICE_TO_DEVICE && !from)) {
+        status = ACL_ERROR_INVALID_PARAM;
+    } else if (kind == ACL_MEMCPY_HOST_TO_DEVICE) {
+        to->written = 1;
+        if ((uintptr_t)dst == to->ptr)
+            memcpy(to->head, src, count < sizeof(to->head) ? count : sizeof(to->head));
+    } else {
+        to->written |= from->written;
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
 }
 API int aclrtSynchronizeStream(void *stream) {
     if (!fake_acl_stream(stream)) return ACL_ERROR_INVALID_PARAM;
