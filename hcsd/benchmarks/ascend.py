@@ -4,13 +4,13 @@ for the device, stream, memory and synchronisation.
 Declarations from acl/acl_base.h, acl/acl_rt.h, acl/acl_op.h and acl/ops/acl_cblas.h: aclError
 is an int, 0 for success; aclDataType ACL_FLOAT = 0, ACL_FLOAT16 = 1; aclTransType ACL_TRANS_N
 = 0; aclComputeType ACL_COMPUTE_HIGH_PRECISION = 0; aclrtMemMallocPolicy
-ACL_MEM_MALLOC_HUGE_FIRST = 0; aclrtMemcpyKind ACL_MEMCPY_HOST_TO_DEVICE = 1
-ACL_MEMCPY_DEVICE_TO_DEVICE = 3. The matrices are
-row-major and the leading dimensions are reserved (-1). C is FP32 (FP16 inputs, FP32 result:
-the datasheets' dense FP16 figure) or FP16 (`accumulate = "fp16"`); alpha and beta have C's
-type and live in device memory (CANN reads them on the device, as its gemm sample shows:
-aclrtMalloc'd and copied in with aclrtMemcpy). `aclblasGemmEx` runs a GEMM single-operator model: CANN finds it in the directory given
-to `aclopSetModelDir` (`measure.ascend_op_models`, compiled with ATC for this chip and size,
+ACL_MEM_MALLOC_HUGE_FIRST = 0; aclrtMemcpyKind ACL_MEMCPY_HOST_TO_DEVICE = 1,
+ACL_MEMCPY_DEVICE_TO_DEVICE = 3. The matrices are row-major and the leading dimensions are
+reserved (-1). C is FP32 (FP16 inputs, FP32 result: the datasheets' dense FP16 figure) or FP16
+(`accumulate = "fp16"`); alpha and beta have C's type and live in device memory (CANN reads
+them on the device, as its gemm sample shows: aclrtMalloc'd and copied in with aclrtMemcpy).
+`aclblasGemmEx` runs a GEMM single-operator model: CANN finds it in the directory given to
+`aclopSetModelDir` (`measure.ascend_op_models`, compiled with ATC for this chip and size,
 docs/discovery.md); without one it answers ACL_ERROR_OP_NOT_FOUND. The worker sees one NPU
 (ASCEND_RT_VISIBLE_DEVICES), so the device is 0.
 """
