@@ -78,8 +78,15 @@ class Measurer:
     # -- the figures on file --------------------------------------------------------------
 
     def restore(self) -> None:
-        """Apply the measurements on file to the devices (before the API serves them)."""
-        self._stored = self.store.load()
+        """Apply the measurements on file to the devices (before the API serves them). Never
+        raises: a fault here would stop hcsd's start and systemd would restart it in a loop;
+        the devices keep their profile figures instead."""
+        try:
+            self._stored = self.store.load()
+        except Exception:  # the store logs what it knows; this is the last line of defence
+            log.exception("measure: failed to load %s; devices keep their profile figures",
+                          self.store.path)  # fmt: skip
+            self._stored = {}
         for measurement in self._stored.values():
             self._last[measurement.uuid] = measurement.at
             device = self.service.device(measurement.uuid)

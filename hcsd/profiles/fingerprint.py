@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,7 +18,14 @@ from pathlib import Path
 from hcsd.model import Device, Vendor
 from hcsd.profiles.database import FIGURES, ProfileDatabase, default_database
 
-__all__ = ["Fingerprint", "MeasurementError", "apply_measured", "fingerprint", "load_measured"]
+__all__ = [
+    "Fingerprint",
+    "MeasurementError",
+    "apply_measured",
+    "fingerprint",
+    "load_measured",
+    "parse_measured",
+]
 
 log = logging.getLogger(__name__)
 _warned: set[tuple[Vendor, str]] = set()
@@ -70,23 +78,43 @@ class MeasurementError(ValueError):
 def load_measured(path: Path) -> dict[str, dict[str, float]]:
     """`{uuid: {"tflops_fp16": 301.2, ...}}` as written by a node's own micro-benchmark."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except OSError as e:
         raise MeasurementError(f"failed to read measurements {path}: {e.strerror}") from e
+    return parse_measured(data, str(path))
+
+
+def _no_constant(name: str) -> object:
+    raise MeasurementError(f"{name} is not a figure")
+
+
+def parse_measured(data: bytes, where: str) -> dict[str, dict[str, float]]:
+    """The figures in the file's bytes; every fault (not UTF-8, not JSON, NaN, Infinity, a
+    figure that is not a finite positive number) is a MeasurementError naming `where`."""
+    try:
+        parsed = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError as e:
+        raise MeasurementError(f"failed to parse measurements {where}: not UTF-8 ({e})") from e
     except json.JSONDecodeError as e:
-        raise MeasurementError(f"failed to parse measurements {path}: {e}") from e
-    if not isinstance(data, dict):
-        raise MeasurementError(f"{path}: expected an object of device uuids")
+        raise MeasurementError(f"failed to parse measurements {where}: {e}") from e
+    except MeasurementError as e:
+        raise MeasurementError(f"failed to parse measurements {where}: {e}") from e
+    if not isinstance(parsed, dict):
+        raise MeasurementError(f"{where}: expected an object of device uuids")
     result: dict[str, dict[str, float]] = {}
-    for uuid, values in data.items():
+    for uuid, values in parsed.items():
         if not isinstance(values, dict):
-            raise MeasurementError(f"{path}: {uuid}: expected an object of figures")
+            raise MeasurementError(f"{where}: {uuid}: expected an object of figures")
         figures = {}
         for name, value in values.items():
             if name not in FIGURES:
                 continue  # extra context (timestamps, sizes) is allowed
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise MeasurementError(f"{path}: {uuid}.{name}: expected a positive number")
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise MeasurementError(f"{where}: {uuid}.{name}: expected a positive number")
+            if not math.isfinite(value) or value <= 0:
+                raise MeasurementError(
+                    f"{where}: {uuid}.{name}: expected a positive number, not {value}"
+                )
             figures[name] = float(value)
         result[str(uuid)] = figures
     return result

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -201,3 +201,22 @@ async def test_figures_on_file_are_applied_at_start(node: Node) -> None:
     assert again is not None
     keys = [k for k, _ in again.attributes]
     assert sorted(keys) == sorted(set(keys))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda p: p.write_bytes(b'{"GPU-x": {"tflops_fp16": 3\xff}}'), id="non-utf8"),
+        pytest.param(lambda p: p.write_bytes(b'{"GPU-x": {"tflops_fp16": NaN}}'), id="nan"),
+        pytest.param(lambda p: p.mkdir(), id="directory"),
+    ],
+)
+def test_a_bad_file_never_stops_the_start(
+    node: Node, caplog: pytest.LogCaptureFixture, damage: Callable[[Path], object]
+) -> None:
+    node.path.parent.mkdir(parents=True, exist_ok=True)
+    damage(node.path)
+    with caplog.at_level(logging.ERROR):
+        node.measurer.restore()  # hcsd's start: must not raise (systemd would restart it)
+    assert node.service.device(UUIDS[0]) == nvidia(0)
+    assert any("devices keep their profile figures" in m for m in caplog.messages)

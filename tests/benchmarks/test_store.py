@@ -11,7 +11,7 @@ import pytest
 from hcsd.benchmarks import Measurement
 from hcsd.benchmarks.store import MeasuredStore
 from hcsd.fs import FileSystem
-from hcsd.profiles.fingerprint import load_measured
+from hcsd.profiles.fingerprint import MeasurementError, load_measured
 
 UUID = "GPU-00000000-0000-0000-0000-000000000000"
 
@@ -90,3 +90,72 @@ def test_a_crash_while_writing_leaves_the_old_file(tmp_path: Path) -> None:
         store.put(measurement(100.0))
     assert path.read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["measured.json"]
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        pytest.param(b'{"GPU-x": {"tflops_fp16": 1\xff}}', "not UTF-8", id="non-utf8"),
+        pytest.param(b'{"GPU-x": {"tflops_fp16": NaN}}', "NaN", id="nan"),
+        pytest.param(b'{"GPU-x": {"tflops_fp16": Infinity}}', "Infinity", id="infinity"),
+        pytest.param(b'{"GPU-x": {"tflops_fp16": 1e999}}', "not inf", id="overflow"),
+        pytest.param(
+            b'{"GPU-x": {"tflops_fp16": 300, "library": "libcublas.so.12", "at": 1}}',
+            "no checksum",
+            id="hcsd-fields-without-checksum",
+        ),
+    ],
+)
+def test_bad_bytes_and_numbers_are_named_errors(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes, why: str
+) -> None:
+    path = tmp_path / "measured.json"
+    path.write_bytes(content)
+    if "checksum" not in why:  # the format's own checks (a hand-written file has no checksum)
+        with pytest.raises(MeasurementError, match=why):
+            load_measured(path)
+    with caplog.at_level(logging.ERROR):
+        assert MeasuredStore(str(path)).load() == {}
+    assert (tmp_path / "measured.json.corrupt").read_bytes() == content
+    (line,) = caplog.messages
+    assert why in line
+
+
+def test_corrupt_copies_are_numbered_not_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "measured.json"
+    for content in (b"{", b"[", b"nul"):
+        path.write_bytes(content)
+        assert MeasuredStore(str(path)).load() == {}
+    assert (tmp_path / "measured.json.corrupt").read_bytes() == b"{"
+    assert (tmp_path / "measured.json.corrupt.1").read_bytes() == b"["
+    assert (tmp_path / "measured.json.corrupt.2").read_bytes() == b"nul"
+
+
+def test_a_directory_in_place_of_the_file_is_logged_not_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "measured.json"
+    path.mkdir()
+    store = MeasuredStore(str(path))
+    with caplog.at_level(logging.ERROR):
+        assert store.load() == {}
+    assert path.is_dir()  # left where it is: not a file hcsd wrote
+    (line,) = caplog.messages
+    assert "failed to read" in line and str(path) in line
+
+
+class CountingReads(FileSystem):
+    def __init__(self) -> None:
+        self.reads: list[str] = []
+
+    def read(self, path: str) -> bytes | None:
+        self.reads.append(path)
+        return super().read(path)
+
+
+def test_the_file_is_read_once_through_the_file_system(tmp_path: Path) -> None:
+    path = tmp_path / "measured.json"
+    MeasuredStore(str(path)).put(measurement())
+    fs = CountingReads()
+    assert MeasuredStore(str(path), fs).load() == {UUID: measurement()}
+    assert fs.reads == [str(path)]
