@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 from typing import Any
 
+from hcsd.benchmarks.inputs import fill_random
 from hcsd.benchmarks.libraries import BenchmarkError, Library
 from hcsd.benchmarks.request import GemmRequest
 
@@ -123,19 +124,29 @@ class AclblasGemm:
         self._device = True
         self._create_stream(ctypes.byref(self._stream))
         matrix = self.m * self.k * 2
-        self.a, self.b = (self._buffer(matrix) for _ in range(2))
+        self.a, self.b = (self._buffer(matrix, zero=False) for _ in range(2))
         self.c = self._buffer(self._c_bytes)
+        for pointer in (self.a, self.b):
+            fill_random(self, pointer, matrix)  # data, not zeros: see benchmarks.inputs
         self._alpha_device, self._beta_device = (self._scalar(x) for x in (self._alpha, self._beta))
         if self.copy_bytes:
             self.source, self.target = (self._buffer(self.copy_bytes) for _ in range(2))
 
-    def _buffer(self, size: int) -> int:
+    def _buffer(self, size: int, *, zero: bool = True) -> int:
         pointer = _ptr()
         self._malloc(ctypes.byref(pointer), size, ACL_MEM_MALLOC_HUGE_FIRST)
         assert pointer.value is not None
         self._buffers.append(pointer.value)
-        self._memset(pointer.value, size, 0, size)
+        if zero:
+            self._memset(pointer.value, size, 0, size)
         return pointer.value
+
+    def upload(self, pointer: int, data: bytes) -> None:
+        kind = ACL_MEMCPY_HOST_TO_DEVICE
+        self._memcpy_sync(pointer, len(data), data, len(data), kind)
+
+    def tile(self, target: int, source: int, size: int) -> None:
+        self._memcpy_sync(target, size, source, size, ACL_MEMCPY_DEVICE_TO_DEVICE)
 
     def _scalar(self, value: Any) -> int:
         """A device copy of alpha or beta."""

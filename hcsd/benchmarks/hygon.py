@@ -3,8 +3,9 @@ memory and synchronisation (Hygon's DTK ships both, as ROCm does).
 
 Declarations from rocblas-types.h, rocblas-functions.h and hip_runtime_api.h: statuses and
 enums are C ints (rocblas_operation_none = 111, rocblas_datatype_f16_r = 150, f32_r = 151,
-rocblas_gemm_algo_standard = 0; hipMemcpyDeviceToDevice = 3); `rocblas_gemm_ex` computes
-D = alpha·A·B + beta·C and here writes D over C (allowed when ldc == ldd). The worker sees one
+rocblas_gemm_algo_standard = 0; hipMemcpyHostToDevice = 1, hipMemcpyDeviceToDevice = 3);
+`rocblas_gemm_ex` computes D = alpha·A·B + beta·C and here writes D over C (allowed when
+ldc == ldd). The worker sees one
 DCU (HIP_VISIBLE_DEVICES), so the device is ordinal 0.
 """
 
@@ -14,6 +15,7 @@ import contextlib
 import ctypes
 from typing import Any
 
+from hcsd.benchmarks.inputs import fill_random
 from hcsd.benchmarks.libraries import BenchmarkError, Library
 from hcsd.benchmarks.request import GemmRequest
 
@@ -23,6 +25,7 @@ ROCBLAS_OPERATION_NONE = 111
 ROCBLAS_DATATYPE_F16_R = 150
 ROCBLAS_DATATYPE_F32_R = 151
 ROCBLAS_GEMM_ALGO_STANDARD = 0
+HIP_MEMCPY_HOST_TO_DEVICE = 1
 HIP_MEMCPY_DEVICE_TO_DEVICE = 3
 HALF_ONE = 0x3C00
 
@@ -101,18 +104,28 @@ class RocblasGemm:
     def _set_up(self) -> None:
         self._set_device(0)
         matrix = self.m * self.k * 2
-        self.a, self.b, self.c = (self._buffer(matrix) for _ in range(3))
+        self.a, self.b = (self._buffer(matrix, zero=False) for _ in range(2))
+        self.c = self._buffer(matrix)
+        for pointer in (self.a, self.b):
+            fill_random(self, pointer, matrix)  # data, not zeros: see benchmarks.inputs
         if self.copy_bytes:
             self.source, self.target = (self._buffer(self.copy_bytes) for _ in range(2))
         self._create(ctypes.byref(self._handle))
 
-    def _buffer(self, size: int) -> int:
+    def _buffer(self, size: int, *, zero: bool = True) -> int:
         pointer = _ptr()
         self._malloc(ctypes.byref(pointer), size)
         assert pointer.value is not None
         self._buffers.append(pointer.value)
-        self._memset(pointer.value, 0, size)
+        if zero:
+            self._memset(pointer.value, 0, size)
         return pointer.value
+
+    def upload(self, pointer: int, data: bytes) -> None:
+        self._memcpy(pointer, data, len(data), HIP_MEMCPY_HOST_TO_DEVICE)
+
+    def tile(self, target: int, source: int, size: int) -> None:
+        self._memcpy(target, source, size, HIP_MEMCPY_DEVICE_TO_DEVICE)
 
     def gemm(self) -> None:
         m, n, k, f16 = self.m, self.n, self.k, ROCBLAS_DATATYPE_F16_R

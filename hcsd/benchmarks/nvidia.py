@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 from typing import Any
 
+from hcsd.benchmarks.inputs import fill_random
 from hcsd.benchmarks.libraries import BenchmarkError, Library
 from hcsd.benchmarks.request import GemmRequest
 
@@ -81,6 +82,7 @@ class CublasGemm:
         self._free = c("cuMemFree_v2", [_devptr], cu)
         self._memset = c("cuMemsetD8_v2", [_devptr, ctypes.c_ubyte, _size], cu)
         self._memcpy = c("cuMemcpyDtoD_v2", [_devptr, _devptr, _size], cu)
+        self._upload = c("cuMemcpyHtoD_v2", [_devptr, ctypes.c_char_p, _size], cu)
         self._sync = c("cuCtxSynchronize", [], cu)
         self._create = b("cublasCreate_v2", [ctypes.POINTER(_ptr)], blas)
         self._destroy = b("cublasDestroy_v2", [_ptr], blas)
@@ -116,17 +118,28 @@ class CublasGemm:
         self._retain(ctypes.byref(context), self._device.value)
         self._set_current(context)
         matrix = self.m * self.k * 2  # FP16, square: A, B and C are the same size
-        self.a, self.b, self.c = (self._buffer(matrix) for _ in range(3))
+        self.a, self.b = (self._buffer(matrix, zero=False) for _ in range(2))
+        self.c = self._buffer(matrix)
+        for pointer in (self.a, self.b):
+            fill_random(self, pointer, matrix)  # data, not zeros: see benchmarks.inputs
+        self._sync()
         if self.copy_bytes:
             self.source, self.target = (self._buffer(self.copy_bytes) for _ in range(2))
         self._create(ctypes.byref(self._handle))
 
-    def _buffer(self, size: int) -> int:
+    def _buffer(self, size: int, *, zero: bool = True) -> int:
         pointer = _devptr()
         self._alloc(ctypes.byref(pointer), size)
         self._buffers.append(pointer.value)
-        self._memset(pointer.value, 0, size)  # finite inputs: no NaN arithmetic timed
+        if zero:
+            self._memset(pointer.value, 0, size)  # finite: no NaN arithmetic timed
         return pointer.value
+
+    def upload(self, pointer: int, data: bytes) -> None:
+        self._upload(pointer, data, len(data))
+
+    def tile(self, target: int, source: int, size: int) -> None:
+        self._memcpy(target, source, size)
 
     def gemm(self) -> None:
         m, n, k = self.m, self.n, self.k

@@ -143,27 +143,42 @@ async def test_vendors_without_a_measurement_say_so(fake_blas: FakeBlas) -> None
 
 
 def test_the_fake_refuses_what_cublas_would(fake_blas: FakeBlas) -> None:
-    """The fake's checks can fail: a pointer the driver never handed out, a wrong data type."""
+    """The fake's checks can fail: no current context, a pointer the driver never handed out,
+    a wrong data type, inputs nobody wrote."""
     script = f"""
 import ctypes
 cuda = ctypes.CDLL("{fake_blas.build / "libcuda.so.1"}")
 blas = ctypes.CDLL("{fake_blas.build / "libcublas.so.12"}")
 handle = ctypes.c_void_p()
+print(blas.cublasCreate_v2(ctypes.byref(handle)))
+context = ctypes.c_void_p()
+assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0) == 0
+assert cuda.cuCtxSetCurrent(context) == 0
 assert blas.cublasCreate_v2(ctypes.byref(handle)) == 0
 p = ctypes.c_uint64()
-assert cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(3 * 64 * 64 * 2)) == 0
+size = 64 * 64 * 2
+assert cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(size)) == 0
 a = ctypes.c_void_p(p.value)
 one, zero = ctypes.c_float(1), ctypes.c_float(0)
 def gemm(A, atype):
     return blas.cublasGemmEx(handle, 0, 0, 64, 64, 64, ctypes.byref(one), A, atype, 64, a, 2,
                              64, ctypes.byref(zero), a, 2, 64, 68, -1)
-print(gemm(a, 2), gemm(ctypes.c_void_p(0x1234), 2), gemm(a, 0))
+unwritten = gemm(a, 2)
+data = ctypes.create_string_buffer(size // 2)
+assert cuda.cuMemcpyHtoD_v2(p, data, ctypes.c_size_t(size // 2)) == 0
+half = gemm(a, 2)
+rest = ctypes.c_uint64(p.value + size // 2)
+assert cuda.cuMemcpyDtoD_v2(rest, p, ctypes.c_size_t(size // 2)) == 0
+print(unwritten, half, gemm(a, 2), gemm(ctypes.c_void_p(0x1234), 2), gemm(a, 0))
 """
     env = {**os.environ, "FAKE_CUBLAS_TFLOPS": "0"}
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
     )
-    assert done.stdout.split() == ["0", "7", "7"]  # CUBLAS_STATUS_INVALID_VALUE
+    # CUBLAS_STATUS_NOT_INITIALIZED without a context; CUBLAS_STATUS_INVALID_VALUE otherwise
+    assert done.stdout.split() == ["1", "7", "7", "0", "7", "7"]
+    assert "cublasCreate_v2: no current context" in done.stderr
+    assert "was never written (copied in) before the GEMM" in done.stderr
     assert "A=0x1234 is not a device allocation" in done.stderr
     assert "A, B and C must be CUDA_R_16F" in done.stderr
 

@@ -63,6 +63,8 @@ API int aclblasGemmEx(int transA, int transB, int transC, int m, int n, int k, c
     if (!fake_acl_block(A, (size_t)m * k * 2) || !fake_acl_block(B, (size_t)k * n * 2) ||
         !fake_acl_block(C, (size_t)m * n * c_size))
         return bad("A, B or C is not a device allocation of its size");
+    if (!fake_acl_written(A, (size_t)m * k * 2, NULL) || !fake_acl_written(B, (size_t)k * n * 2, NULL))
+        return bad("A or B was never written (copied in) before the GEMM");
     if (getenv("FAKE_ACL_REQUIRE_OP_MODELS") && !*fake_acl_model_dir()) return OP_NOT_FOUND;
     const char *forced = getenv("FAKE_ACL_STATUS");
     if (forced && atoi(forced)) return atoi(forced);

@@ -32,7 +32,7 @@ enum { ACL_MEMCPY_HOST_TO_DEVICE = 1, ACL_MEMCPY_DEVICE_TO_DEVICE = 3 };
 struct block {
     uintptr_t ptr;
     size_t size;
-    int written;           /* a copy put data in it (a memset does not count) */
+    size_t filled;         /* bytes from the start that copies wrote (not a memset) */
     unsigned char head[8]; /* the first bytes copied in from the host (alpha, beta) */
 };
 static struct block blocks[MAX_BLOCKS];
@@ -84,16 +84,22 @@ static struct block *find(const void *ptr, size_t size) {
     return NULL;
 }
 
-/* 1 when [ptr, ptr+size) lies in an allocation that a copy wrote; its first bytes in `head`
- * when ptr is the allocation's start and head is not NULL (the scalars alpha and beta). */
+/* 1 when [ptr, ptr+size) lies in the written prefix of an allocation; its first bytes in
+ * `head` when ptr is the allocation's start and head is not NULL (the scalars alpha, beta). */
 API int fake_acl_written(const void *ptr, size_t size, void *head) {
     pthread_mutex_lock(&lock);
     struct block *b = find(ptr, size);
-    int written = b && b->written;
+    int written = b && (uintptr_t)ptr + size <= b->ptr + b->filled;
     if (written && head && size <= sizeof(b->head) && (uintptr_t)ptr == b->ptr)
         memcpy(head, b->head, size);
     pthread_mutex_unlock(&lock);
     return written;
+}
+
+/* A copy wrote [ptr, ptr + count): the written prefix grows when the copy starts inside it. */
+static void wrote(struct block *b, const void *ptr, size_t count) {
+    size_t offset = (uintptr_t)ptr - b->ptr;
+    if (offset <= b->filled && offset + count > b->filled) b->filled = offset + count;
 }
 
 API int fake_acl_stream(const void *stream) {
@@ -192,11 +198,11 @@ API int aclrtMemcpy(void *dst, size_t max, const void *src, size_t count, int ki
     if (!to || (kind == ACL_MEMCPY_DEVICE_TO_DEVICE && !from)) {
         status = ACL_ERROR_INVALID_PARAM;
     } else if (kind == ACL_MEMCPY_HOST_TO_DEVICE) {
-        to->written = 1;
+        wrote(to, dst, count);
         if ((uintptr_t)dst == to->ptr)
             memcpy(to->head, src, count < sizeof(to->head) ? count : sizeof(to->head));
-    } else {
-        to->written |= from->written;
+    } else if ((uintptr_t)src + count <= from->ptr + from->filled) {
+        wrote(to, dst, count);
     }
     pthread_mutex_unlock(&lock);
     return status;

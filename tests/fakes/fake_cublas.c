@@ -10,7 +10,9 @@
  * - A, B and C are FP16 (CUDA_R_16F), the compute type CUBLAS_COMPUTE_32F (alpha and beta
  *   floats) or CUBLAS_COMPUTE_16F (halves), the algorithm a default one;
  * - A, B and C are live allocations of the fake driver (fake_cuda.c), large enough for the
- *   matrix as stored, and alpha/beta host pointers that hold 1 and 0.
+ *   matrix as stored, A and B written by copies (the inputs are data, not a memset), and
+ *   alpha/beta host pointers that hold 1 and 0;
+ * - a context is current (cublasCreate_v2 answers CUBLAS_STATUS_NOT_INITIALIZED without).
  *
  * A violation prints why on stderr and returns CUBLAS_STATUS_INVALID_VALUE. A valid call queues
  * 2*m*n*k / (FAKE_CUBLAS_TFLOPS * 1e12) seconds on the fake driver's stream, so what hcsd
@@ -48,6 +50,8 @@ struct fake_handle {
 /* Exported by the fake libcuda.so.1 this library is linked against. */
 extern void fake_cuda_enqueue(double seconds);
 extern int fake_cuda_block(CUdeviceptr ptr, size_t size);
+extern int fake_cuda_filled(CUdeviceptr ptr, size_t size);
+extern void *fake_cuda_context(void);
 
 #define MAX_HANDLES 64
 static struct fake_handle handles[MAX_HANDLES];
@@ -63,6 +67,10 @@ static int is_handle(cublasHandle_t handle) {
 
 API cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
     if (!handle) return bad("cublasCreate_v2: handle is NULL");
+    if (!fake_cuda_context()) {
+        fprintf(stderr, "fake cublas: cublasCreate_v2: no current context\n");
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    }
     for (int i = 0; i < MAX_HANDLES; i++)
         if (!handles[i].live) {
             handles[i] = (struct fake_handle){1, 0};
@@ -92,7 +100,8 @@ API cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
 
 #ifndef FAKE_CUBLAS_NO_GEMMEX
 /* Rows and columns of op(X) stored as rows x cols (column-major, leading dimension ld). */
-static int check_matrix(const char *name, const void *ptr, int op, int rows, int cols, int ld) {
+static int check_matrix(const char *name, const void *ptr, int op, int rows, int cols, int ld,
+                        int input) {
     int stored_rows = op == CUBLAS_OP_N ? rows : cols;
     int stored_cols = op == CUBLAS_OP_N ? cols : rows;
     char why[160];
@@ -105,6 +114,11 @@ static int check_matrix(const char *name, const void *ptr, int op, int rows, int
     if (!fake_cuda_block((CUdeviceptr)(uintptr_t)ptr, bytes)) {
         snprintf(why, sizeof(why), "%s=%p is not a device allocation of %zu bytes", name, ptr,
                  bytes);
+        return bad(why);
+    }
+    if (input && !fake_cuda_filled((CUdeviceptr)(uintptr_t)ptr, bytes)) {
+        snprintf(why, sizeof(why), "%s=%p was never written (copied in) before the GEMM", name,
+                 ptr);
         return bad(why);
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -142,9 +156,9 @@ API cublasStatus_t cublasGemmEx(cublasHandle_t handle, int transa, int transb, i
     if (algo != CUBLAS_GEMM_DEFAULT && algo != CUBLAS_GEMM_DEFAULT_TENSOR_OP)
         return bad("cublasGemmEx: algorithm is not a default one");
     int status = check_scalars(alpha, beta, computeType);
-    if (!status) status = check_matrix("A", A, transa, m, k, lda);
-    if (!status) status = check_matrix("B", B, transb, k, n, ldb);
-    if (!status) status = check_matrix("C", C, CUBLAS_OP_N, m, n, ldc);
+    if (!status) status = check_matrix("A", A, transa, m, k, lda, 1);
+    if (!status) status = check_matrix("B", B, transb, k, n, ldb, 1);
+    if (!status) status = check_matrix("C", C, CUBLAS_OP_N, m, n, ldc, 0);
     if (status) return status;
     const char *forced = getenv("FAKE_CUBLAS_STATUS");
     if (forced && atoi(forced)) return atoi(forced);

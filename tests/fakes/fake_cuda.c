@@ -16,7 +16,10 @@
  * speed) and by cuMemcpyDtoD_v2 (at FAKE_CUDA_COPY_GBPS GB/s, read + write counted), and
  * cuCtxSynchronize sleeps until the queue is done, as the real call blocks until the device
  * is idle. `fake_cuda_block` tells the fake cuBLAS whether a pointer is a live allocation of
- * at least some size, so it can refuse pointers this driver never handed out.
+ * at least some size, so it can refuse pointers this driver never handed out;
+ * `fake_cuda_filled` whether copies (cuMemcpyHtoD_v2, then cuMemcpyDtoD_v2 from written
+ * memory) wrote a range, so it can refuse a GEMM on inputs nobody wrote; `fake_cuda_context`
+ * is the context cuCtxSetCurrent made current.
  */
 #include <pthread.h>
 #include <time.h>
@@ -41,10 +44,12 @@ struct block {
     CUdeviceptr ptr;
     size_t size;
     int ordinal;
+    size_t filled; /* bytes from the start that copies wrote (a memset does not count) */
 };
 static struct block blocks[MAX_BLOCKS];
 static unsigned long long used[MAX_ORDINALS];
 static CUdeviceptr next_ptr = 0x7f0000000000ULL;
+static void *context; /* the current context (cuCtxSetCurrent) */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int current(void) {
@@ -110,10 +115,13 @@ API CUresult cuDevicePrimaryCtxRetain(void **context, CUdevice device) {
     *context = (void *)(uintptr_t)(device + 1);
     return CUDA_SUCCESS;
 }
-API CUresult cuCtxSetCurrent(void *context) {
-    (void)context;
+API CUresult cuCtxSetCurrent(void *ctx) {
+    context = ctx;
     return CUDA_SUCCESS;
 }
+/* Not a CUDA symbol: the current context, which the fake cuBLAS requires (as cuBLAS works in
+ * the calling thread's current context). */
+API void *fake_cuda_context(void) { return context; }
 API CUresult cuCtxGetDevice(CUdevice *device) {
     if (!device) return CUDA_ERROR_INVALID_VALUE;
     *device = current();
@@ -129,7 +137,7 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t size) {
     }
     for (int i = 0; i < MAX_BLOCKS; i++)
         if (!blocks[i].ptr) {
-            blocks[i] = (struct block){next_ptr, size, ordinal};
+            blocks[i] = (struct block){next_ptr, size, ordinal, 0};
             *ptr = next_ptr;
             next_ptr += (size + 0xFFFFF) & ~0xFFFFFULL;
             used[ordinal] += size;
@@ -207,9 +215,47 @@ API CUresult cuMemsetD8_v2(CUdeviceptr ptr, unsigned char value, size_t count) {
     (void)value;
     return fake_cuda_block(ptr, count) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+
+static struct block *find(CUdeviceptr ptr, size_t size) {
+    for (int i = 0; i < MAX_BLOCKS; i++)
+        if (blocks[i].ptr && ptr >= blocks[i].ptr && ptr + size <= blocks[i].ptr + blocks[i].size)
+            return &blocks[i];
+    return NULL;
+}
+
+/* A copy wrote [ptr, ptr + count): the allocation's written prefix grows when the copy starts
+ * inside it (the host fills the start, device copies tile the rest). Under the lock. */
+static void wrote(CUdeviceptr ptr, size_t count) {
+    struct block *b = find(ptr, count);
+    size_t offset = b ? (size_t)(ptr - b->ptr) : 0;
+    if (b && offset <= b->filled && offset + count > b->filled) b->filled = offset + count;
+}
+
+/* Not a CUDA symbol: 1 when [ptr, ptr + size) lies in the written prefix of an allocation, so
+ * the fake cuBLAS can refuse a GEMM on inputs nobody wrote. */
+API int fake_cuda_filled(CUdeviceptr ptr, size_t size) {
+    pthread_mutex_lock(&lock);
+    struct block *b = find(ptr, size);
+    int filled = b && ptr + size <= b->ptr + b->filled;
+    pthread_mutex_unlock(&lock);
+    return filled;
+}
+
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t count) {
+    if (!count || !src || !fake_cuda_block(dst, count)) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    wrote(dst, count);
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
 API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t count) {
     if (!count || !fake_cuda_block(dst, count) || !fake_cuda_block(src, count))
         return CUDA_ERROR_INVALID_VALUE;
+    if (fake_cuda_filled(src, count)) {
+        pthread_mutex_lock(&lock);
+        wrote(dst, count);
+        pthread_mutex_unlock(&lock);
+    }
     const char *text = getenv("FAKE_CUDA_COPY_GBPS");
     double gbps = text ? atof(text) : 1000.0;
     if (gbps > 0) fake_cuda_enqueue(2.0 * (double)count / (gbps * 1e9));

@@ -5,7 +5,9 @@
  * ordinals HIP_VISIBLE_DEVICES leaves visible; memory is a counter, never touched; work is
  * queued on a stream that hipDeviceSynchronize waits for: a GEMM by the fake rocBLAS
  * (`fake_hip_enqueue`) and a device-to-device hipMemcpy at FAKE_HIP_COPY_GBPS GB/s.
- * `fake_hip_block` tells the fake rocBLAS whether a pointer is a live allocation.
+ * `fake_hip_block` tells the fake rocBLAS whether a pointer is a live allocation,
+ * `fake_hip_filled` whether copies (host to device, then device to device from written
+ * memory) wrote a range.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -17,11 +19,12 @@
 #define MAX_BLOCKS 4096
 
 enum { hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorOutOfMemory = 2, hipErrorInvalidDevice = 101 };
-enum { hipMemcpyDeviceToDevice = 3 };
+enum { hipMemcpyHostToDevice = 1, hipMemcpyDeviceToDevice = 3 };
 
 struct block {
     uintptr_t ptr;
     size_t size;
+    size_t filled; /* bytes from the start that copies wrote (a memset does not count) */
 };
 static struct block blocks[MAX_BLOCKS];
 static uintptr_t next_ptr = 0x7e0000000000ULL;
@@ -72,7 +75,7 @@ API int hipMalloc(void **ptr, size_t size) {
     pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_BLOCKS; i++)
         if (!blocks[i].ptr) {
-            blocks[i] = (struct block){next_ptr, size};
+            blocks[i] = (struct block){next_ptr, size, 0};
             *ptr = (void *)next_ptr;
             next_ptr += (size + 0xFFFFF) & ~(uintptr_t)0xFFFFF;
             pthread_mutex_unlock(&lock);
@@ -99,9 +102,41 @@ API int hipMemset(void *ptr, int value, size_t size) {
     return fake_hip_block(ptr, size) ? hipSuccess : hipErrorInvalidValue;
 }
 
+static struct block *find(uintptr_t p, size_t size) {
+    for (int i = 0; i < MAX_BLOCKS; i++)
+        if (blocks[i].ptr && p >= blocks[i].ptr && p + size <= blocks[i].ptr + blocks[i].size)
+            return &blocks[i];
+    return NULL;
+}
+
+/* 1 when [ptr, ptr + size) lies in the written prefix of an allocation (the fake rocBLAS
+ * refuses a GEMM on inputs nobody wrote). */
+API int fake_hip_filled(const void *ptr, size_t size) {
+    pthread_mutex_lock(&lock);
+    struct block *b = find((uintptr_t)ptr, size);
+    int filled = b && (uintptr_t)ptr + size <= b->ptr + b->filled;
+    pthread_mutex_unlock(&lock);
+    return filled;
+}
+
+/* A copy wrote [ptr, ptr + size): the written prefix grows when the copy starts inside it. */
+static void wrote(const void *ptr, size_t size) {
+    pthread_mutex_lock(&lock);
+    struct block *b = find((uintptr_t)ptr, size);
+    size_t offset = b ? (uintptr_t)ptr - b->ptr : 0;
+    if (b && offset <= b->filled && offset + size > b->filled) b->filled = offset + size;
+    pthread_mutex_unlock(&lock);
+}
+
 API int hipMemcpy(void *dst, const void *src, size_t size, int kind) {
+    if (kind == hipMemcpyHostToDevice) {
+        if (!src || !size || !fake_hip_block(dst, size)) return hipErrorInvalidValue;
+        wrote(dst, size);
+        return hipSuccess;
+    }
     if (kind != hipMemcpyDeviceToDevice || !fake_hip_block(dst, size) || !fake_hip_block(src, size))
         return hipErrorInvalidValue;
+    if (fake_hip_filled(src, size)) wrote(dst, size);
     const char *text = getenv("FAKE_HIP_COPY_GBPS");
     double gbps = text ? atof(text) : 1000.0;
     if (gbps > 0) fake_hip_enqueue(2.0 * (double)size / (gbps * 1e9));

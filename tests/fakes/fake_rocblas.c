@@ -6,7 +6,7 @@
  * A, B, C and D FP16 (150) with leading dimensions at least the rows as stored; compute type
  * f32 (151, alpha/beta floats 1 and 0) or f16 (150, halves); the standard algorithm (0),
  * solution index 0 and flags 0; C and D the same or both live, all pointers allocations of the
- * fake HIP runtime. A violation prints why and returns rocblas_status_invalid_value (11) or
+ * fake HIP runtime, A and B written by copies (data, not a memset). A violation prints why and returns rocblas_status_invalid_value (11) or
  * rocblas_status_invalid_pointer (3). A valid call queues 2*m*n*k / (FAKE_ROCBLAS_TFLOPS *
  * 1e12) seconds on the fake HIP stream; FAKE_ROCBLAS_STATUS forces a status; FAKE_ROCBLAS_LOG
  * gets the first call's arguments.
@@ -30,6 +30,7 @@ static struct handle handles[MAX_HANDLES];
 
 extern void fake_hip_enqueue(double seconds);
 extern int fake_hip_block(const void *ptr, size_t size);
+extern int fake_hip_filled(const void *ptr, size_t size);
 
 static int bad(int status, const char *why) {
     fprintf(stderr, "fake rocblas: %s\n", why);
@@ -57,7 +58,8 @@ API int rocblas_destroy_handle(struct handle *h) {
     return ok;
 }
 
-static int matrix(const char *name, const void *p, int op, int rows, int cols, int ld) {
+static int matrix(const char *name, const void *p, int op, int rows, int cols, int ld,
+                  int input) {
     int stored_rows = op == op_none ? rows : cols, stored_cols = op == op_none ? cols : rows;
     char why[160];
     if (ld < stored_rows) {
@@ -68,6 +70,10 @@ static int matrix(const char *name, const void *p, int op, int rows, int cols, i
     if (!fake_hip_block(p, bytes)) {
         snprintf(why, sizeof(why), "%s=%p is not a device allocation of %zu bytes", name, p, bytes);
         return bad(invalid_pointer, why);
+    }
+    if (input && !fake_hip_filled(p, bytes)) {
+        snprintf(why, sizeof(why), "%s=%p was never written (copied in) before the GEMM", name, p);
+        return bad(invalid_value, why);
     }
     return ok;
 }
@@ -100,10 +106,10 @@ API int rocblas_gemm_ex(struct handle *h, int trans_a, int trans_b, int m, int n
         memcpy(&y, beta, sizeof(y));
         if (x != 0x3c00 || y != 0) return bad(invalid_value, "alpha/beta are not halves 1, 0");
     }
-    int status = matrix("A", a, trans_a, m, k, lda);
-    if (!status) status = matrix("B", b, trans_b, k, n, ldb);
-    if (!status) status = matrix("C", c, op_none, m, n, ldc);
-    if (!status) status = matrix("D", d, op_none, m, n, ldd);
+    int status = matrix("A", a, trans_a, m, k, lda, 1);
+    if (!status) status = matrix("B", b, trans_b, k, n, ldb, 1);
+    if (!status) status = matrix("C", c, op_none, m, n, ldc, 0);
+    if (!status) status = matrix("D", d, op_none, m, n, ldd, 0);
     if (status) return status;
     if (c == d && ldc != ldd) return bad(invalid_size, "rocblas_gemm_ex: C is D but ldc != ldd");
     const char *forced = getenv("FAKE_ROCBLAS_STATUS");
