@@ -12,7 +12,8 @@ __all__ = ["GemmRequest"]
 class GemmRequest:
     vendor: str  # "nvidia", "hygon", … (a Vendor's value)
     size: int = 8192  # M = N = K
-    duration: float = 1.0  # seconds of timed GEMMs
+    duration: float = 3.0  # seconds of timed GEMMs
+    warmup: float = 0.5  # seconds of GEMMs before, untimed
     compute: str = "fp32"  # accumulate in FP32 (the datasheets' dense FP16 figure) or FP16
     bandwidth: bool = True
     copy_bytes: int = 256 << 20
@@ -29,6 +30,11 @@ class GemmRequest:
             raise ValueError("expected an object")
         data["library_path"] = tuple(data.get("library_path", ()))
         request = cls(**data)
-        if request.size <= 0 or request.duration <= 0 or request.compute not in ("fp32", "fp16"):
+        if (
+            request.size <= 0
+            or request.duration <= 0
+            or request.warmup < 0
+            or request.compute not in ("fp32", "fp16")
+        ):
             raise ValueError(f"invalid request {text}")
         return request

@@ -66,7 +66,15 @@ class MeasureSection(Section):
         30.0, "Seconds between the schedule's looks at the devices.", checks.seconds
     )
     duration: float = setting(
-        1.0, "Seconds of timed GEMMs per device (after a warm-up call).", checks.seconds
+        3.0,
+        "Seconds of timed GEMMs per device, right after the warm-up: the sustained rate over a "
+        "few seconds, not a long soak.",
+        checks.seconds,
+    )
+    warmup: float = setting(
+        0.5,
+        "Seconds of untimed GEMMs first (at least one), so clocks and power have ramped.",
+        seconds_or_zero,
     )
     timeout: float = setting(
         60.0,

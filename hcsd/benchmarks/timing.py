@@ -1,6 +1,11 @@
 """The vendor-neutral measurement loop: warm up, size the run from one timed GEMM, time the
 GEMMs, then (if the vendor offers it) a device-to-device copy.
 
+The warm-up lasts `warmup` seconds of GEMMs (at least one: the library picks its kernel on the
+first call), so clocks and power have ramped before anything is timed. The figure is the
+sustained rate over `duration` seconds right after that: a few seconds, not a long soak, so a
+card that slows down only after minutes at its thermal or power limit is not caught by it.
+
 Every timed span ends with the device synchronised, so what is timed is the device's work and
 not the launches. The run fills `duration` seconds (at least 3 GEMMs, at most 100,000), so a
 slow card is not measured for minutes and a fast one not on a handful of calls.
@@ -49,11 +54,16 @@ def time_kernel(
     kernel: Kernel,
     duration: float,
     *,
+    warmup: float = 0.5,
     bandwidth: bool = True,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Figures:
-    kernel.gemm()  # warm-up: the library picks its kernel, the clocks ramp
-    kernel.sync()
+    started = clock()
+    while True:  # warm-up: the library picks its kernel, the clocks ramp
+        kernel.gemm()
+        kernel.sync()
+        if clock() - started >= warmup:
+            break
     start = clock()
     kernel.gemm()
     kernel.sync()

@@ -44,7 +44,9 @@ def measure(request: GemmRequest) -> dict[str, Any]:
     try:
         kernel = _kernel(request)
         try:
-            figures = time_kernel(kernel, request.duration, bandwidth=request.bandwidth)
+            figures = time_kernel(
+                kernel, request.duration, warmup=request.warmup, bandwidth=request.bandwidth
+            )
         finally:
             kernel.close()
     except BenchmarkError as e:

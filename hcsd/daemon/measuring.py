@@ -173,6 +173,7 @@ class Measurer:
             vendor=device.vendor.value,
             size=s.size,
             duration=s.duration,
+            warmup=s.warmup,
             compute=s.accumulate,
             bandwidth=s.copy_mib > 0,
             copy_bytes=s.copy_mib << 20,

@@ -30,6 +30,7 @@ class FakeBlas:
             "vendor": "nvidia",
             "size": 4096,
             "duration": 0.2,
+            "warmup": 0.05,
             "copy_bytes": 1 << 30,
             "library_path": (str(self.build),),
         }

@@ -40,6 +40,7 @@ def hcsd(tmp_path: Path, fake_blas: FakeBlas, monkeypatch: pytest.MonkeyPatch) -
             "measure": {
                 "size": 4096,
                 "duration": 0.2,
+                "warmup": 0.05,
                 "copy_mib": 1024,
                 "timeout": 3,
                 "interval": 0,

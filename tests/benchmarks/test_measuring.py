@@ -34,6 +34,7 @@ class Node:
         self.settings = MeasureSection(
             size=4096,  # milliseconds per GEMM at the fake's speed: the launches never lag
             duration=0.2,
+            warmup=0.05,
             copy_mib=1024,
             library_path=(str(fake_blas.build),),
             **settings,  # type: ignore[arg-type]
