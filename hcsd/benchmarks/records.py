@@ -1,9 +1,11 @@
 """What a measurement leaves: its figures, the device they are applied to, and the outcome a
 caller of `hcsctl measure` reads.
 
-On the device, the measured FP16 figure replaces the profile's (`apply_measured`, the one place
-where measured figures win) and these attributes say how it compares, for every reader of the
-device (the API, `hcsctl devices`, the ComputeNode, the metrics, the sub-health checks):
+On the device, the measurement rates the FP16 and BF16 figures (`rated_figures`: the profile's
+scaled by measured/profile over the model's typical `gemm_efficiency`, at most 1x; the raw
+figure where the model has no profile figure) and these attributes say how it compares, for
+every reader of the device (the API, `hcsctl devices`, the ComputeNode, the metrics, the
+sub-health checks):
 `measured_tflops_fp16`, `measured_ratio` (measured / profile FP16; absent for a model without a
 profile figure), `measured_bandwidth_gbps` (absent when not taken), `measured_at` (UTC).
 """
@@ -16,7 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hcsd.model import Device
-from hcsd.profiles.fingerprint import apply_measured
+from hcsd.profiles.database import Profile
+from hcsd.profiles.fingerprint import apply_measured, rated_figures
 
 __all__ = [
     "MEASURED_ATTRIBUTES",
@@ -95,11 +98,14 @@ class Measurement:
         )
 
 
-def apply_measurement(device: Device, measurement: Measurement) -> Device:
-    """The device with the measured FP16 figure and the attributes that describe it; a newer
-    measurement replaces an older one's attributes."""
+def apply_measurement(
+    device: Device, measurement: Measurement, profile: Profile | None = None
+) -> Device:
+    """The device rated by its measurement (`rated_figures`: the profile's FP16 and BF16
+    scaled by how the card compares with a typical healthy one of its model) and the
+    attributes that describe it; a newer measurement replaces an older one's attributes."""
     kept = tuple((k, v) for k, v in device.attributes if k not in MEASURED_ATTRIBUTES)
-    figures = {device.uuid: {"tflops_fp16": round(measurement.tflops_fp16, 3)}}
+    figures = {device.uuid: rated_figures(profile, measurement.tflops_fp16)}
     measured = apply_measured([replace(device, attributes=kept)], figures)[0]
     extra = [("measured_tflops_fp16", f"{measurement.tflops_fp16:.3f}")]
     if measurement.ratio is not None:

@@ -125,7 +125,8 @@ class Config(Section):
     measure: MeasureSection = section(
         MeasureSection,
         "The measured fingerprint: a dense FP16 GEMM per idle device through the vendor's "
-        "math library; measured figures win over the profile's.",
+        "math library; the device is rated by how it compares with a typical card of its "
+        "model.",
     )
     source: str = field(default="<defaults>", compare=False)  # the file it was read from
 

@@ -91,14 +91,18 @@ class Measurer:
             self._last[measurement.uuid] = measurement.at
             device = self.service.device(measurement.uuid)
             if device is not None:
-                self.service.set_device(apply_measurement(device, measurement))
+                self.service.set_device(self._apply(device, measurement))
         if self._stored:
             log.info("measure: %d device figure(s) from %s", len(self._stored), self.store.path)
 
     def refine(self, device: Device) -> Device:
         """A rediscovered device (hot-plug) with its measurement on file, if any."""
         measurement = self._stored.get(device.uuid)
-        return apply_measurement(device, measurement) if measurement else device
+        return self._apply(device, measurement) if measurement else device
+
+    def _apply(self, device: Device, measurement: Measurement) -> Device:
+        profile = self.profiles.lookup(device.vendor, device.model)
+        return apply_measurement(device, measurement, profile)
 
     # -- passes ---------------------------------------------------------------------------
 
@@ -205,7 +209,7 @@ class Measurer:
         self._stored[uuid] = measurement
         current = self.service.device(uuid)
         if current is not None:
-            self.service.set_device(apply_measurement(current, measurement))
+            self.service.set_device(self._apply(current, measurement))
         log.info("measure: %s: %s", label, describe(measurement))
         return self._outcome(Outcome(uuid, "measured", describe(measurement), measurement))
 

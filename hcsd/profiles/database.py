@@ -21,6 +21,7 @@ from hcsd.model import Vendor
 from hcsd.quantity import QuantityError, parse_bytes
 
 __all__ = [
+    "DEFAULT_GEMM_EFFICIENCY",
     "FIGURES",
     "Profile",
     "ProfileDatabase",
@@ -32,6 +33,10 @@ __all__ = [
 #: Throughput figures a profile may carry, all dense (no sparsity).
 FIGURES = ("tflops_fp16", "tflops_bf16", "tflops_fp32", "tops_int8")
 _CONFIDENCE = ("datasheet", "derived", "reported")
+#: The share of a model's FP16 datasheet figure a healthy card typically reaches in hcsd's GEMM
+#: (vendor library, 8192^3): an estimate (an H100 SXM measures ~0.6-0.8 of its 989), to be
+#: replaced per model by the measured median of a fleet (`gemm_efficiency` in a [[model]]).
+DEFAULT_GEMM_EFFICIENCY = 0.7
 _MODEL_KEYS = {
     "vendor",
     "model",
@@ -44,6 +49,7 @@ _MODEL_KEYS = {
     "source",
     "sources",
     "confidence",
+    "gemm_efficiency",
 }
 _VENDOR_PREFIXES = ("nvidia", "huawei", "ascend", "hygon", "cambricon", "tesla", "dcu")
 
@@ -76,6 +82,8 @@ class Profile:
     interconnect: str = ""
     aliases: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
+    #: Measured over datasheet FP16 a healthy card of this model typically reaches.
+    gemm_efficiency: float = DEFAULT_GEMM_EFFICIENCY
 
     @property
     def key(self) -> str:
@@ -189,6 +197,11 @@ def _profile(raw: Any) -> Profile:
     sources = {str(k): str(v) for k, v in dict(raw.get("sources", {})).items()}
     if not source and not all(name in sources for name in figures):
         raise ProfileError(f"{label}: every figure needs a source")
+    efficiency = raw.get("gemm_efficiency", DEFAULT_GEMM_EFFICIENCY)
+    if isinstance(efficiency, bool) or not isinstance(efficiency, int | float):
+        raise ProfileError(f"{label}: gemm_efficiency must be a number in (0, 1]")
+    if not 0 < efficiency <= 1:
+        raise ProfileError(f"{label}: gemm_efficiency must be in (0, 1], got {efficiency!r}")
     confidence = str(raw.get("confidence", ""))
     if confidence not in _CONFIDENCE:
         raise ProfileError(f"{label}: confidence must be one of {', '.join(_CONFIDENCE)}")
@@ -203,6 +216,7 @@ def _profile(raw: Any) -> Profile:
         interconnect=str(raw.get("interconnect", "")),
         aliases=tuple(str(a) for a in raw.get("aliases", [])),
         sources=sources,
+        gemm_efficiency=float(efficiency),
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hcsd.model import Device, Vendor
-from hcsd.profiles.database import FIGURES, ProfileDatabase, default_database
+from hcsd.profiles.database import FIGURES, Profile, ProfileDatabase, default_database
 
 __all__ = [
     "Fingerprint",
@@ -25,6 +25,7 @@ __all__ = [
     "fingerprint",
     "load_measured",
     "parse_measured",
+    "rated_figures",
 ]
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,26 @@ def parse_measured(data: bytes, where: str) -> dict[str, dict[str, float]]:
             figures[name] = float(value)
         result[str(uuid)] = figures
     return result
+
+
+def rated_figures(profile: Profile | None, measured_fp16: float) -> dict[str, float]:
+    """The figures a device measured at `measured_fp16` is rated at, for the exchange rates.
+
+    A measured GEMM reaches only part of a datasheet peak (a healthy H100 SXM: ~0.6-0.8 of its
+    989), so the raw figure would rate a measured card below an unmeasured one of the same
+    model. Instead the profile figure is scaled by how this card compares with a typical
+    healthy one: (measured / profile) / the model's `gemm_efficiency`, at most 1 (a card is
+    never rated above its datasheet). BF16 is scaled by the same factor (the same tensor
+    units); FP32 and INT8 keep their profile figures (not measured). Without a profile FP16
+    figure there is nothing to scale: the measured figure is used as it is."""
+    peak = profile.figure("tflops_fp16") if profile is not None else 0.0
+    if profile is None or peak <= 0:
+        return {"tflops_fp16": measured_fp16}
+    scale = min(1.0, measured_fp16 / peak / profile.gemm_efficiency)
+    figures = {"tflops_fp16": round(peak * scale, 3)}
+    if profile.figure("tflops_bf16") > 0:
+        figures["tflops_bf16"] = round(profile.figure("tflops_bf16") * scale, 3)
+    return figures
 
 
 def apply_measured(

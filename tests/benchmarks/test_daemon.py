@@ -74,9 +74,13 @@ def test_measured_at_start_kept_across_a_restart(
     hcsd.start()
     found = wait_measured(hcsd, 2)
     for uuid in UUIDS[:2]:
-        tflops = float(found[uuid]["tflops_fp16"])  # type: ignore[arg-type]
-        assert 24 <= tflops <= 40.4  # the fake's 40, not the profile's 312
-        assert found[uuid]["attributes"]["measured_ratio"] == f"{tflops / 312:.4f}"  # type: ignore[index]
+        attributes = found[uuid]["attributes"]
+        raw = float(attributes["measured_tflops_fp16"])  # type: ignore[index]
+        assert 24 <= raw <= 40.4  # the fake's 40, not the profile's 312
+        assert attributes["measured_ratio"] == f"{raw / 312:.4f}"  # type: ignore[index]
+        # rated at the profile scaled by the ratio over the typical 0.7
+        rated = float(found[uuid]["tflops_fp16"])  # type: ignore[arg-type]
+        assert rated == pytest.approx(raw / 0.7, abs=0.01)
     logs = hcsd.logs()
     assert f"measure: nvidia/0 ({UUIDS[0]}): " in logs and "of the profile's 312)" in logs
     on_file = json.loads((hcsd.dir / "state" / "measured.json").read_text())

@@ -77,15 +77,23 @@ async def test_a_pass_measures_idle_devices_and_skips_allocated_ones(
     assert outcomes[1].message == "team-a/trainer/main was allocated the device"
     measured = node.service.device(UUIDS[0])
     assert measured is not None
-    # the measured figure wins over the profile's 312, and says how it compares
-    assert 24 <= measured.tflops_fp16 <= 40.4
+    # the raw figure and how it compares with the profile's 312 are attributes; the device is
+    # rated at the profile scaled by that ratio over the model's typical efficiency (0.7)
     attributes = dict(measured.attributes)
+    raw = float(attributes["measured_tflops_fp16"])
+    assert 24 <= raw <= 40.4
     assert attributes["fingerprint"] == "measured"
-    assert measured_ratio(measured) == pytest.approx(measured.tflops_fp16 / 312, abs=1e-3)
+    assert measured_ratio(measured) == pytest.approx(raw / 312, abs=1e-3)
+    assert measured.tflops_fp16 == pytest.approx(312 * raw / 312 / 0.7, abs=1e-2)
+    assert measured.tflops_bf16 == measured.tflops_fp16
+    assert (measured.tflops_fp32, measured.tops_int8) == (
+        nvidia(0).tflops_fp32,
+        nvidia(0).tops_int8,
+    )
     assert 300 <= float(attributes["measured_bandwidth_gbps"]) <= 505
     assert node.service.device(UUIDS[1]) == nvidia(1)  # untouched
     entry = node.on_file()[UUIDS[0]]
-    assert entry["tflops_fp16"] == pytest.approx(measured.tflops_fp16, abs=1e-3)
+    assert entry["tflops_fp16"] == pytest.approx(raw, abs=1e-3)
     assert entry["profile_tflops_fp16"] == 312 and UUIDS[1] not in node.on_file()
     line = next(r.getMessage() for r in caplog.records if "FP16 TFLOPS" in r.getMessage())
     assert line.startswith(f"measure: nvidia/0 ({UUIDS[0]}): ")
@@ -221,3 +229,28 @@ def test_a_bad_file_never_stops_the_start(
         node.measurer.restore()  # hcsd's start: must not raise (systemd would restart it)
     assert node.service.device(UUIDS[0]) == nvidia(0)
     assert any("devices keep their profile figures" in m for m in caplog.messages)
+
+
+async def test_a_healthy_card_is_rated_at_its_profile_and_each_ratio_is_against_it(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A card measuring above its model's typical share of the datasheet (0.7) is rated at the
+    profile, never above; a later, slower measurement is compared with the profile again, not
+    with the figure the device was rated at."""
+    node.settings = replace(node.settings, size=8192)  # 4.4 ms per GEMM at 250 TFLOPS
+    node.measurer = node.make_measurer()
+    monkeypatch.setenv("FAKE_CUBLAS_TFLOPS", "250")  # 0.8 of the A100's 312
+    await node.measurer.measure([UUIDS[0]])
+    healthy = node.service.device(UUIDS[0])
+    assert healthy is not None
+    ratio = measured_ratio(healthy)
+    assert ratio is not None and 0.7 < ratio <= 0.81
+    assert (healthy.tflops_fp16, healthy.tflops_bf16) == (312.0, 312.0)
+    monkeypatch.setenv("FAKE_CUBLAS_TFLOPS", "100")
+    await node.measurer.measure([UUIDS[0]])
+    slow = node.service.device(UUIDS[0])
+    assert slow is not None
+    raw = float(dict(slow.attributes)["measured_tflops_fp16"])
+    assert 60 <= raw <= 101 and measured_ratio(slow) == pytest.approx(raw / 312, abs=1e-3)
+    assert slow.tflops_fp16 == pytest.approx(raw / 0.7, abs=1e-2)
+    assert node.on_file()[UUIDS[0]]["profile_tflops_fp16"] == 312

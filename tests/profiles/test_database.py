@@ -8,6 +8,8 @@ import pytest
 
 from hcsd.model import Vendor
 from hcsd.profiles import FIGURES, ProfileDatabase, ProfileError, default_database
+from hcsd.profiles.database import DEFAULT_GEMM_EFFICIENCY
+from hcsd.profiles.fingerprint import rated_figures
 
 REQUIRED = [
     "nvidia/A100-SXM4-40GB",
@@ -115,6 +117,15 @@ confidence = "datasheet"
         ),
         pytest.param(('vram = "1Gi"', 'vram = "1GB"'), "vram", id="bad-vram"),
         pytest.param(("source", "colour = 1\nsource"), "unknown key", id="unknown-key"),
+        pytest.param(
+            ("source", "gemm_efficiency = 1.2\nsource"), "gemm_efficiency", id="efficiency>1"
+        ),
+        pytest.param(
+            ("source", "gemm_efficiency = 0\nsource"), "gemm_efficiency", id="efficiency-zero"
+        ),
+        pytest.param(
+            ("source", 'gemm_efficiency = "high"\nsource'), "gemm_efficiency", id="efficiency-text"
+        ),
     ],
 )
 def test_bad_entries_are_refused_with_the_model_named(
@@ -130,3 +141,32 @@ def test_a_good_file_loads(tmp_path: Path) -> None:
     [x] = db.profiles
     assert set(x.figures) == set(FIGURES)
     assert db.acu_tflops == pytest.approx(0.1)
+
+
+def test_gemm_efficiency_is_optional_with_a_documented_default(tmp_path: Path) -> None:
+    [x] = ProfileDatabase.load(_write(tmp_path, GOOD)).profiles
+    assert x.gemm_efficiency == DEFAULT_GEMM_EFFICIENCY == 0.7
+    body = GOOD.replace("source", "gemm_efficiency = 0.85\nsource")
+    [y] = ProfileDatabase.load(_write(tmp_path, body)).profiles
+    assert y.gemm_efficiency == 0.85
+
+
+@pytest.mark.parametrize(
+    ("measured", "efficiency", "fp16", "bf16"),
+    [
+        pytest.param(7.0, 0.7, 10.0, 10.0, id="typical-card-at-profile"),
+        pytest.param(9.0, 0.7, 10.0, 10.0, id="never-above-profile"),
+        pytest.param(3.5, 0.7, 5.0, 5.0, id="half-as-good-half-the-rate"),
+        pytest.param(4.25, 0.85, 5.0, 5.0, id="per-model-efficiency"),
+    ],
+)
+def test_a_measured_card_is_rated_against_a_typical_one(
+    tmp_path: Path, measured: float, efficiency: float, fp16: float, bf16: float
+) -> None:
+    body = GOOD.replace("source", f"gemm_efficiency = {efficiency}\nsource")
+    [x] = ProfileDatabase.load(_write(tmp_path, body)).profiles
+    assert rated_figures(x, measured) == {"tflops_fp16": fp16, "tflops_bf16": bf16}
+
+
+def test_without_a_profile_figure_the_measured_one_is_used() -> None:
+    assert rated_figures(None, 123.4) == {"tflops_fp16": 123.4}
