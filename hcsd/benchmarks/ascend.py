@@ -12,7 +12,9 @@ them on the device, as its gemm sample shows: aclrtMalloc'd and copied in with a
 `aclblasGemmEx` runs a GEMM single-operator model: CANN finds it in the directory given to
 `aclopSetModelDir` (`measure.ascend_op_models`, compiled with ATC for this chip and size,
 docs/discovery.md); without one it answers ACL_ERROR_OP_NOT_FOUND. The worker sees one NPU
-(ASCEND_RT_VISIBLE_DEVICES), so the device is 0.
+(ASCEND_RT_VISIBLE_DEVICES), so the device is 0; aclrtGetDeviceCount must say 1. AscendCL's
+runtime API has no PCI bus id query, so the id itself is trusted to be the one npu-smi and
+DCMI report (benchmarks.placement).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from hcsd.benchmarks.inputs import fill_random
 from hcsd.benchmarks.libraries import BenchmarkError, Library
+from hcsd.benchmarks.placement import check_device
 from hcsd.benchmarks.request import GemmRequest
 
 __all__ = ["AclblasGemm"]
@@ -75,6 +78,7 @@ class AclblasGemm:
         self._acl_init = self.acl.function("aclInit", [ctypes.c_char_p])
         self._finalize = self.acl.function("aclFinalize", [])
         self._set_device = a("aclrtSetDevice", [ctypes.c_int32], _named)
+        self._device_count = a("aclrtGetDeviceCount", [ctypes.POINTER(ctypes.c_uint32)], _named)
         self._reset_device = a("aclrtResetDevice", [ctypes.c_int32], _named)
         self._create_stream = a("aclrtCreateStream", [ctypes.POINTER(_ptr)], _named)
         self._destroy_stream = a("aclrtDestroyStream", [_ptr], _named)
@@ -120,6 +124,9 @@ class AclblasGemm:
         self._initialised = True
         if self._op_models:
             self._model_dir(self._op_models.encode())
+        count = ctypes.c_uint32()
+        self._device_count(ctypes.byref(count))
+        check_device(count.value, None, "")  # AscendCL reports no PCI bus id
         self._set_device(0)
         self._device = True
         self._create_stream(ctypes.byref(self._stream))

@@ -6,7 +6,8 @@ enums are C ints (rocblas_operation_none = 111, rocblas_datatype_f16_r = 150, f3
 rocblas_gemm_algo_standard = 0; hipMemcpyHostToDevice = 1, hipMemcpyDeviceToDevice = 3);
 `rocblas_gemm_ex` computes D = alpha·A·B + beta·C and here writes D over C (allowed when
 ldc == ldd). The worker sees one
-DCU (HIP_VISIBLE_DEVICES), so the device is ordinal 0.
+DCU (HIP_VISIBLE_DEVICES), so the device is ordinal 0, checked with hipGetDeviceCount and
+hipDeviceGetPCIBusId (benchmarks.placement: HIP's numbering need not be the KFD's).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from hcsd.benchmarks.inputs import fill_random
 from hcsd.benchmarks.libraries import BenchmarkError, Library
+from hcsd.benchmarks.placement import check_device
 from hcsd.benchmarks.request import GemmRequest
 
 __all__ = ["RocblasGemm"]
@@ -69,6 +71,8 @@ class RocblasGemm:
         hip, blas = _named(_HIP_ERROR), _named(_ROCBLAS_STATUS)
         h, b = self.hip.checked, self.rocblas.checked
         self._set_device = h("hipSetDevice", [_int], hip)
+        self._device_count = h("hipGetDeviceCount", [ctypes.POINTER(_int)], hip)
+        self._bus_id = h("hipDeviceGetPCIBusId", [ctypes.c_char_p, _int, _int], hip)
         self._malloc = h("hipMalloc", [ctypes.POINTER(_ptr), _size], hip)
         self._free = h("hipFree", [_ptr], hip)
         self._memset = h("hipMemset", [_ptr, _int, _size], hip)
@@ -85,6 +89,7 @@ class RocblasGemm:
 
         self.m = self.n = self.k = request.size
         self.copy_bytes = request.copy_bytes if request.bandwidth else 0
+        self._expected_bus = request.pci_bus_id
         if request.compute == "fp32":
             self._compute = ROCBLAS_DATATYPE_F32_R
             self._alpha: Any = ctypes.c_float(1.0)
@@ -102,6 +107,12 @@ class RocblasGemm:
             raise
 
     def _set_up(self) -> None:
+        count = _int()
+        self._device_count(ctypes.byref(count))
+        bus = ctypes.create_string_buffer(32)
+        if count.value:
+            self._bus_id(bus, len(bus), 0)
+        check_device(count.value, bus.value.decode(), self._expected_bus)
         self._set_device(0)
         matrix = self.m * self.k * 2
         self.a, self.b = (self._buffer(matrix, zero=False) for _ in range(2))

@@ -4,7 +4,8 @@ synchronisation.
 Declarations from cublas_api.h, library_types.h and cuda.h (CUDA 11 and 12): statuses and
 enums are C ints; `cublasGemmEx` takes `cublasComputeType_t` since CUDA 11 (libcublas.so.11
 and .12; the CUDA 10 form with a cudaDataType compute type is not supported). The worker sees
-one GPU (CUDA_VISIBLE_DEVICES is the device's UUID), so the device is ordinal 0; its primary
+one GPU (CUDA_VISIBLE_DEVICES is the device's UUID), so the device is ordinal 0, checked with
+cuDeviceGetCount and cuDeviceGetPCIBusId (benchmarks.placement); its primary
 context is the one cuBLAS's runtime uses, and it is released when the worker ends.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from hcsd.benchmarks.inputs import fill_random
 from hcsd.benchmarks.libraries import BenchmarkError, Library
+from hcsd.benchmarks.placement import check_device
 from hcsd.benchmarks.request import GemmRequest
 
 __all__ = ["CublasGemm"]
@@ -75,6 +77,8 @@ class CublasGemm:
         # Bind everything first: a missing symbol is reported before the device is touched.
         self._init = c("cuInit", [ctypes.c_uint], cu)
         self._device_get = c("cuDeviceGet", [ctypes.POINTER(_int), _int], cu)
+        self._device_count = c("cuDeviceGetCount", [ctypes.POINTER(_int)], cu)
+        self._bus_id = c("cuDeviceGetPCIBusId", [ctypes.c_char_p, _int, _int], cu)
         self._retain = c("cuDevicePrimaryCtxRetain", [ctypes.POINTER(_ptr), _int], cu)
         self._release = c("cuDevicePrimaryCtxRelease_v2", [_int], cu)
         self._set_current = c("cuCtxSetCurrent", [_ptr], cu)
@@ -94,6 +98,7 @@ class CublasGemm:
 
         self.m = self.n = self.k = request.size
         self.copy_bytes = request.copy_bytes if request.bandwidth else 0
+        self._expected_bus = request.pci_bus_id
         if request.compute == "fp32":
             self._compute = CUBLAS_COMPUTE_32F
             self._alpha: Any = ctypes.c_float(1.0)
@@ -113,7 +118,14 @@ class CublasGemm:
 
     def _set_up(self) -> None:
         self._init(0)
-        self._device_get(ctypes.byref(self._device), 0)
+        count = _int()
+        self._device_count(ctypes.byref(count))
+        device = _int()
+        self._device_get(ctypes.byref(device), 0)
+        bus = ctypes.create_string_buffer(32)
+        self._bus_id(bus, len(bus), device.value)
+        check_device(count.value, bus.value.decode(), self._expected_bus)
+        self._device = device
         context = _ptr()
         self._retain(ctypes.byref(context), self._device.value)
         self._set_current(context)

@@ -19,6 +19,7 @@ class GemmRequest:
     copy_bytes: int = 256 << 20
     library_path: tuple[str, ...] = ()  # directories searched before the loader's path
     ascend_op_models: str = ""  # aclopSetModelDir's directory (Ascend)
+    pci_bus_id: str = ""  # the device discovery found: the worker must land on it
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -52,6 +53,7 @@ async def run_worker(
     if visible is None:
         raise BenchmarkError(f"no GEMM measurement for {device.vendor.value} devices yet")
     env = {**os.environ, **visible(device)}
+    request = dataclasses.replace(request, pci_bus_id=device.pci_bus_id)  # checked there
     process = await asyncio.create_subprocess_exec(
         python, "-m", "hcsd.benchmarks.worker", request.to_json(),
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,

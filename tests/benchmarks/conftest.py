@@ -49,6 +49,11 @@ def fake_blas(fake_libs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("FAKE_CUBLAS_TFLOPS", "40")
     monkeypatch.setenv("FAKE_CUDA_COPY_GBPS", "500")
     monkeypatch.delenv("FAKE_CUBLAS_STATUS", raising=False)
+    # the bus ids the fake runtimes report: CUDA by UUID, HIP by index, as discovery found them
+    # (in the runtimes' own spelling: 4-digit domain, upper case)
+    buses = [nvidia(i).pci_bus_id.upper() for i in range(len(UUIDS))]
+    monkeypatch.setenv("FAKE_CUDA_BUS_IDS", ",".join(f"{u}={b}" for u, b in zip(UUIDS, buses)))
+    monkeypatch.setenv("FAKE_HIP_BUS_IDS", ",".join(f"{i}={b}" for i, b in enumerate(buses)))
     return FakeBlas(fake_libs, log)
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from hcsd.benchmarks.libraries import BenchmarkError
+from hcsd.benchmarks.placement import WrongDevice, check_device, same_bus
 from hcsd.benchmarks.running import Interrupted, run_worker
-from hcsd.model import Vendor
+from hcsd.model import Device, Vendor
 from tests.benchmarks.conftest import UUIDS, FakeBlas, nvidia
 
 
@@ -239,3 +240,36 @@ async def test_ascend_through_aclblas(
         "compile one with ATC (docs/discovery.md)"
     )
     assert raised.value.permanent
+
+
+@pytest.mark.parametrize(
+    ("device", "request_fields"),
+    [
+        pytest.param(replace(nvidia(1), pci_bus_id="0000:99:00.0"), {}, id="cuda-another-bus"),
+        pytest.param(
+            replace(nvidia(2), vendor=Vendor.HYGON, uuid="hygon-2", pci_bus_id="0000:99:00.0"),
+            {"vendor": "hygon"},
+            id="hip-index-is-another-dcu",
+        ),
+    ],
+)
+async def test_a_worker_on_another_device_fails_permanently(
+    fake_blas: FakeBlas, device: Device, request_fields: dict[str, object]
+) -> None:
+    """The runtime's numbering is not the discovery's (a KFD index against HIP's order): the
+    worker compares the bus id its runtime reports with the one discovery found, before it
+    allocates anything."""
+    with pytest.raises(BenchmarkError) as raised:  # WrongDevice in the worker
+        await run_worker(device, fake_blas.request(**request_fields), timeout=30)
+    assert raised.value.permanent
+    assert str(raised.value).endswith(", not at 0000:99:00.0")
+    assert "the runtime's device is at 0000:" in str(raised.value)
+    assert fake_blas.calls() == []  # no GEMM ran
+
+
+def test_bus_ids_compare_across_spellings() -> None:
+    assert same_bus("00000000:3B:00.0", "0000:3b:00.0")
+    assert not same_bus("0000:3b:00.0", "0000:3b:00.1") and not same_bus("", "")
+    with pytest.raises(WrongDevice, match=r"^the runtime shows 2 devices, expected exactly 1$"):
+        check_device(2, "0000:3b:00.0", "0000:3b:00.0")
+    check_device(1, None, "0000:3b:00.0")  # a runtime that reports no bus id (AscendCL)

@@ -124,6 +124,11 @@ API int aclopSetModelDir(const char *dir) {
     strncpy(model_dir, dir, sizeof(model_dir) - 1);
     return ACL_SUCCESS;
 }
+API int aclrtGetDeviceCount(uint32_t *count) {
+    if (!count) return ACL_ERROR_INVALID_PARAM;
+    *count = (uint32_t)visible();
+    return ACL_SUCCESS;
+}
 API int aclrtSetDevice(int32_t id) {
     if (!initialised) return ACL_ERROR_UNINITIALIZE;
     if (id < 0 || id >= visible()) return ACL_ERROR_RT_PARAM_INVALID;

@@ -104,6 +104,36 @@ API CUresult cuInit(unsigned int flags) {
     (void)flags;
     return CUDA_SUCCESS;
 }
+/* The devices CUDA_VISIBLE_DEVICES leaves (8 when unset), and their bus ids: FAKE_CUDA_BUS_IDS
+ * lists `name=bus` pairs (name as in CUDA_VISIBLE_DEVICES); a device not listed has none. */
+API CUresult cuDeviceGetCount(int *count) {
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    int n = visible ? (*visible ? 1 : 0) : 8;
+    for (const char *p = visible ? visible : ""; *p; p++) n += *p == ',';
+    *count = n;
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetPCIBusId(char *bus, int len, CUdevice device) {
+    char name[128];
+    int count = 0;
+    cuDeviceGetCount(&count);
+    if (!bus || len < 13 || device < 0 || device >= count) return CUDA_ERROR_INVALID_VALUE;
+    gpu_name(device, name, sizeof(name));
+    const char *pairs = getenv("FAKE_CUDA_BUS_IDS");
+    size_t n = strlen(name);
+    for (const char *p = pairs ? pairs : ""; *p;) {
+        const char *end = strchr(p, ',');
+        size_t item = end ? (size_t)(end - p) : strlen(p);
+        if (item > n + 1 && !strncmp(p, name, n) && p[n] == '=') {
+            snprintf(bus, (size_t)len, "%.*s", (int)(item - n - 1), p + n + 1);
+            return CUDA_SUCCESS;
+        }
+        if (!end) break;
+        p = end + 1;
+    }
+    return 101; /* CUDA_ERROR_INVALID_DEVICE */
+}
 /* Contexts: the primary context of a device, made current (as the runtime does it). */
 API CUresult cuDeviceGet(CUdevice *device, int ordinal) {
     if (!device || ordinal < 0 || ordinal >= MAX_ORDINALS) return CUDA_ERROR_INVALID_VALUE;

@@ -11,6 +11,7 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -62,6 +63,44 @@ API int fake_hip_block(const void *ptr, size_t size) {
             found = 1;
     pthread_mutex_unlock(&lock);
     return found && current >= 0;
+}
+
+API int hipGetDeviceCount(int *count) {
+    if (!count) return hipErrorInvalidValue;
+    *count = visible();
+    return hipSuccess;
+}
+
+/* The bus id of ordinal `device`: its HIP_VISIBLE_DEVICES entry looked up in FAKE_HIP_BUS_IDS
+ * (`index=bus` pairs); not listed: hipErrorInvalidDevice. */
+API int hipDeviceGetPCIBusId(char *bus, int len, int device) {
+    if (!bus || len < 13 || device < 0 || device >= visible()) return hipErrorInvalidValue;
+    const char *list = getenv("HIP_VISIBLE_DEVICES");
+    char index[32];
+    snprintf(index, sizeof(index), "%d", device);
+    for (int i = 0; list && *list; i++) {
+        const char *end = strchr(list, ',');
+        size_t item = end ? (size_t)(end - list) : strlen(list);
+        if (i == device) {
+            snprintf(index, sizeof(index), "%.*s", (int)item, list);
+            break;
+        }
+        if (!end) break;
+        list = end + 1;
+    }
+    size_t n = strlen(index);
+    const char *pairs = getenv("FAKE_HIP_BUS_IDS");
+    for (const char *p = pairs ? pairs : ""; *p;) {
+        const char *end = strchr(p, ',');
+        size_t item = end ? (size_t)(end - p) : strlen(p);
+        if (item > n + 1 && !strncmp(p, index, n) && p[n] == '=') {
+            snprintf(bus, (size_t)len, "%.*s", (int)(item - n - 1), p + n + 1);
+            return hipSuccess;
+        }
+        if (!end) break;
+        p = end + 1;
+    }
+    return hipErrorInvalidDevice;
 }
 
 API int hipSetDevice(int device) {
