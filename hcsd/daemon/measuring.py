@@ -9,6 +9,11 @@ figure. A container is therefore never refused or delayed for a measurement; the
 its first ~20 ms on the device may overlap the worker's last GEMM, while the container is still
 being created.
 
+A device in the ledger's sense idle may still be used by a process outside HCS: where the
+vendor's management library lists the processes on a device (`occupants`), a device with any
+is skipped, and a figure is discarded (outcome `aborted`) when a process other than the worker
+is listed once it ended.
+
 Measurements run one at a time (a device's figure is not disturbed by its neighbours' power
 draw). A figure is recorded in the measured-figures file first and then applied to the device
 (the service publishes the change: API watchers, the syncer's ComputeNode, the metrics). A
@@ -32,6 +37,7 @@ from hcsd.benchmarks.request import GemmRequest
 from hcsd.benchmarks.running import MEASURABLE, Interrupted, run_worker
 from hcsd.benchmarks.store import MeasuredStore
 from hcsd.daemon.config import Config
+from hcsd.daemon.occupants import DeviceProcesses
 from hcsd.discovery import DiscoveryBackend
 from hcsd.discovery.settings import VENDOR_BACKENDS
 from hcsd.model import Device, Vendor
@@ -44,6 +50,8 @@ __all__ = ["Measurer", "build_measurer"]
 log = logging.getLogger(__name__)
 
 RunWorker = Callable[..., Any]
+#: The pids the driver lists on a device; None when unknown (no reader for its vendor).
+Occupants = Callable[[str], "set[int] | None"]
 
 
 class Measurer:
@@ -58,8 +66,10 @@ class Measurer:
         clock: Callable[[], float] = time.time,
         run: RunWorker = run_worker,
         telemetry: Telemetry | None = None,
+        occupants: Occupants = lambda uuid: None,
     ) -> None:
         self.service = service
+        self.occupants = occupants
         self.settings = settings
         self.store = store
         self.vendors = frozenset(vendors)  # whose real backend runs (not simulated devices)
@@ -163,12 +173,23 @@ class Measurer:
         name = f"{who.pod}/{who.container_name}" if who.pod.name else who.container_id
         return f"{name} was allocated the device"
 
+    @staticmethod
+    def _occupied(uuid: str, pids: set[int] | None) -> str | None:
+        if not pids:
+            return None
+        listed = ", ".join(str(p) for p in sorted(pids)[:3])
+        return f"process(es) {listed} outside HCS use the device"
+
     async def _one(self, uuid: str, *, scheduled: bool) -> Outcome:
         device = self.service.device(uuid)
         if device is None:
             return self._outcome(Outcome(uuid, "skipped", "no such device on this node"))
         label = f"{device.vendor.value}/{device.index} ({uuid})"
-        why = self._why_not(device, scheduled=scheduled) or self._taken(uuid)
+        why = (
+            self._why_not(device, scheduled=scheduled)
+            or self._taken(uuid)
+            or self._occupied(uuid, await asyncio.to_thread(self.occupants, uuid))
+        )
         if why is not None:
             log.debug("measure: %s: skipped: %s", label, why)
             return self._outcome(Outcome(uuid, "skipped", why))
@@ -190,6 +211,9 @@ class Measurer:
             result = await self._run(
                 device, request, timeout=s.timeout, interrupt=lambda: self._taken(uuid)
             )
+            after = await asyncio.to_thread(self.occupants, uuid)
+            if (used := self._occupied(uuid, after)) is not None:
+                raise Interrupted(f"discarded: {used} while it was measured")
             measurement = self._measurement(device, result)
             await asyncio.to_thread(self.store.put, measurement)
         except Interrupted as e:
@@ -250,8 +274,15 @@ def build_measurer(
     settings = config.measure
     path = settings.file or os.path.join(config.daemon.state_dir, "measured.json")
     vendors = [Vendor(b.name) for b in backends if b.name in VENDOR_BACKENDS]
+    devices = [status.device for status in service.devices()]
+    occupants = DeviceProcesses.for_devices(devices, config.discovery)
     measurer = Measurer(
-        service, settings, MeasuredStore(path), vendors=vendors, telemetry=telemetry
+        service,
+        settings,
+        MeasuredStore(path),
+        vendors=vendors,
+        telemetry=telemetry,
+        occupants=occupants.pids,
     )
     measurer.restore()
     return measurer

@@ -254,3 +254,22 @@ async def test_a_healthy_card_is_rated_at_its_profile_and_each_ratio_is_against_
     assert 60 <= raw <= 101 and measured_ratio(slow) == pytest.approx(raw / 312, abs=1e-3)
     assert slow.tflops_fp16 == pytest.approx(raw / 0.7, abs=1e-2)
     assert node.on_file()[UUIDS[0]]["profile_tflops_fp16"] == 312
+
+
+async def test_a_device_used_outside_hcs_is_skipped_and_a_figure_taken_meanwhile_discarded(
+    node: Node,
+) -> None:
+    """Idle in the ledger is not idle on the device: the driver's process list decides too."""
+    listed: dict[str, list[set[int] | None]] = {UUIDS[0]: [{4242}], UUIDS[1]: [set(), {777}]}
+    node.measurer.occupants = lambda uuid: listed[uuid].pop(0)
+    first, second = await node.measurer.measure()
+    assert (first.status, first.message) == (
+        "skipped",
+        "process(es) 4242 outside HCS use the device",
+    )
+    assert second.status == "aborted"
+    assert (
+        second.message
+        == "discarded: process(es) 777 outside HCS use the device while it was measured"
+    )
+    assert node.on_file() == {} and node.service.device(UUIDS[1]) == nvidia(1)
