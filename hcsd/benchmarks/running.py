@@ -4,8 +4,16 @@ The worker sees only its device, through the vendor's visibility variable (the G
 CUDA; the index for HIP, whose ordinals follow the same PCI order hy-smi reports, and for
 AscendCL, whose logical ids are the NPU ids npu-smi and DCMI report). While it runs,
 `interrupt` is asked every `poll` seconds whether to stop (an allocation took the device); the
-worker is then killed, as it is when `timeout` passes. Only this process's own child is ever
-signalled, and it runs in a session of its own so nothing else shares its fate.
+worker is then killed, as it is when `timeout` passes. The worker runs in a session and process
+group of its own, and that group is what is killed: the worker and anything it started (a
+vendor library's helper), nothing else. The worker asks the kernel to kill it if hcsd dies
+(PR_SET_PDEATHSIG), gets a minimal environment (benchmarks.environment) and runs with `-I`.
+
+Memory: the worker runs in hcsd's cgroup, so the unit's MemoryMax (1G) covers both. A vendor
+runtime maps large host allocations (CUDA's context, CANN's op cache), so the limit has to
+leave room for one worker; the OOM killer would pick the worker (the bigger process) first,
+and hcsd would record a failure. Running it in a transient scope (systemd-run --scope) would
+need systemd and D-Bus access the unit does not grant, so it is not done.
 """
 
 from __future__ import annotations
@@ -15,12 +23,15 @@ import contextlib
 import dataclasses
 import json
 import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from hcsd.benchmarks import environment
 from hcsd.benchmarks.libraries import BenchmarkError
 from hcsd.benchmarks.request import GemmRequest
+from hcsd.benchmarks.worker import PARENT_VARIABLE
 from hcsd.model import Device, Vendor
 from hcsd.tasks import supervise
 
@@ -46,19 +57,27 @@ async def run_worker(
     interrupt: Callable[[], str | None] = lambda: None,
     poll: float = 0.02,
     python: str = sys.executable,
+    worker_env: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The worker's JSON result for one device; raises BenchmarkError (Interrupted when
-    `interrupt` answered a reason) with what went wrong."""
+    `interrupt` answered a reason) with what went wrong. `worker_env`: the environment's
+    entries (benchmarks.environment; None: its defaults)."""
     visible = MEASURABLE.get(device.vendor)
     if visible is None:
         raise BenchmarkError(f"no GEMM measurement for {device.vendor.value} devices yet")
-    env = {**os.environ, **visible(device)}
+    entries = environment.DEFAULT_WORKER_ENV if worker_env is None else worker_env
+    env = {**environment.worker_environment(entries), **visible(device)}
+    env[PARENT_VARIABLE] = str(os.getpid())
     request = dataclasses.replace(request, pci_bus_id=device.pci_bus_id)  # checked there
-    process = await asyncio.create_subprocess_exec(
-        python, "-m", "hcsd.benchmarks.worker", request.to_json(),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
-    )  # fmt: skip
+    try:
+        # -I: no PYTHON* variables, no user site, not the current directory on sys.path
+        process = await asyncio.create_subprocess_exec(
+            python, "-I", "-m", "hcsd.benchmarks.worker", request.to_json(),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
+        )  # fmt: skip
+    except OSError as e:
+        raise BenchmarkError(f"failed to start the measuring process {python}: {e}") from e
     reading = supervise(process.communicate(), f"measure-{device.uuid}")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -74,7 +93,9 @@ async def run_worker(
     finally:
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                process.kill()  # our own child, by its pid
+                # the process group our child leads (its own session): it and anything it
+                # started; not yet reaped, so the id cannot have been reused
+                os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
             reading.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hcsd.benchmarks.environment import DEFAULT_WORKER_ENV, check_entry
 from hcsd.sections import Section, checks, setting
 
 __all__ = ["DEFAULT_LIBRARY_PATH", "MeasureSection"]
@@ -39,6 +40,12 @@ def _mib(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 16384:
         raise ValueError
     return value
+
+
+def _env_entries(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        raise ValueError
+    return tuple(check_entry(v) for v in value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +115,13 @@ class MeasureSection(Section):
         "aclblasGemmEx runs; empty = none, and Ascend devices fail with ACL_ERROR_OP_NOT_FOUND "
         "(docs/discovery.md says how to compile one).",
         checks.path_or_empty,
+    )
+    worker_env: tuple[str, ...] = setting(
+        DEFAULT_WORKER_ENV,
+        "The measuring process's environment beyond PATH and LANG: NAME passes hcsd's "
+        "variable, PREFIX* every variable starting so, NAME=value sets one (for what the "
+        "vendor toolkit's set_env.sh exports); nothing else of hcsd's is passed.",
+        checks.Check("a list of NAME, PREFIX* or NAME=value", _env_entries),
     )
     library_path: tuple[str, ...] = setting(
         DEFAULT_LIBRARY_PATH,

@@ -11,7 +11,11 @@ Prints one JSON line: `{"ok": true, "tflops": …, "seconds": …, "iterations":
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +24,7 @@ from hcsd.benchmarks.libraries import BenchmarkError
 from hcsd.benchmarks.request import GemmRequest
 from hcsd.benchmarks.timing import time_kernel
 
-__all__ = ["main", "measure"]
+__all__ = ["PARENT_VARIABLE", "main", "measure"]
 
 
 def _kernel(request: GemmRequest) -> Any:
@@ -62,7 +66,25 @@ def measure(request: GemmRequest) -> dict[str, Any]:
     }
 
 
+PR_SET_PDEATHSIG = 1
+PARENT_VARIABLE = "HCS_WORKER_PARENT"
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when hcsd (its parent, whose pid `running` passes in
+    HCS_WORKER_PARENT) dies: a crashed hcsd leaves no worker holding a device. If the parent
+    is already gone (died before the request took effect), exit now."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    expected = os.environ.get(PARENT_VARIABLE, "")
+    if expected.isdigit() and os.getppid() != int(expected):
+        sys.exit(3)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:
+        _die_with_parent()
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
         print(json.dumps({"ok": False, "error": "usage: worker REQUEST-JSON", "permanent": True}))

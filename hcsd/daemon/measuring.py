@@ -209,7 +209,11 @@ class Measurer:
         self._last[uuid] = self.clock()
         try:
             result = await self._run(
-                device, request, timeout=s.timeout, interrupt=lambda: self._taken(uuid)
+                device,
+                request,
+                timeout=s.timeout,
+                interrupt=lambda: self._taken(uuid),
+                worker_env=s.worker_env,
             )
             after = await asyncio.to_thread(self.occupants, uuid)
             if (used := self._occupied(uuid, after)) is not None:

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from hcsd.benchmarks import environment
 from hcsd.benchmarks.request import GemmRequest
 from hcsd.model import Device, Vendor
 
 GiB = 2**30
+#: The worker's environment in these tests: the defaults and the fakes' settings.
+WORKER_ENV = (*environment.DEFAULT_WORKER_ENV, "FAKE_*")
 UUIDS = [f"GPU-00000000-0000-0000-0000-{i:012x}" for i in range(4)]
 
 
@@ -49,6 +52,8 @@ def fake_blas(fake_libs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("FAKE_CUBLAS_TFLOPS", "40")
     monkeypatch.setenv("FAKE_CUDA_COPY_GBPS", "500")
     monkeypatch.delenv("FAKE_CUBLAS_STATUS", raising=False)
+    # the worker gets only what worker_env names: the fakes' settings too, for these tests
+    monkeypatch.setattr(environment, "DEFAULT_WORKER_ENV", WORKER_ENV)
     # the bus ids the fake runtimes report: CUDA by UUID, HIP by index, as discovery found them
     # (in the runtimes' own spelling: 4-digit domain, upper case)
     buses = [nvidia(i).pci_bus_id.upper() for i in range(len(UUIDS))]

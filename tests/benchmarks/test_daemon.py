@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.conftest import UUIDS, FakeBlas
+from tests.benchmarks.conftest import UUIDS, WORKER_ENV, FakeBlas
 from tests.fakes.nodes import nvidia_node
 from tests.harness.daemon import Daemon
 
@@ -45,6 +45,7 @@ def hcsd(tmp_path: Path, fake_blas: FakeBlas, monkeypatch: pytest.MonkeyPatch) -
                 "timeout": 3,
                 "interval": 0,
                 "library_path": [str(fake_blas.build)],
+                "worker_env": list(WORKER_ENV),
             },
         },
     )

@@ -19,7 +19,7 @@ from hcsd.discovery import Inventory
 from hcsd.ledger import Ledger
 from hcsd.model import Allocation, Grant, HealthState, PodRef, Vendor
 from hcsd.service import NodeService
-from tests.benchmarks.conftest import UUIDS, FakeBlas, nvidia
+from tests.benchmarks.conftest import UUIDS, WORKER_ENV, FakeBlas, nvidia
 
 GiB = 2**30
 
@@ -37,6 +37,7 @@ class Node:
             warmup=0.05,
             copy_mib=1024,
             library_path=(str(fake_blas.build),),
+            worker_env=WORKER_ENV,
             **settings,  # type: ignore[arg-type]
         )
         self.now = 1000.0

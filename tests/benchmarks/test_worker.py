@@ -273,3 +273,77 @@ def test_bus_ids_compare_across_spellings() -> None:
     with pytest.raises(WrongDevice, match=r"^the runtime shows 2 devices, expected exactly 1$"):
         check_device(2, "0000:3b:00.0", "0000:3b:00.0")
     check_device(1, None, "0000:3b:00.0")  # a runtime that reports no bus id (AscendCL)
+
+
+async def test_the_worker_gets_a_minimal_environment_and_its_group_is_killed(
+    fake_blas: FakeBlas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing of hcsd's own environment reaches the worker (NOTIFY_SOCKET, WATCHDOG_*,
+    PYTHONPATH), only what worker_env names; it runs isolated (-I); at the time limit its whole
+    process group goes, a child it started included."""
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+    monkeypatch.setenv("WATCHDOG_USEC", "20000000")
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    monkeypatch.setenv("ASCEND_OPP_PATH", "/usr/local/Ascend/opp")
+    seen = tmp_path / "seen"
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        f'env > "{seen}.env"\n'
+        f'echo "$@" > "{seen}.args"\n'
+        f'sleep 300 & echo $! > "{seen}.child"\n'
+        "wait\n"
+    )
+    python.chmod(0o755)
+    with pytest.raises(BenchmarkError, match="no result within 1s"):
+        await run_worker(
+            nvidia(0),
+            fake_blas.request(),
+            timeout=1,
+            python=str(python),
+            worker_env=("PATH", "ASCEND_*", "EXTRA=1"),
+        )
+    env = dict(line.split("=", 1) for line in (tmp_path / "seen.env").read_text().splitlines())
+    for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "PYTHONPATH", "FAKE_CUBLAS_TFLOPS"):
+        assert name not in env
+    assert env["ASCEND_OPP_PATH"] == "/usr/local/Ascend/opp" and env["EXTRA"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == UUIDS[0] and env["HCS_WORKER_PARENT"] == str(os.getpid())
+    assert (tmp_path / "seen.args").read_text().startswith("-I -m hcsd.benchmarks.worker ")
+    child = int((tmp_path / "seen.child").read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # killed with the group; reaped by init
+    assert (
+        not Path(f"/proc/{child}").exists()
+        or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+    )
+
+
+def test_the_worker_dies_with_its_parent(fake_blas: FakeBlas, tmp_path: Path) -> None:
+    """A parent that ends without killing it (hcsd crashing) takes the worker with it
+    (PR_SET_PDEATHSIG): no worker is left holding a device."""
+    request = fake_blas.request(size=512, duration=20)  # ends by itself if it ever survives
+    script = f"""
+import os, subprocess, sys, time
+env = {{**os.environ, "HCS_WORKER_PARENT": str(os.getpid()), "FAKE_CUBLAS_TFLOPS": "0.01",
+       "CUDA_VISIBLE_DEVICES": "{UUIDS[0]}"}}
+worker = subprocess.Popen([sys.executable, "-I", "-m", "hcsd.benchmarks.worker", sys.argv[1]],
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(worker.pid, flush=True)
+time.sleep(1)
+os._exit(0)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, request.to_json()],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    worker = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        stat = Path(f"/proc/{worker}/stat")
+        if not stat.exists() or stat.read_text().split()[2] == "Z":
+            return
+        time.sleep(0.05)
+    raise AssertionError("the worker outlived its parent")
