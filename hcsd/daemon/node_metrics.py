@@ -8,7 +8,10 @@ rules and the dashboard: docs/metrics.md lists every one, and a test holds the t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import calendar
+import contextlib
+import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -37,27 +40,33 @@ def _device_labels(device: Device) -> list[str]:
     return [device.uuid, device.vendor.value, device.model, str(device.index)]
 
 
-def _measured_families() -> list[tuple[GaugeMetricFamily, str, float]]:
+def _utc_seconds(text: str) -> float:
+    """Unix time of `2023-11-14T22:13:20Z` (how `measured_at` is written)."""
+    return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def _measured_families() -> list[tuple[GaugeMetricFamily, str, Callable[[str], float]]]:
     """The measured fingerprint's figures, from the device attributes hcsd.benchmarks sets:
-    (family, attribute, scale to the family's unit)."""
+    (family, attribute, conversion to the family's unit)."""
     return [
         (
             GaugeMetricFamily(
-                "hcs_device_measured_tflops",
+                "hcs_device_measured_fp16_tflops",
                 "Dense FP16 TFLOPS measured on the node (a GEMM through the vendor's library).",
                 labels=DEVICE_LABELS,
             ),
             "measured_tflops_fp16",
-            1.0,
+            float,
         ),
         (
             GaugeMetricFamily(
                 "hcs_device_measured_ratio",
-                "Measured FP16 TFLOPS over the profile's (1 = as the profile says).",
+                "Measured FP16 TFLOPS over the profile's datasheet figure (a healthy card: "
+                "about its model's gemm_efficiency, 0.7 by default).",
                 labels=DEVICE_LABELS,
             ),
             "measured_ratio",
-            1.0,
+            float,
         ),
         (
             GaugeMetricFamily(
@@ -66,7 +75,16 @@ def _measured_families() -> list[tuple[GaugeMetricFamily, str, float]]:
                 labels=DEVICE_LABELS,
             ),
             "measured_bandwidth_gbps",
-            1e9,
+            lambda text: float(text) * 1e9,
+        ),
+        (
+            GaugeMetricFamily(
+                "hcs_device_measured_timestamp_seconds",
+                "When the device's figures were measured (Unix time): their age.",
+                labels=DEVICE_LABELS,
+            ),
+            "measured_at",
+            _utc_seconds,
         ),
     ]
 
@@ -160,9 +178,10 @@ class NodeCollector(Collector):
         for s in statuses:
             labels = _device_labels(s.device)
             attributes = dict(s.device.attributes)
-            for family, key, scale in measured:
+            for family, key, convert in measured:
                 if key in attributes:
-                    family.add_metric(labels, float(attributes[key]) * scale)
+                    with contextlib.suppress(ValueError):  # written by hcsd: never expected
+                        family.add_metric(labels, convert(attributes[key]))
             capacity.add_metric(labels, s.device.vram_bytes)
             allocated.add_metric(labels, s.vram_allocated)
             compute.add_metric(labels, s.compute_allocated)

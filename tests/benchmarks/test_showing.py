@@ -59,7 +59,12 @@ def test_the_metrics_export_it(tmp_path: Path, fake_blas: FakeBlas) -> None:
     node.service.set_device(apply_measurement(nvidia(0), MEASURED))
     text = generate_latest(registry(node.service)).decode()
     labels = f'device="{UUIDS[0]}",index="0",model="A100-SXM4-80GB",vendor="nvidia"'
-    assert f"hcs_device_measured_tflops{{{labels}}} 296.4" in text
+    assert f"hcs_device_measured_fp16_tflops{{{labels}}} 296.4" in text
+    (stamp,) = [
+        ln for ln in text.splitlines() if ln.startswith("hcs_device_measured_timestamp_seconds{")
+    ]
+    assert stamp.startswith(f"hcs_device_measured_timestamp_seconds{{{labels}}} ")
+    assert float(stamp.split()[-1]) == MEASURED.at
     assert f"hcs_device_measured_ratio{{{labels}}} 0.95" in text
     assert f"hcs_device_measured_memory_bandwidth_bytes_per_second{{{labels}}} 1.65e+12" in text
     (acu,) = [

@@ -32,7 +32,7 @@ from hcsd.watchdog.watchdog import Policy, WatchdogSettings
 
 DOC = Path(__file__).parents[2] / "docs" / "metrics.md"
 STANDARD = ("process_", "python_")  # prometheus_client's own collectors, listed in prose
-ROW = re.compile(r"^\| `([a-z_:]+)` \| (gauge|counter|histogram) \|", re.M)
+ROW = re.compile(r"^\| `([a-z][a-z0-9_:]*)` \| (gauge|counter|histogram) \|", re.M)
 
 
 def documented(section: str) -> dict[str, str]:
