@@ -118,7 +118,8 @@ class Measurer:
 
     async def measure(self, uuids: Sequence[str] = ()) -> list[Outcome]:
         """Measure the devices named (all when none), one after the other: `hcsctl measure`."""
-        targets = list(uuids) or [s.device.uuid for s in self.service.devices()]
+        # each device once, in the order named (a UUID given twice is measured once)
+        targets = list(dict.fromkeys(uuids)) or [s.device.uuid for s in self.service.devices()]
         async with self._lock:
             return [await self._one(uuid, scheduled=False) for uuid in targets]
 
@@ -183,7 +184,8 @@ class Measurer:
     async def _one(self, uuid: str, *, scheduled: bool) -> Outcome:
         device = self.service.device(uuid)
         if device is None:
-            return self._outcome(Outcome(uuid, "skipped", "no such device on this node"))
+            # a mistake in the request, not a state of the device: failed (hcsctl exits 1)
+            return self._outcome(Outcome(uuid, "failed", "no such device on this node"))
         label = f"{device.vendor.value}/{device.index} ({uuid})"
         why = (
             self._why_not(device, scheduled=scheduled)

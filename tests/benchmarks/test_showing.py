@@ -111,10 +111,14 @@ async def test_hcsctl_measure(served: tuple[Node, str], capsys: pytest.CaptureFi
     header, row = capsys.readouterr().out.splitlines()
     assert header.split()[:5] == ["DEVICE", "UUID", "OUTCOME", "FP16", "TFLOPS"]
     assert row.split()[:3] == ["nvidia/1", UUIDS[1], "measured"]
-    # a device skipped is no failure (exit 0), and the table says why
+    # a device this node does not have is a mistake in the command: exit 1, and why
     code = await asyncio.to_thread(hcsctl.main, ["--socket", socket, "measure", "nope"])
-    assert code == 0
-    assert "no such device on this node" in capsys.readouterr().out
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "failed" in out and "no such device on this node" in out
+    # a UUID named twice is measured once
+    code = await asyncio.to_thread(hcsctl.main, ["--socket", socket, "measure", UUIDS[1], UUIDS[1]])
+    assert code == 0 and len(capsys.readouterr().out.splitlines()) == 2
 
 
 async def test_hcsctl_measure_exits_1_when_a_measurement_fails(
