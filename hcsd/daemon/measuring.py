@@ -49,6 +49,10 @@ __all__ = ["Measurer", "build_measurer"]
 
 log = logging.getLogger(__name__)
 
+#: Seconds before the schedule retries a device whose measurement failed or was aborted (then
+#: doubling per failure in a row, up to `interval`).
+RETRY_AFTER = 600.0
+
 RunWorker = Callable[..., Any]
 #: The pids the driver lists on a device; None when unknown (no reader for its vendor).
 Occupants = Callable[[str], "set[int] | None"]
@@ -79,7 +83,8 @@ class Measurer:
         self.telemetry = telemetry
         self._lock = asyncio.Lock()
         self._stored: dict[str, Measurement] = {}
-        self._last: dict[str, float] = {}  # uuid -> when last tried
+        self._last: dict[str, float] = {}  # uuid -> when last measured
+        self._retry: dict[str, tuple[float, int]] = {}  # uuid -> (not before, failures)
         self._busy: dict[str, float] = {}  # uuid -> when last seen holding an allocation
         self._broken: dict[Vendor, str] = {}  # a permanent failure: out of scheduled runs
         self.counts: Counter[str] = Counter()  # outcomes by status (hcs_measurements_total)
@@ -123,12 +128,25 @@ class Measurer:
         async with self._lock:
             return [await self._one(uuid, scheduled=False) for uuid in targets]
 
+    async def start_pass(self) -> list[Outcome]:
+        """Every device once, at start; one whose figure on file is younger than `interval`
+        keeps it (a restart does not re-measure the whole node)."""
+        now = self.clock()
+        outcomes = []
+        async with self._lock:
+            for status in self.service.devices():
+                uuid = status.device.uuid
+                age = now - self._last.get(uuid, float("-inf"))
+                if self.settings.interval > 0 and age < self.settings.interval:
+                    log.debug("measure: %s: measured %.0f s ago, kept", uuid, age)
+                    continue
+                outcomes.append(await self._one(uuid, scheduled=True))
+        return outcomes
+
     async def run(self) -> None:
         """The supervised task: the start pass, then the schedule, until cancelled."""
         if self.settings.at_start:
-            async with self._lock:
-                for status in self.service.devices():
-                    await self._one(status.device.uuid, scheduled=True)
+            await self.start_pass()
         while True:
             await asyncio.sleep(self.settings.check_interval)
             for uuid in self.due():
@@ -136,8 +154,10 @@ class Measurer:
                     await self._one(uuid, scheduled=True)
 
     def due(self) -> list[str]:
-        """The devices the schedule measures now: idle for `idle_for`, last tried `interval`
-        ago or longer. Also notes which devices hold allocations (the idle clock)."""
+        """The devices the schedule measures now: idle for `idle_for`, last measured `interval`
+        ago or longer, and past the back-off of a failed or aborted try (RETRY_AFTER, doubling
+        per failure, at most `interval`). Also notes which devices hold allocations (the idle
+        clock)."""
         now = self.clock()
         for status in self.service.devices():
             if status.allocations:
@@ -150,6 +170,7 @@ class Measurer:
             if not s.allocations
             and now - self._busy.get(s.device.uuid, float("-inf")) >= self.settings.idle_for
             and now - self._last.get(s.device.uuid, float("-inf")) >= self.settings.interval
+            and now >= self._retry.get(s.device.uuid, (float("-inf"), 0))[0]
             and self._why_not(s.device, scheduled=True) is None
         ]
 
@@ -173,6 +194,13 @@ class Measurer:
         who = holders[0]
         name = f"{who.pod}/{who.container_name}" if who.pod.name else who.container_id
         return f"{name} was allocated the device"
+
+    def _back_off(self, uuid: str) -> None:
+        """A failed or aborted try: the schedule tries again after RETRY_AFTER, doubling per
+        failure in a row, never later than `interval` (it used to wait the whole interval)."""
+        failures = self._retry.get(uuid, (0.0, 0))[1] + 1
+        wait = min(RETRY_AFTER * 2 ** (failures - 1), max(self.settings.interval, RETRY_AFTER))
+        self._retry[uuid] = (self.clock() + wait, failures)
 
     @staticmethod
     def _occupied(uuid: str, pids: set[int] | None) -> str | None:
@@ -208,7 +236,6 @@ class Measurer:
             ascend_op_models=s.ascend_op_models,
         )
         self.current = uuid
-        self._last[uuid] = self.clock()
         try:
             result = await self._run(
                 device,
@@ -224,18 +251,23 @@ class Measurer:
             await asyncio.to_thread(self.store.put, measurement)
         except Interrupted as e:
             log.warning("measure: %s: %s; no figure recorded", label, e)
+            self._back_off(uuid)
             return self._outcome(Outcome(uuid, "aborted", str(e)))
         except BenchmarkError as e:
             log.warning("measure: %s: failed: %s; no figure recorded", label, e)
+            self._back_off(uuid)
             if e.permanent and device.vendor not in self._broken:
                 self._broken[device.vendor] = str(e)
             return self._outcome(Outcome(uuid, "failed", str(e)))
         except OSError as e:
             log.error("measure: %s: failed to record in %s: %s", label, self.store.path, e)
+            self._back_off(uuid)
             return self._outcome(Outcome(uuid, "failed", f"failed to record: {e}"))
         finally:
             self.current = None
         self._broken.pop(device.vendor, None)
+        self._last[uuid] = measurement.at
+        self._retry.pop(uuid, None)
         self._stored[uuid] = measurement
         current = self.service.device(uuid)
         if current is not None:

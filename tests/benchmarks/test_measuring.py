@@ -274,3 +274,36 @@ async def test_a_device_used_outside_hcs_is_skipped_and_a_figure_taken_meanwhile
         == "discarded: process(es) 777 outside HCS use the device while it was measured"
     )
     assert node.on_file() == {} and node.service.device(UUIDS[1]) == nvidia(1)
+
+
+async def test_a_failed_try_is_retried_with_back_off_not_after_a_day(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node.settings = replace(node.settings, interval=86400, idle_for=1)
+    node.measurer = node.make_measurer()
+    monkeypatch.setenv("FAKE_CUBLAS_STATUS", "13")
+    (failed,) = await node.measurer.measure([UUIDS[0]])
+    assert failed.status == "failed"
+    assert UUIDS[0] not in node.measurer.due()
+    node.now += 600  # RETRY_AFTER
+    assert UUIDS[0] in node.measurer.due()
+    await node.measurer.measure([UUIDS[0]])  # fails again: the wait doubles
+    node.now += 600
+    assert UUIDS[0] not in node.measurer.due()
+    node.now += 600
+    assert UUIDS[0] in node.measurer.due()
+    monkeypatch.delenv("FAKE_CUBLAS_STATUS")
+    (measured,) = await node.measurer.measure([UUIDS[0]])
+    assert measured.status == "measured"
+    node.now += 3600
+    assert UUIDS[0] not in node.measurer.due()  # measured: the interval again
+
+
+async def test_the_start_pass_keeps_a_figure_younger_than_the_interval(node: Node) -> None:
+    node.settings = replace(node.settings, interval=86400)
+    await node.measurer.measure([UUIDS[0]])  # at t=1000
+    node.now += 3600  # hcsd restarts an hour later
+    restarted = node.make_measurer()
+    restarted.restore()
+    outcomes = await restarted.start_pass()
+    assert [(o.uuid, o.status) for o in outcomes] == [(UUIDS[1], "measured")]
