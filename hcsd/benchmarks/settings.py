@@ -129,3 +129,13 @@ class MeasureSection(Section):
         "libacl_cblas) before the loader's path.",
         checks.path_list,
     )
+
+    def __post_init__(self) -> None:
+        Section.__post_init__(self)
+        # the time limit covers library start-up, the warm-up, the GEMMs and the copy (a
+        # quarter of `duration`): with less, every measurement would be killed
+        if self.timeout <= self.warmup + self.duration * 1.25:
+            raise ValueError(
+                f"timeout: {self.timeout:g}s leaves no time for warmup + duration "
+                f"({self.warmup:g}s + {self.duration:g}s and the copy); raise it"
+            )

@@ -307,3 +307,8 @@ async def test_the_start_pass_keeps_a_figure_younger_than_the_interval(node: Nod
     restarted.restore()
     outcomes = await restarted.start_pass()
     assert [(o.uuid, o.status) for o in outcomes] == [(UUIDS[1], "measured")]
+
+
+def test_a_timeout_shorter_than_the_run_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^timeout: 3s leaves no time for warmup \+ duration"):
+        MeasureSection(duration=3.0, warmup=0.5, timeout=3.0)
