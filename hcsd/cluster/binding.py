@@ -33,6 +33,7 @@ from hcsd.cluster.extender_metrics import Metrics
 from hcsd.cluster.fabric_jobs import job_of
 from hcsd.cluster.kube import Kube, KubeError, paths_for
 from hcsd.cluster.objects import PodHold
+from hcsd.cluster.pending import DEFAULT_SCHEDULERS, scheduler_of
 from hcsd.cluster.planner import Unfit
 from hcsd.cluster.state import ClusterState
 from hcsd.contract import assignment
@@ -45,7 +46,6 @@ __all__ = ["DEFAULT_SCHEDULERS", "BindRequest", "Binder", "SeenPods", "signed_as
 log = logging.getLogger(__name__)
 
 _SEEN = 10_000
-DEFAULT_SCHEDULERS = frozenset({"default-scheduler"})  # a pod's schedulerName when unset
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ def refusal(pod: Mapping[str, Any], request: BindRequest, schedulers: frozenset[
     uid = str(meta.get("uid") or "")
     if uid != request.uid:
         return f"pod {request.namespace}/{request.name} has uid {uid}, not {request.uid}"
-    scheduler = str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
+    scheduler = scheduler_of(pod)
     if scheduler not in schedulers:
         return (
             f"pod {request.namespace}/{request.name} is scheduled by {scheduler!r}, "

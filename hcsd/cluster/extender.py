@@ -65,7 +65,10 @@ class Extender:
         self.is_leader = is_leader
         self.keys = keys
         self.metrics = Metrics(is_leader)
-        self.state = ClusterState(kube, keys=keys, namespace=namespace, clock=clock)
+        self.state = ClusterState(
+            kube, keys=keys, namespace=namespace, clock=clock, schedulers=schedulers
+        )
+        self.metrics.pending_copies.set_function(lambda: len(self.state.copies))
         self.decider = Decider(db, self.metrics, self.state.changed_between)
         self.binder = Binder(
             kube, keys, self.state, self.decider, self.metrics,

@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -121,6 +121,12 @@ class Metrics:
             "Where bind read the pod from: the extender's watch of pods, or a GET (the watch "
             "had not shown it yet).",
             ["source"],
+            registry=self.registry,
+        )
+        self.pending_copies = Gauge(
+            "hcs_extender_pending_pod_copies",
+            "Unbound pods the extender's watch keeps a copy of for bind (capped: past the cap, "
+            "bind GETs the pod).",
             registry=self.registry,
         )
         for source in ("watch", "get"):

@@ -1,7 +1,8 @@
 """Who holds what on each node: pods with a signed assignment, and the assume cache.
 
-The pods informer also keeps, for `Binder`, a slim copy of each unbound pod that asks for
-accelerators (`PodInfo.pending`): what bind reads the pod's demand from, without a GET.
+The pods informer also keeps each unbound pod the extender may be asked to bind, with, for
+`Binder`, a slim copy of it (`PodInfo.pending`, `pending.py`): what bind reads the pod's
+demand from, without a GET.
 
 Two sources feed `Holds`: the pods informer (a bound pod whose `hcs.io/assignment` verifies
 for it and its node counts there until it succeeds, fails or is deleted), and this process's
@@ -22,16 +23,17 @@ from typing import Any
 
 from hcsd.cluster.fabric_jobs import JobKey, job_of
 from hcsd.cluster.objects import NodeView, PodHold
+from hcsd.cluster.pending import DEFAULT_SCHEDULERS, bindable, pending_copy
 from hcsd.contract import assignment
 from hcsd.contract.keyring import Keyring, verifying_keys
-from hcsd.contract.names import ANNOTATION_ASSIGNMENT, MANAGED_RESOURCES
+from hcsd.contract.names import ANNOTATION_ASSIGNMENT
 
 __all__ = ["Holds", "PodInfo", "pod_info"]
 
 
 @dataclass(frozen=True, slots=True)
 class PodInfo:
-    """A pod holding accelerators (`node` set), or one waiting for them (`pending` set)."""
+    """A pod holding accelerators (`node` set), or one waiting for them (`node` empty)."""
 
     uid: str
     namespace: str
@@ -39,42 +41,23 @@ class PodInfo:
     node: str  # "": not bound, holds nothing
     holds: tuple[PodHold, ...]
     job: JobKey | None = None  # the job it belongs to (fabric_jobs.job_of)
-    pending: Mapping[str, Any] | None = None  # an unbound pod: `pending_copy`
+    pending: Mapping[str, Any] | None = None  # an unbound pod's `pending_copy`, if kept
 
 
-def pending_copy(obj: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What bind reads of an unbound pod (identity, scheduler, annotations, labels and each
-    container's name and resources: all `demand.demand_of` looks at), when it asks for one of
-    the `ai.compute/*` resources; None for any other pod (kube-scheduler asks the extender to
-    bind only pods asking for its managed resources)."""
-    spec = obj.get("spec") or {}
-    containers = spec.get("containers") or []
-    asks = any(
-        name in MANAGED_RESOURCES
-        for c in containers
-        for part in ("limits", "requests")
-        for name in ((c.get("resources") or {}).get(part) or {})
-    )
-    if not asks:
-        return None
-    meta = obj.get("metadata") or {}
-    kept = ("uid", "namespace", "name", "labels", "annotations")
-    return {
-        "metadata": {k: meta[k] for k in kept if k in meta},
-        "spec": {
-            "schedulerName": spec.get("schedulerName"),
-            "containers": [{"name": c.get("name"), "resources": c.get("resources") or {}}
-                           for c in containers],
-        },
-    }  # fmt: skip
-
-
-def pod_info(obj: Mapping[str, Any], keys: Callable[[], Keyring]) -> PodInfo | None:
+def pod_info(
+    obj: Mapping[str, Any],
+    keys: Callable[[], Keyring],
+    *,
+    schedulers: frozenset[str] = DEFAULT_SCHEDULERS,
+    admit: Callable[[str], bool] | None = None,
+) -> PodInfo | None:
     """Pods that hold accelerators: bound, not ended, with an assignment signed for this
     pod's uid and the node it is bound to with that node's key of an id the cluster keyring
     `keys` holds (what hcsd accepts, so what can hold a device), or, for version 1 (pods
-    bound before the upgrade), with the old cluster key as it is; unbound pods asking for
-    accelerators, holding nothing, with their `pending_copy`; None for all others.
+    bound before the upgrade), with the old cluster key as it is; unbound pods this extender
+    may bind (`pending.bindable` for `schedulers`), holding nothing, with their
+    `pending_copy` when it can be had and `admit` (the cap on copies, by informer key)
+    lets it be kept; None for all others.
 
     Annotations are anyone's to write who may update the pod: an unsigned, copied or
     hand-edited assignment holds nothing on a node, so it must neither fill the node in the
@@ -87,10 +70,14 @@ def pod_info(obj: Mapping[str, Any], keys: Callable[[], Keyring]) -> PodInfo | N
     phase = (obj.get("status") or {}).get("phase", "")
     uid = str(meta.get("uid") or "")
     if not node and phase not in ("Succeeded", "Failed"):
+        if not bindable(obj, schedulers):
+            return None
+        # Waiting to be bound: holds nothing, whatever it claims.
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         copy = pending_copy(obj)
-        if copy is not None:  # waiting to be bound: holds nothing, whatever it claims
-            name = str(meta.get("name", ""))
-            return PodInfo(uid, str(meta.get("namespace", "")), name, "", (), pending=copy)
+        if copy is not None and admit is not None and not admit(f"{namespace}/{name}"):
+            copy = None  # too many copies: bind GETs this one
+        return PodInfo(uid, namespace, name, "", (), pending=copy)
     if not text or not node or phase in ("Succeeded", "Failed"):
         return None
     try:

@@ -37,6 +37,7 @@ from hcsd.cluster.holds import Holds, PodInfo, pod_info
 from hcsd.cluster.informer import Informer
 from hcsd.cluster.kube import Kube, paths_for
 from hcsd.cluster.objects import NodeView, ObjectError, PodHold, node_view
+from hcsd.cluster.pending import DEFAULT_SCHEDULERS, PENDING_COPIES, PendingCopies
 from hcsd.cluster.planner import Summary, shape_of, summarise
 from hcsd.contract.keyring import Keyring
 from hcsd.contract.names import API_VERSION, COMPUTE_NODES, COMPUTE_QUOTAS, NAMESPACE
@@ -95,6 +96,8 @@ class ClusterState:
         keys: Callable[[], Keyring],
         namespace: str = NAMESPACE,
         clock: Callable[[], float] = time.time,
+        schedulers: frozenset[str] = DEFAULT_SCHEDULERS,
+        pending_copies: int = PENDING_COPIES,
     ) -> None:
         self._lock = threading.Lock()
         # --- guarded by _lock ---
@@ -114,13 +117,15 @@ class ClusterState:
         self._beats_moved = True  # a heartbeat was recorded since
         self.jobs = JobIndex()  # job -> nodes of its pods, for fabric_placement (own lock)
         self._fleet = FleetRows()  # kept with the node snapshots and heartbeats
+        self.copies = PendingCopies(pending_copies)  # which pods have a copy for bind (own lock)
         # --- the informers: each keeps its own cache and calls the handlers below ---
         self.nodes: Informer[NodeView] = Informer(
             kube, paths_for(API_VERSION, COMPUTE_NODES), _view,
             name=COMPUTE_NODES, on_change=self._node_changed,
         )  # fmt: skip
         self.pods: Informer[PodInfo] = Informer(
-            kube, "/api/v1/pods", functools.partial(pod_info, keys=keys),
+            kube, "/api/v1/pods",
+            functools.partial(pod_info, keys=keys, schedulers=schedulers, admit=self.copies.admit),
             name="pods", on_change=self._pod_changed, on_listed=self._pods_listed,
         )  # fmt: skip
         self.quotas: Informer[Quota] = Informer(
@@ -169,6 +174,7 @@ class ClusterState:
             self._touch(key)
 
     def _pod_changed(self, key: str, old: PodInfo | None, new: PodInfo | None) -> None:
+        self.copies.track(key, new is not None and new.pending is not None)
         with self._lock:
             for info in (old, new):
                 if info is not None:

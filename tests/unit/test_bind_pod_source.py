@@ -14,6 +14,8 @@ from hcsd.cluster.holds import pending_copy, pod_info
 from tests.unit.fleet import GiB, add_node, assigned, beat
 from tests.unit.test_extender_state import KEYS, new_extender
 
+SERVED = frozenset({"hcs-scheduler"})
+
 
 def unbound(limits: dict[str, str], *, phase: str = "Pending", uid: str = "u1") -> dict[str, Any]:
     """A pod as the API server lists it before it is bound, with what demand does not read."""
@@ -49,7 +51,7 @@ def unbound(limits: dict[str, str], *, phase: str = "Pending", uid: str = "u1") 
 def test_the_watch_keeps_unbound_pods_that_ask_for_accelerators(
     pod: dict[str, Any], kept: bool
 ) -> None:
-    info = pod_info(pod, KEYS)
+    info = pod_info(pod, KEYS, schedulers=SERVED)
     assert (info is not None) == kept
     if info is not None:
         assert info.node == "" and info.holds == () and info.pending is not None
@@ -68,11 +70,15 @@ def test_an_update_of_a_pod_being_bound_keeps_what_its_bind_assumed() -> None:
     e = new_extender()
     add_node(e, "n")
     beat(e, "n")
-    e.state.pods.apply("ns/p", pod_info(unbound({"ai.compute/vram": "60Gi"}), KEYS))
+    e.state.pods.apply(
+        "ns/p", pod_info(unbound({"ai.compute/vram": "60Gi"}), KEYS, schedulers=SERVED)
+    )
     e.state.assume("u1", "n", assigned("u1", "n", (0, 60)).holds)  # its Binding not yet seen
     # Another write to the pod before the Binding (a label, a status condition): the watch
     # shows it unbound again, which says nothing about what it is about to hold.
-    e.state.pods.apply("ns/p", pod_info(unbound({"ai.compute/vram": "60Gi"}), KEYS))
+    e.state.pods.apply(
+        "ns/p", pod_info(unbound({"ai.compute/vram": "60Gi"}), KEYS, schedulers=SERVED)
+    )
     assert e.state.snapshot().nodes["n"].usage["n-0"].vram_bytes == 60 * GiB
     assert e.binder._watched(BindRequest("ns", "p", "u1", "n")) is not None
     assert e.binder._watched(BindRequest("ns", "p", "u-other", "n")) is None  # GET instead
