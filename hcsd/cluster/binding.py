@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hcsd.cluster.decisions import Decider, over_quota, plan_amounts
-from hcsd.cluster.demand import DemandError
+from hcsd.cluster.demand import Demand, DemandError
 from hcsd.cluster.extender_metrics import Metrics
-from hcsd.cluster.fabric_jobs import job_of
+from hcsd.cluster.fabric_jobs import JobKey, job_of
 from hcsd.cluster.kube import Kube, KubeError, paths_for
 from hcsd.cluster.objects import PodHold
 from hcsd.cluster.pending import DEFAULT_SCHEDULERS, scheduler_of
@@ -93,6 +93,9 @@ def refusal(pod: Mapping[str, Any], request: BindRequest, schedulers: frozenset[
     uid = str(meta.get("uid") or "")
     if uid != request.uid:
         return f"pod {request.namespace}/{request.name} has uid {uid}, not {request.uid}"
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    if node:
+        return f"pod {request.namespace}/{request.name} is already bound to {node}"
     scheduler = scheduler_of(pod)
     if scheduler not in schedulers:
         return (
@@ -157,60 +160,88 @@ class Binder:
     def _bind(self, request: BindRequest) -> str:
         if not self.is_leader():
             return "this hcs-scheduler-extender replica is not the leader"
-        namespace, name, node = request.namespace, request.name, request.node
-        pod_path = paths_for("v1", "pods", namespace, name)
         pod = self._watched(request)  # the API server's word, never the caller's
         if pod is None:
             self.metrics.bind_source.labels("get").inc()
-            pod = self.kube.get(pod_path)
+            pod = self.kube.get(paths_for("v1", "pods", request.namespace, request.name))
+        return self._attempt(request, pod)
+
+    def _attempt(self, request: BindRequest, pod: Mapping[str, Any]) -> str:
+        """Bind the pod as `pod` (read from the API server) shows it; "" or why not."""
         refused = refusal(pod, request, self.schedulers)
         if refused:
             return refused
-        uid = request.uid
         try:
             demand = self.decider.demand(pod)
         except DemandError as e:
             return str(e)
+        namespace, name, node, uid = request.namespace, request.name, request.node, request.uid
         binding: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        holds: tuple[PodHold, ...] = ()
-        if demand is not None:
-            with self._lock:  # decide and assume under the lock; write outside it
-                snapshot = self.state.snapshot()
-                found = self.decider.fresh_plan(snapshot, demand, node)
-                if isinstance(found, Unfit):
-                    return f"node {node} can no longer take the pod: {found.reason}"
-                quotas = snapshot.quotas_in(namespace)
-                if quotas:  # the namespace's usage: a walk over its pods, only when it counts
-                    used = self.state.namespace_usage(namespace, skip_uid=uid)
-                    reason = over_quota(quotas, used, plan_amounts(found))
-                    if reason is not None:
-                        return reason
-                holds = tuple(PodHold(uid, c, namespace, g) for c, g in found.grants.items())
-                self.state.assume(uid, node, holds, job_of(pod))
-            annotation = signed_assignment(node, uid, found.grants, self.keys(), self.clock())
-            binding["metadata"]["annotations"] = {ANNOTATION_ASSIGNMENT: annotation}
+        if demand is None:
+            self._write(request, binding)
+            return self._done(request, ())
+        reserved = self._reserve(request, demand, job_of(pod))
+        if isinstance(reserved, str):
+            return reserved
+        grants, token = reserved
+        holds = tuple(PodHold(uid, c, namespace, g) for c, g in grants.items())
         try:
-            self.kube.create(pod_path + "/binding", binding)
+            annotation = signed_assignment(node, uid, grants, self.keys(), self.clock())
+            binding["metadata"]["annotations"] = {ANNOTATION_ASSIGNMENT: annotation}
+            self._write(request, binding)
         except KubeError:
-            if holds:
-                self.state.forget(uid)
+            self.state.forget(uid, token)
             raise
-        if holds:
-            self.state.bound(uid)
-        self.metrics.pending.bound(uid)
-        first = self.seen.bound(uid)
+        self.state.bound(uid, token)
+        return self._done(request, holds)
+
+    def _reserve(
+        self, request: BindRequest, demand: Demand, job: JobKey | None
+    ) -> tuple[Mapping[str, tuple[Grant, ...]], int] | str:
+        """Decide the pod's grants on the node against the latest state and assume them (with
+        where its `job`'s pod goes), under the lock: (the grants, the reservation's token), or
+        why not."""
+        namespace, node, uid = request.namespace, request.node, request.uid
+        with self._lock:
+            snapshot = self.state.snapshot()
+            found = self.decider.fresh_plan(snapshot, demand, node)
+            if isinstance(found, Unfit):
+                return f"node {node} can no longer take the pod: {found.reason}"
+            quotas = snapshot.quotas_in(namespace)
+            if quotas:  # the namespace's usage: a walk over its pods, only when it counts
+                used = self.state.namespace_usage(namespace, skip_uid=uid)
+                reason = over_quota(quotas, used, plan_amounts(found))
+                if reason is not None:
+                    return reason
+            holds = tuple(PodHold(uid, c, namespace, g) for c, g in found.grants.items())
+            token = self.state.assume(uid, node, holds, job)
+        if token is None:
+            return (
+                f"pod {namespace}/{request.name} holds grants already: it is bound, or another "
+                "bind of it is in flight or not settled yet"
+            )
+        return found.grants, token
+
+    def _write(self, request: BindRequest, binding: Mapping[str, Any]) -> None:
+        path = paths_for("v1", "pods", request.namespace, request.name) + "/binding"
+        self.kube.create(path, binding)
+
+    def _done(self, request: BindRequest, holds: tuple[PodHold, ...]) -> str:
+        """The Binding is written: the metrics and the log line."""
+        self.metrics.pending.bound(request.uid)
+        first = self.seen.bound(request.uid)
         if first is not None:
             self.metrics.scheduling.observe(time.monotonic() - first)
         log.info(
             "bound %s/%s to %s%s",
-            namespace,
-            name,
-            node,
+            request.namespace,
+            request.name,
+            request.node,
             f" ({sum(len(h.grants) for h in holds)} grant(s))" if holds else "",
         )
         return ""

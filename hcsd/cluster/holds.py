@@ -99,13 +99,28 @@ def pod_info(
     return PodInfo(uid, namespace, str(meta.get("name", "")), node, holds, job_of(obj))
 
 
+@dataclass(slots=True)
+class Assumed:
+    """One bind's reservation: `token` names the bind that made it (so that only it is ever
+    forgotten by that bind), `written` when its Binding was written (monotonic; None: not
+    yet), `deadline` when it goes unless the informer shows the pod (None: none; set when the
+    Binding's outcome is unknown)."""
+
+    token: int
+    written: float | None = None
+    deadline: float | None = None
+
+
 class Holds:
     """Pod uid -> (node, holds), indexed per node, and which of them are only assumed.
 
     An assumed pod stays until the informer shows it (then the informer's word replaces it),
-    its Binding fails (`drop`), or a full list that started after its Binding was written
-    does not show it (`expire`): it was deleted or ended before the informer saw it bound,
-    and the watch events that would have said so were lost with a broken watch.
+    its Binding fails (`forget`, with the token of the bind that assumed it), a full list
+    that started after its Binding was written does not show it (`expire`: it was deleted or
+    ended before the informer saw it bound, and the watch events that would have said so were
+    lost with a broken watch), or, for a Binding whose outcome is unknown, its deadline passes
+    (`overdue`). An assumption never replaces an entry: not the informer's (the pod holds
+    that), nor another bind's (in flight, or not settled yet).
 
     Not locked on its own: `ClusterState` calls it under its lock. Each change returns the
     nodes it touched, whose decisions are then out of date.
@@ -114,7 +129,8 @@ class Holds:
     def __init__(self) -> None:
         self._by_pod: dict[str, tuple[str, tuple[PodHold, ...]]] = {}
         self._by_node: dict[str, dict[str, PodHold]] = {}  # node -> hold key -> hold
-        self._assumed: dict[str, float | None] = {}  # uid -> when its Binding was written
+        self._assumed: dict[str, Assumed] = {}  # uid -> the bind's reservation
+        self._unsettled: set[str] = set()  # uids assumed with a deadline
 
     def __len__(self) -> int:
         return len(self._by_pod)
@@ -122,34 +138,69 @@ class Holds:
     def __contains__(self, uid: object) -> bool:
         return uid in self._by_pod
 
-    def put(
-        self, uid: str, node: str, holds: tuple[PodHold, ...], *, assumed: bool = False
-    ) -> list[str]:
-        """The pod holds `holds` on `node` (replacing what it held before, wherever);
-        `assumed`: decided here, not shown by the informer yet."""
+    def put(self, uid: str, node: str, holds: tuple[PodHold, ...]) -> list[str]:
+        """The informer's word: the pod holds `holds` on `node` (replacing what it held or
+        was assumed to hold before, wherever)."""
         touched = self.drop(uid)
+        return [*touched, *self._add(uid, node, holds)]
+
+    def assume(
+        self, uid: str, node: str, holds: tuple[PodHold, ...], token: int
+    ) -> list[str] | None:
+        """A bind's reservation, before the informer shows the pod; None (nothing changed)
+        when the pod has an entry already."""
+        if uid in self._by_pod:
+            return None
+        self._assumed[uid] = Assumed(token)
+        return self._add(uid, node, holds)
+
+    def _add(self, uid: str, node: str, holds: tuple[PodHold, ...]) -> list[str]:
         bucket = self._by_node.setdefault(node, {})
         for hold in holds:
             bucket[hold.key] = hold
         self._by_pod[uid] = (node, holds)
-        if assumed:
-            self._assumed[uid] = None  # its Binding is not written yet
-        return [*touched, node]
+        return [node]
 
-    def bound(self, uid: str, at: float) -> None:
-        """The assumed pod's Binding was written at monotonic `at`."""
-        if uid in self._assumed:
-            self._assumed[uid] = at
+    def _mine(self, uid: str, token: int) -> Assumed | None:
+        found = self._assumed.get(uid)
+        return found if found is not None and found.token == token else None
+
+    def bound(self, uid: str, token: int, at: float, *, deadline: float | None = None) -> None:
+        """The assumed pod's Binding was written at monotonic `at`; with `deadline`, its
+        outcome is unknown and the reservation goes then unless the informer shows it."""
+        found = self._mine(uid, token)
+        if found is not None:
+            found.written, found.deadline = at, deadline
+            if deadline is not None:
+                self._unsettled.add(uid)
+
+    def forget(self, uid: str, token: int) -> list[str]:
+        """The bind that assumed the pod with `token` failed: drop that reservation (and
+        nothing else: not the informer's entry, nor another bind's)."""
+        return self.drop(uid) if self._mine(uid, token) is not None else []
 
     def expire(self, listed_from: float) -> list[str]:
         """Drop assumed pods bound before a full list that started at `listed_from` and did
         not show them (a pod it showed is no longer assumed)."""
-        gone = [uid for uid, at in self._assumed.items() if at is not None and at < listed_from]
+        gone = [
+            uid
+            for uid, a in self._assumed.items()
+            if a.written is not None and a.written < listed_from
+        ]
+        return [node for uid in gone for node in self.drop(uid)]
+
+    def overdue(self, now: float) -> list[str]:
+        """Drop the reservations of Bindings of unknown outcome whose deadline has passed
+        without the informer showing their pod."""
+        if not self._unsettled:
+            return []
+        gone = [u for u in self._unsettled if (self._assumed[u].deadline or 0.0) < now]
         return [node for uid in gone for node in self.drop(uid)]
 
     def drop(self, uid: str) -> list[str]:
         """The pod holds nothing any more."""
         self._assumed.pop(uid, None)
+        self._unsettled.discard(uid)
         found = self._by_pod.pop(uid, None)
         if found is None:
             return []

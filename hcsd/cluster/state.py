@@ -103,6 +103,7 @@ class ClusterState:
         # --- guarded by _lock ---
         self._views: dict[str, NodeView] = {}
         self._holds = Holds()
+        self._tokens = itertools.count(1)  # names each bind's reservation
         self._heartbeats = Heartbeats(clock)
         self._leased: set[str] = set()  # nodes whose heartbeat Lease exists now
         self._quotas: dict[str, Quota] = {}
@@ -227,20 +228,27 @@ class ClusterState:
 
     def assume(
         self, uid: str, node: str, holds: tuple[PodHold, ...], job: JobKey | None = None
-    ) -> None:
+    ) -> int | None:
         """Count a pod this process is binding before the informer shows it (and where its
-        `job`'s pod went, for fabric placement)."""
+        `job`'s pod went, for fabric placement); the token that names this reservation to
+        `bound` and `forget`, or None when the pod has one already (it is bound, or another
+        bind of it is in flight or not settled)."""
         with self._lock:
-            for touched in self._holds.put(uid, node, holds, assumed=True):
-                self._touch(touched)
+            token = next(self._tokens)
+            touched = self._holds.assume(uid, node, holds, token)
+            if touched is None:
+                return None
+            for node_name in touched:
+                self._touch(node_name)
             if job is not None:
                 self.jobs.put(uid, job, node)
+            return token
 
-    def bound(self, uid: str) -> None:
+    def bound(self, uid: str, token: int) -> None:
         """The Binding of an assumed pod is written: from now on the API server lists it."""
         at = time.monotonic()
         with self._lock:
-            self._holds.bound(uid, at)
+            self._holds.bound(uid, token, at)
 
     def _pods_listed(self, started: float) -> None:
         """Assumed pods a full list started after their Binding did not show are gone."""
@@ -248,12 +256,14 @@ class ClusterState:
             for node in self._holds.expire(started):
                 self._touch(node)
 
-    def forget(self, uid: str) -> None:
-        """The Binding failed: the pod holds nothing."""
+    def forget(self, uid: str, token: int) -> None:
+        """The Binding failed: the reservation `token` names holds nothing."""
         with self._lock:
-            self.jobs.drop(uid)
-            for touched in self._holds.drop(uid):
-                self._touch(touched)
+            touched = self._holds.forget(uid, token)
+            if touched:  # this bind's reservation (not the informer's word): its job goes too
+                self.jobs.drop(uid)
+            for touched_node in touched:
+                self._touch(touched_node)
 
     # --- reading ---------------------------------------------------------------------------
 

@@ -130,9 +130,10 @@ def test_namespace_usage_counts_grants_in_the_namespace_but_the_pod_decided() ->
     e.state.pods.apply("other/p3", assigned("p3", "n", (1, 5), namespace="other"))
     assert e.state.namespace_usage("ns") == Amounts(30 * GiB, 0.0, 2)
     assert e.state.namespace_usage("ns", skip_uid="p2") == Amounts(10 * GiB, 0.0, 1)
-    e.state.assume("p4", "n", assigned("p4", "n", (0, 1)).holds)  # a bind not seen yet
+    token = e.state.assume("p4", "n", assigned("p4", "n", (0, 1)).holds)  # a bind not seen yet
+    assert token is not None
     assert e.state.namespace_usage("ns").devices == 3
-    e.state.forget("p4")  # its Binding failed
+    e.state.forget("p4", token)  # its Binding failed
     assert e.state.namespace_usage("ns").devices == 2
 
 
@@ -267,10 +268,12 @@ def test_an_assumed_pod_that_a_later_full_list_does_not_show_is_forgotten() -> N
     state = ClusterState(server.kube(), keys=KEYS)
     try:
         state.nodes.apply("n", node_view(node_object("n")))
+        tokens = {}
         for uid, gib in (("gone", 1), ("in-flight", 2), ("listed", 4)):
-            state.assume(uid, "n", assigned(uid, "n", (0, gib), namespace="test").holds)
-        state.bound("gone")  # then deleted, unseen
-        state.bound("listed")  # and still there:
+            held = assigned(uid, "n", (0, gib), namespace="test").holds
+            tokens[uid] = state.assume(uid, "n", held) or 0
+        state.bound("gone", tokens["gone"])  # then deleted, unseen
+        state.bound("listed", tokens["listed"])  # and still there:
         grants = {"main": (Grant("n-0", 4 * GiB, 0),)}
         annotation = signed_assignment("n", "listed", grants, KEYS(), int(time.time()))
         meta = {"uid": "listed", "annotations": {"hcs.io/assignment": annotation}}
@@ -279,7 +282,9 @@ def test_an_assumed_pod_that_a_later_full_list_does_not_show_is_forgotten() -> N
         assert state.pods.synced.wait(10)
         # "in-flight" has no answer to its Binding yet: the list may predate it, so it stays.
         assert state.namespace_usage("test").vram == 6 * GiB
-        state.bound("in-flight")  # written now, but the pod is gone before anyone saw it
+        state.bound(
+            "in-flight", tokens["in-flight"]
+        )  # written now, but the pod is gone before anyone saw it
         server.change_unseen({}, [])  # the watch breaks: the informer lists again
         deadline = time.monotonic() + 10
         while state.namespace_usage("test").vram != 4 * GiB and time.monotonic() < deadline:

@@ -296,10 +296,12 @@ def test_a_bind_records_where_the_pod_went_before_the_informer_shows_it() -> Non
     e = cluster(TWO_DOMAINS)
     e.filter(job_pod("p1"), sorted(TWO_DOMAINS))
     e.prioritize(job_pod("p1"), sorted(TWO_DOMAINS))  # ib:a chosen for the job
-    e.state.assume("p1", "b1", assigned("p1", "b1", (0, 80)).holds, JobKey("ns", "job", "train"))
+    held = assigned("p1", "b1", (0, 80)).holds
+    token = e.state.assume("p1", "b1", held, JobKey("ns", "job", "train"))
+    assert token is not None
     got = dict(e.prioritize(job_pod("p2"), sorted(TWO_DOMAINS)))
     assert got["b1"] >= 6 > got["a1"]  # where p1 went, not the guess
-    e.state.forget("p1")  # its Binding failed
+    e.state.forget("p1", token)  # its Binding failed
     assert "p1" not in e.state.jobs
 
 

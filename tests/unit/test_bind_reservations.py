@@ -1,0 +1,144 @@
+"""What a bind does to the reservations (the assume cache) when it is refused, fails, fails
+halfway or cannot tell whether it succeeded: it never removes a reservation it did not make,
+and never leaves one behind that nothing will settle."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from hcsd.cluster.binding import BindRequest
+from hcsd.cluster.extender import Extender
+from hcsd.cluster.kube import KubeError
+from tests.unit.fleet import GiB, add_node, assigned, beat
+from tests.unit.test_bind_pod_source import unbound
+from tests.unit.test_extender_state import new_extender
+
+
+def pending(name: str, uid: str, gib: int = 60) -> dict[str, Any]:
+    pod = unbound({"ai.compute/vram": f"{gib}Gi"}, uid=uid)
+    pod["metadata"]["name"] = name
+    pod["metadata"]["annotations"] = {}
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    pod["spec"]["containers"] = pod["spec"]["containers"][:1]
+    return pod
+
+
+class FakeApiServer:
+    """The pods and the Binding subresource as the API server keeps them: a Binding's uid and
+    resourceVersion are preconditions (409 when they do not match), a bound pod cannot be
+    bound again, and the write bumps the pod's resourceVersion."""
+
+    def __init__(self, *pods: dict[str, Any]) -> None:
+        self.pods = {p["metadata"]["name"]: p for p in pods}
+        self.gets = 0
+        self.bindings: list[dict[str, Any]] = []
+        self.fail: KubeError | None = None  # the next Binding's answer instead
+        self.version = 100
+
+    def get(self, path: str) -> dict[str, Any]:
+        self.gets += 1
+        return copy.deepcopy(self.pods[path.rsplit("/", 1)[1]])
+
+    def touch(self, name: str, annotations: dict[str, str]) -> dict[str, Any]:
+        """A write to the pod (the requeue's touch, a user's annotation): a new version."""
+        pod = self.pods[name]
+        pod["metadata"]["annotations"] = {**pod["metadata"]["annotations"], **annotations}
+        self.version += 1
+        pod["metadata"]["resourceVersion"] = str(self.version)
+        return copy.deepcopy(pod)
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.bindings.append(body)
+        if self.fail is not None:
+            failure, self.fail = self.fail, None
+            raise failure
+        pod = self.pods[path.rsplit("/", 2)[1]]
+        meta = body["metadata"]
+        for field in ("uid", "resourceVersion"):
+            if field in meta and meta[field] != pod["metadata"][field]:
+                raise KubeError(409, "Conflict", f"Precondition failed: {field}")
+        if pod["spec"].get("nodeName"):
+            raise KubeError(500, "InternalError", "pod is already assigned")
+        pod["spec"]["nodeName"] = body["target"]["name"]
+        pod["metadata"]["annotations"] |= meta.get("annotations", {})
+        self.touch(pod["metadata"]["name"], {})
+        return body
+
+
+def cluster(*pods: dict[str, Any], devices: int = 2) -> tuple[Extender, FakeApiServer]:
+    """An extender with one node of `devices` 80 GiB A100s, its watch showing `pods`."""
+    e = new_extender()
+    add_node(e, "n", count=devices)
+    beat(e, "n")
+    server = FakeApiServer(*pods)
+    e.binder.kube = server  # type: ignore[assignment]
+    for pod in pods:
+        watch(e, pod)
+    return e, server
+
+
+def watch(e: Extender, pod: dict[str, Any]) -> None:
+    meta = pod["metadata"]
+    e.state.pods.apply(f"ns/{meta['name']}", e.state.pods.transform(copy.deepcopy(pod)))
+
+
+def used(e: Extender) -> list[float]:
+    nodes = e.state.snapshot().nodes["n"]
+    return [getattr(nodes.usage.get(f"n-{i}"), "vram_bytes", 0) / GiB for i in range(2)]
+
+
+def bind(e: Extender, name: str, uid: str) -> str:
+    return e.bind(BindRequest("ns", name, uid, "n"))
+
+
+def test_a_second_bind_of_a_bound_pod_is_refused_and_keeps_its_reservation() -> None:
+    """kube-scheduler binds again a pod it already bound (its first call timed out): the
+    second bind must neither succeed nor take away what the pod holds."""
+    e, server = cluster(pending("p", "u1"), pending("q", "u2"), pending("r", "u3"))
+    assert bind(e, "p", "u1") == ""
+    watch(e, server.pods["p"])  # the watch shows it bound, with its assignment
+    assert used(e) == [60, 0]
+    refused = bind(e, "p", "u1")
+    assert "already bound to n" in refused
+    assert used(e) == [60, 0]
+    assert bind(e, "q", "u2") == "" and bind(e, "r", "u3") != ""  # no third 60 GiB slice
+    assert sorted(used(e)) == [60, 60]
+
+
+def test_a_second_bind_before_the_watch_shows_the_first_keeps_its_reservation() -> None:
+    e, _ = cluster(pending("p", "u1"), pending("q", "u2"), pending("r", "u3"))
+    assert bind(e, "p", "u1") == ""  # assumed, Binding written, not shown by the watch yet
+    assert bind(e, "p", "u1") != ""  # the API server refuses it: the pod is bound
+    assert used(e) == [60, 0]
+    assert bind(e, "q", "u2") == "" and bind(e, "r", "u3") != ""
+    assert sorted(used(e)) == [60, 60]
+
+
+def test_assume_never_replaces_what_the_informer_shows_the_pod_holding() -> None:
+    e, _ = cluster()
+    e.state.pods.apply("ns/p", assigned("u1", "n", (0, 60)))
+    assert e.state.assume("u1", "n", assigned("u1", "n", (1, 8)).holds) is None
+    assert used(e) == [60, 0]
+
+
+def test_forget_drops_only_the_reservation_its_bind_made() -> None:
+    e, _ = cluster()
+    first = e.state.assume("u1", "n", assigned("u1", "n", (0, 60)).holds)
+    assert first is not None
+    assert e.state.assume("u1", "n", assigned("u1", "n", (1, 8)).holds) is None  # in flight
+    e.state.forget("u1", first + 1)  # another bind's token: not this reservation
+    assert used(e) == [60, 0]
+    e.state.pods.apply("ns/p", assigned("u1", "n", (1, 8)))  # the informer's word replaces it
+    e.state.forget("u1", first)  # the assumption is gone: nothing of the informer's goes
+    assert used(e) == [0, 8]
+
+
+@pytest.mark.parametrize("status", [409, 403, 500], ids=["conflict", "forbidden", "internal"])
+def test_a_refused_binding_forgets_only_its_own_reservation(status: int) -> None:
+    e, server = cluster(pending("p", "u1"))
+    server.fail = KubeError(status, "Refused", "no")
+    assert bind(e, "p", "u1") != ""
+    assert used(e) == [0, 0]
