@@ -194,7 +194,7 @@ class Binder:
             annotation = signed_assignment(node, uid, grants, self.keys(), self.clock())
             binding["metadata"]["annotations"] = {ANNOTATION_ASSIGNMENT: annotation}
             self._write(request, binding)
-        except KubeError:
+        except BaseException:  # whatever breaks between assume and write: nothing is held
             self.state.forget(uid, token)
             raise
         self.state.bound(uid, token)

@@ -180,9 +180,12 @@ class ClusterState:
             for info in (old, new):
                 if info is not None:
                     self.jobs.drop(info.uid)
-                if info is not None and info.node:  # an unbound pod: keep what bind assumed
-                    for node in self._holds.drop(info.uid):
-                        self._touch(node)
+            # What a bind assumed stays through updates of its pod still unbound (a label, a
+            # status condition, the requeue's touch: they say nothing of what it is about to
+            # hold), and goes when the pod is gone or another pod has its name.
+            if old is not None and (new is None or new.node or new.uid != old.uid):
+                for node in self._holds.drop(old.uid):
+                    self._touch(node)
             if new is not None and new.node:
                 for node in self._holds.put(new.uid, new.node, new.holds):
                     self._touch(node)

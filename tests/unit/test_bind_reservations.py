@@ -142,3 +142,29 @@ def test_a_refused_binding_forgets_only_its_own_reservation(status: int) -> None
     server.fail = KubeError(status, "Refused", "no")
     assert bind(e, "p", "u1") != ""
     assert used(e) == [0, 0]
+
+
+def test_a_bind_that_breaks_between_assume_and_write_forgets_its_reservation() -> None:
+    e, server = cluster(pending("p", "u1"))
+
+    def broken() -> Any:
+        raise RuntimeError("keyring not loaded")
+
+    e.binder.keys = broken
+    with pytest.raises(RuntimeError):
+        bind(e, "p", "u1")
+    assert used(e) == [0, 0] and server.bindings == []
+
+
+def test_a_pod_deleted_before_the_watch_shows_it_bound_holds_nothing() -> None:
+    e, _ = cluster(pending("p", "u1"))
+    assert e.state.assume("u1", "n", assigned("u1", "n", (0, 60)).holds) is not None
+    e.state.pods.apply("ns/p", None)  # DELETED, unbound as the watch last showed it
+    assert used(e) == [0, 0]
+
+
+def test_a_pod_replaced_under_its_name_drops_the_old_ones_reservation() -> None:
+    e, _ = cluster(pending("p", "u1"))
+    assert e.state.assume("u1", "n", assigned("u1", "n", (0, 60)).holds) is not None
+    watch(e, pending("p", "u2"))  # deleted and created again: the events seen as one update
+    assert used(e) == [0, 0]
