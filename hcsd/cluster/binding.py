@@ -10,11 +10,14 @@ The API server copies a Binding's annotations onto the pod in the same write, so
 never bound without its assignment, nor annotated for a node it did not get.
 
 What is signed comes from the API server, never from a caller: bind reads the pod as the
-extender's watch of pods shows it (`holds.pending_copy`; a GET when the watch has not shown
-it yet), checks that it is the one kube-scheduler named (its uid) and that it is scheduled by
-a scheduler this extender serves (`spec.schedulerName`), and computes the demand from that
-object. The Binding names the uid, so the API server refuses it for another pod of the name.
-The pod body a /filter call carried is only ever used to decide filter answers.
+extender's watch of pods shows it (`pending.pending_copy`; a GET when the watch keeps no copy
+of it), checks that it is the one kube-scheduler named (its uid), that it is not bound yet
+and that it is scheduled by a scheduler this extender serves (`spec.schedulerName`), and
+computes the demand from that object. The Binding names the uid and the resourceVersion of
+the pod read, which the API server checks as preconditions: it binds neither another pod of
+the name nor a pod written since (its `hcs.io/*` hints may have changed). A copy out of
+date costs one 409, then one GET and one more try in the same call. The pod body a /filter
+call carried is only ever used to decide filter answers.
 """
 
 from __future__ import annotations
@@ -161,10 +164,20 @@ class Binder:
         if not self.is_leader():
             return "this hcs-scheduler-extender replica is not the leader"
         pod = self._watched(request)  # the API server's word, never the caller's
-        if pod is None:
-            self.metrics.bind_source.labels("get").inc()
-            pod = self.kube.get(paths_for("v1", "pods", request.namespace, request.name))
-        return self._attempt(request, pod)
+        if pod is not None:
+            try:
+                return self._attempt(request, pod)
+            except KubeError as e:
+                if not e.conflict:
+                    raise
+                # The copy is out of date (the pod was written since: the requeue's touch, a
+                # hint changed) or the pod is gone: decide once more on the pod as it is.
+                log.info("bind %s/%s: %s; reading the pod", request.namespace, request.name, e)
+        return self._attempt(request, self._read(request))
+
+    def _read(self, request: BindRequest) -> Mapping[str, Any]:
+        self.metrics.bind_source.labels("get").inc()
+        return self.kube.get(paths_for("v1", "pods", request.namespace, request.name))
 
     def _attempt(self, request: BindRequest, pod: Mapping[str, Any]) -> str:
         """Bind the pod as `pod` (read from the API server) shows it; "" or why not."""
@@ -176,10 +189,14 @@ class Binder:
         except DemandError as e:
             return str(e)
         namespace, name, node, uid = request.namespace, request.name, request.node, request.uid
+        # The API server binds only the pod of this uid at this version (preconditions): never
+        # a pod whose hints changed since it was read, nor another of its name.
+        version = (pod.get("metadata") or {}).get("resourceVersion")
         binding: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": {"name": name, "namespace": namespace, "uid": uid}
+            | ({"resourceVersion": str(version)} if version else {}),
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         if demand is None:

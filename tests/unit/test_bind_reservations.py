@@ -136,7 +136,7 @@ def test_forget_drops_only_the_reservation_its_bind_made() -> None:
     assert used(e) == [0, 8]
 
 
-@pytest.mark.parametrize("status", [409, 403, 500], ids=["conflict", "forbidden", "internal"])
+@pytest.mark.parametrize("status", [403, 404, 500], ids=["forbidden", "gone", "internal"])
 def test_a_refused_binding_forgets_only_its_own_reservation(status: int) -> None:
     e, server = cluster(pending("p", "u1"))
     server.fail = KubeError(status, "Refused", "no")
@@ -168,3 +168,67 @@ def test_a_pod_replaced_under_its_name_drops_the_old_ones_reservation() -> None:
     assert e.state.assume("u1", "n", assigned("u1", "n", (0, 60)).holds) is not None
     watch(e, pending("p", "u2"))  # deleted and created again: the events seen as one update
     assert used(e) == [0, 0]
+
+
+def reads(e: Extender) -> dict[str, float | None]:
+    return {s: e.metrics.value("hcs_extender_bind_pod_reads_total", source=s)
+            for s in ("watch", "get")}  # fmt: skip
+
+
+def test_the_binding_names_the_version_of_the_pod_it_was_decided_on() -> None:
+    e, server = cluster(pending("p", "u1"))
+    assert bind(e, "p", "u1") == ""
+    meta = server.bindings[0]["metadata"]
+    assert (meta["uid"], meta["resourceVersion"]) == ("u1", "7")
+    assert reads(e) == {"watch": 1, "get": 0}
+
+
+def test_a_copy_out_of_date_is_never_signed_for() -> None:
+    """The hints changed after the watch's copy (A100 then, H100 only now): the API server
+    refuses the Binding made from the copy, and bind decides again on the pod as it is."""
+    e, server = cluster(pending("p", "u1"))  # the node has A100s
+    watch(e, server.touch("p", {"hcs.io/models": "A100"}))
+    server.touch("p", {"hcs.io/models": "H100"})  # not shown by the watch yet
+    refused = bind(e, "p", "u1")
+    assert "can no longer take the pod" in refused and "models h100" in refused
+    assert [b["metadata"]["resourceVersion"] for b in server.bindings] == ["101"]
+    assert server.gets == 1 and reads(e) == {"watch": 1, "get": 1}
+    assert used(e) == [0, 0] and not server.pods["p"]["spec"].get("nodeName")
+
+
+def test_a_pod_touched_after_the_copy_is_bound_on_the_second_try() -> None:
+    """The requeue's touch (or any write) moves the pod's version past the watch's copy:
+    the first Binding is refused (409), bind reads the pod and binds it in the same call."""
+    e, server = cluster(pending("p", "u1"))
+    server.touch("p", {"hcs.io/capacity-freed": "n 2026-01-01T00:00:00Z"})
+    assert bind(e, "p", "u1") == ""
+    assert [b["metadata"]["resourceVersion"] for b in server.bindings] == ["7", "101"]
+    assert server.pods["p"]["spec"]["nodeName"] == "n" and used(e) == [60, 0]
+    assert reads(e) == {"watch": 1, "get": 1}
+    watch(e, server.pods["p"])  # and the watch's word on it replaces the reservation
+    assert used(e) == [60, 0]
+
+
+def test_a_pod_read_with_a_get_is_not_tried_again() -> None:
+    e, server = cluster()
+    server.pods["p"] = pending("p", "u1")  # not shown by the watch
+    server.fail = KubeError(409, "Conflict", "Precondition failed: resourceVersion")
+    assert "409" in bind(e, "p", "u1")
+    assert len(server.bindings) == 1 and used(e) == [0, 0]
+
+
+def test_a_second_refusal_is_the_answer() -> None:
+    """At most one retry per call: a pod written faster than bind can read it waits for
+    kube-scheduler's next try."""
+    e, server = cluster(pending("p", "u1"))
+    server.touch("p", {"a": "1"})
+    original = server.get
+
+    def get_then_touch(path: str) -> dict[str, Any]:
+        found = original(path)
+        server.touch("p", {"a": "2"})
+        return found
+
+    server.get = get_then_touch  # type: ignore[method-assign]
+    assert "409" in bind(e, "p", "u1")
+    assert len(server.bindings) == 2 and used(e) == [0, 0]
