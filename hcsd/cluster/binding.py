@@ -44,11 +44,27 @@ from hcsd.contract.keyring import Keyring, node_key
 from hcsd.contract.names import ANNOTATION_ASSIGNMENT
 from hcsd.model import Grant
 
-__all__ = ["DEFAULT_SCHEDULERS", "BindRequest", "Binder", "SeenPods", "signed_assignment"]
+__all__ = [
+    "DEFAULT_SCHEDULERS",
+    "UNSETTLED_SECONDS",
+    "BindRequest",
+    "Binder",
+    "SeenPods",
+    "signed_assignment",
+]
 
 log = logging.getLogger(__name__)
 
 _SEEN = 10_000
+# A Binding of unknown outcome keeps its reservation this long unless the watch shows the pod
+# bound first (it does within a second when the write was done).
+UNSETTLED_SECONDS = 30.0
+
+
+def unknown_outcome(error: KubeError) -> bool:
+    """Whether a write that failed with `error` may have been done all the same: no answer
+    (a timeout, a broken connection) or the API server's own timeout (504)."""
+    return error.status in (0, 504)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +227,16 @@ class Binder:
             annotation = signed_assignment(node, uid, grants, self.keys(), self.clock())
             binding["metadata"]["annotations"] = {ANNOTATION_ASSIGNMENT: annotation}
             self._write(request, binding)
+        except KubeError as e:
+            if not unknown_outcome(e):
+                self.state.forget(uid, token)
+                raise
+            # Written or not: the pod may hold the grants. The watch settles it.
+            self.state.unsettled(uid, token, UNSETTLED_SECONDS)
+            return (
+                f"bind failed: {e}; the outcome is unknown: the grants stay reserved until the "
+                f"watch shows the pod bound, or for {UNSETTLED_SECONDS:.0f} s"
+            )
         except BaseException:  # whatever breaks between assume and write: nothing is held
             self.state.forget(uid, token)
             raise

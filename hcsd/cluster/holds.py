@@ -189,11 +189,12 @@ class Holds:
         ]
         return [node for uid in gone for node in self.drop(uid)]
 
-    def overdue(self, now: float) -> list[str]:
-        """Drop the reservations of Bindings of unknown outcome whose deadline has passed
-        without the informer showing their pod."""
+    def overdue(self, clock: Callable[[], float]) -> list[str]:
+        """Drop the reservations of Bindings of unknown outcome whose deadline (on `clock`,
+        read only when there are some) has passed without the informer showing their pod."""
         if not self._unsettled:
             return []
+        now = clock()
         gone = [u for u in self._unsettled if (self._assumed[u].deadline or 0.0) < now]
         return [node for uid in gone for node in self.drop(uid)]
 

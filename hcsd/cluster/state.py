@@ -104,6 +104,7 @@ class ClusterState:
         self._views: dict[str, NodeView] = {}
         self._holds = Holds()
         self._tokens = itertools.count(1)  # names each bind's reservation
+        self.monotonic = time.monotonic  # when Bindings are written, and their deadlines
         self._heartbeats = Heartbeats(clock)
         self._leased: set[str] = set()  # nodes whose heartbeat Lease exists now
         self._quotas: dict[str, Quota] = {}
@@ -249,9 +250,16 @@ class ClusterState:
 
     def bound(self, uid: str, token: int) -> None:
         """The Binding of an assumed pod is written: from now on the API server lists it."""
-        at = time.monotonic()
+        at = self.monotonic()
         with self._lock:
             self._holds.bound(uid, token, at)
+
+    def unsettled(self, uid: str, token: int, seconds: float) -> None:
+        """The Binding of an assumed pod may or may not have been written (no answer): keep
+        the reservation until the informer shows the pod, for `seconds` at most."""
+        at = self.monotonic()
+        with self._lock:
+            self._holds.bound(uid, token, at, deadline=at + seconds)
 
     def _pods_listed(self, started: float) -> None:
         """Assumed pods a full list started after their Binding did not show are gone."""
@@ -273,6 +281,8 @@ class ClusterState:
     def snapshot(self) -> Snapshot:
         """The state now, for a decision; the same object until something changes."""
         with self._lock:
+            for node in self._holds.overdue(self.monotonic):
+                self._touch(node)
             last = self._last
             if last is not None:
                 return last

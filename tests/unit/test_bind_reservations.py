@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hcsd.cluster.binding import BindRequest
+from hcsd.cluster.binding import UNSETTLED_SECONDS, BindRequest
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.kube import KubeError
 from tests.unit.fleet import GiB, add_node, assigned, beat
@@ -232,3 +232,44 @@ def test_a_second_refusal_is_the_answer() -> None:
     server.get = get_then_touch  # type: ignore[method-assign]
     assert "409" in bind(e, "p", "u1")
     assert len(server.bindings) == 2 and used(e) == [0, 0]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [KubeError(0, "Unreachable", "POST binding: read timed out"),
+     KubeError(504, "Timeout", "the server was unable to return a response in time")],
+    ids=["no-answer", "gateway-timeout"],
+)  # fmt: skip
+def test_a_binding_of_unknown_outcome_keeps_its_reservation_until_settled(
+    failure: KubeError,
+) -> None:
+    """The write may have been done: the pod may hold the grants. The reservation stays
+    until the watch shows the pod bound, or, if it never does, for a bounded time."""
+    e, server = cluster(pending("p", "u1"), pending("q", "u2"), pending("r", "u3"))
+    clock = e.state.monotonic = Clock()
+    server.fail = failure
+    assert "outcome is unknown" in bind(e, "p", "u1")
+    assert used(e) == [60, 0]
+    assert "not settled" in bind(e, "p", "u1")  # kube-scheduler's retry waits for it
+    assert bind(e, "q", "u2") == "" and bind(e, "r", "u3") != ""  # no slice booked twice
+    clock.now += UNSETTLED_SECONDS + 1  # the pod never showed bound: the write was lost
+    assert sorted(used(e)) == [0, 60]
+    assert bind(e, "r", "u3") == ""
+
+
+def test_a_binding_of_unknown_outcome_is_settled_by_the_watch() -> None:
+    e, server = cluster(pending("p", "u1"))
+    clock = e.state.monotonic = Clock()
+    server.fail = KubeError(0, "Unreachable", "read timed out")
+    bind(e, "p", "u1")
+    e.state.pods.apply("ns/p", assigned("u1", "n", (1, 60)))  # bound after all
+    clock.now += UNSETTLED_SECONDS + 1
+    assert used(e) == [0, 60]
