@@ -167,9 +167,10 @@ class Binder:
     def _watched(self, request: BindRequest) -> Mapping[str, Any] | None:
         """The pod as the extender's watch of pods last showed it, unbound and with the uid
         kube-scheduler named; None (then bind GETs it) when the watch has not shown it yet,
-        shows it bound or another pod of that name. What bind reads of it cannot change on
-        an unbound pod but its annotations (the uid, `spec.schedulerName` and extended
-        resources are immutable; an in-place resize changes cpu and memory only)."""
+        shows it bound or another pod of that name, or keeps no copy of it. What bind reads
+        of it cannot change on an unbound pod but its `hcs.io/*` hints (the uid,
+        `spec.schedulerName` and extended resources are immutable; an in-place resize changes
+        cpu and memory only): the Binding's resourceVersion precondition catches those."""
         info = self.state.pods.get(f"{request.namespace}/{request.name}")
         if info is None or info.pending is None or info.uid != request.uid:
             return None
@@ -189,10 +190,13 @@ class Binder:
                 # The copy is out of date (the pod was written since: the requeue's touch, a
                 # hint changed) or the pod is gone: decide once more on the pod as it is.
                 log.info("bind %s/%s: %s; reading the pod", request.namespace, request.name, e)
-        return self._attempt(request, self._read(request))
+                return self._attempt(request, self._read(request, "conflict"))
+        return self._attempt(request, self._read(request, "get"))
 
-    def _read(self, request: BindRequest) -> Mapping[str, Any]:
-        self.metrics.bind_source.labels("get").inc()
+    def _read(self, request: BindRequest, source: str) -> Mapping[str, Any]:
+        """GET the pod; `source` says why, for the metric: "get" (no copy of it in the
+        watch), "conflict" (the API server refused a Binding made from the copy)."""
+        self.metrics.bind_source.labels(source).inc()
         return self.kube.get(paths_for("v1", "pods", request.namespace, request.name))
 
     def _attempt(self, request: BindRequest, pod: Mapping[str, Any]) -> str:

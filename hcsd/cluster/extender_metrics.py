@@ -118,8 +118,9 @@ class Metrics:
         )
         self.bind_source = Counter(
             "hcs_extender_bind_pod_reads",
-            "Where bind read the pod from: the extender's watch of pods, or a GET (the watch "
-            "had not shown it yet).",
+            "Where bind read the pod from: the extender's watch of pods (watch), a GET when the "
+            "watch kept no copy of it (get), or a GET after the API server refused a Binding "
+            "made from the copy as out of date (conflict).",
             ["source"],
             registry=self.registry,
         )
@@ -129,7 +130,7 @@ class Metrics:
             "bind GETs the pod).",
             registry=self.registry,
         )
-        for source in ("watch", "get"):
+        for source in ("watch", "get", "conflict"):
             self.bind_source.labels(source)
         for verb in ("filter", "prioritize", "bind"):
             self.requests.labels(verb)

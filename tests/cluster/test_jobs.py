@@ -68,7 +68,14 @@ def test_a_64_pod_job_is_bound_whole_without_double_booking(
     assert len(held) == 64  # 64 devices, one per pod
     per_node = Counter(node for node, _ in held)
     assert set(per_node) <= set(NODES) and max(per_node.values()) <= 8
-    # Bind read the pods from the extender's watch (a GET only for one it had not shown yet).
+    # Every bind read its pod once, mostly from the extender's watch (a GET for one it had
+    # not shown yet). Binds include the refused ones (kube-scheduler races at a node's last
+    # device), so they are counted, not assumed to be 64.
+    binds = {
+        r: extender.metric(f'hcs_extender_binds_total{{result="{r}"}}') for r in ("ok", "error")
+    }
     reads = {s: extender.metric(f'hcs_extender_bind_pod_reads_total{{source="{s}"}}')
              for s in ("watch", "get")}  # fmt: skip
-    assert reads["watch"] + reads["get"] == 64 and reads["watch"] > 0, reads
+    assert binds["ok"] == 64, binds
+    assert reads["watch"] + reads["get"] == binds["ok"] + binds["error"], (reads, binds)
+    assert reads["watch"] >= 0.5 * (binds["ok"] + binds["error"]), (reads, binds)

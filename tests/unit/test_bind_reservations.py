@@ -172,7 +172,7 @@ def test_a_pod_replaced_under_its_name_drops_the_old_ones_reservation() -> None:
 
 def reads(e: Extender) -> dict[str, float | None]:
     return {s: e.metrics.value("hcs_extender_bind_pod_reads_total", source=s)
-            for s in ("watch", "get")}  # fmt: skip
+            for s in ("watch", "get", "conflict")}  # fmt: skip
 
 
 def test_the_binding_names_the_version_of_the_pod_it_was_decided_on() -> None:
@@ -180,7 +180,7 @@ def test_the_binding_names_the_version_of_the_pod_it_was_decided_on() -> None:
     assert bind(e, "p", "u1") == ""
     meta = server.bindings[0]["metadata"]
     assert (meta["uid"], meta["resourceVersion"]) == ("u1", "7")
-    assert reads(e) == {"watch": 1, "get": 0}
+    assert reads(e) == {"watch": 1, "get": 0, "conflict": 0}
 
 
 def test_a_copy_out_of_date_is_never_signed_for() -> None:
@@ -192,7 +192,7 @@ def test_a_copy_out_of_date_is_never_signed_for() -> None:
     refused = bind(e, "p", "u1")
     assert "can no longer take the pod" in refused and "models h100" in refused
     assert [b["metadata"]["resourceVersion"] for b in server.bindings] == ["101"]
-    assert server.gets == 1 and reads(e) == {"watch": 1, "get": 1}
+    assert server.gets == 1 and reads(e) == {"watch": 1, "get": 0, "conflict": 1}
     assert used(e) == [0, 0] and not server.pods["p"]["spec"].get("nodeName")
 
 
@@ -204,7 +204,7 @@ def test_a_pod_touched_after_the_copy_is_bound_on_the_second_try() -> None:
     assert bind(e, "p", "u1") == ""
     assert [b["metadata"]["resourceVersion"] for b in server.bindings] == ["7", "101"]
     assert server.pods["p"]["spec"]["nodeName"] == "n" and used(e) == [60, 0]
-    assert reads(e) == {"watch": 1, "get": 1}
+    assert reads(e) == {"watch": 1, "get": 0, "conflict": 1}
     watch(e, server.pods["p"])  # and the watch's word on it replaces the reservation
     assert used(e) == [60, 0]
 
