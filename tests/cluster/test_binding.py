@@ -99,8 +99,9 @@ def test_bind_signs_binds_and_counts_the_pod_at_once(
 def test_a_failed_binding_gives_its_grants_back(plane: ControlPlane, extender: Extender) -> None:
     add_node(plane, extender, "bind-b")
     taken = create_pod(plane, "taken", "80Gi")
-    # Someone else binds it first (without an assignment): the extender's Binding then fails
-    # after it has assumed the grants.
+    # Someone else binds it first (without an assignment). The extender's Binding made from
+    # its watch's copy, if the copy is still unbound, then fails (409: the pod's version moved)
+    # after it has assumed the grants; the pod read again shows it bound: refused.
     plane.kube().create("/api/v1/namespaces/default/pods/taken/binding", {
         "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "taken"},
         "target": {"apiVersion": "v1", "kind": "Node", "name": "elsewhere"},
@@ -108,7 +109,7 @@ def test_a_failed_binding_gives_its_grants_back(plane: ControlPlane, extender: E
     assert extender.filter(taken, ["bind-b"]).passed == ["bind-b"]
     errors = extender.metrics.value("hcs_extender_binds_total", result="error")
     assert errors is not None
-    assert bind(extender, taken, "bind-b").startswith("bind failed: 409 Conflict")
+    assert bind(extender, taken, "bind-b") == "pod default/taken is already bound to elsewhere"
     assert extender.metrics.value("hcs_extender_binds_total", result="error") == errors + 1
     assert extender.filter(taken, ["bind-b"]).passed == ["bind-b"]  # nothing left assumed
     missing = {**taken, "metadata": {**taken["metadata"], "name": "never-made", "uid": "u-0"}}
