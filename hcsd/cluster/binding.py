@@ -188,7 +188,7 @@ class Binder:
                 if not e.conflict:
                     raise
                 # The copy is out of date (the pod was written since: the requeue's touch, a
-                # hint changed) or the pod is gone: decide once more on the pod as it is.
+                # hint changed) or another pod has its name: decide once more on the pod as it is.
                 log.info("bind %s/%s: %s; reading the pod", request.namespace, request.name, e)
                 return self._attempt(request, self._read(request, "conflict"))
         return self._attempt(request, self._read(request, "get"))

@@ -3,10 +3,10 @@
 The pods informer keeps one for each unbound pod this extender may be asked to bind: it asks
 for one of the `ai.compute/*` resources, its `spec.schedulerName` is one the extender serves
 and it has no scheduling gates (the API server refuses to bind a gated pod, and
-kube-scheduler does not schedule one). A copy holds only what `demand.demand_of` reads and
-what the Binding's preconditions name, so its size does not depend on what else the pod
-carries (`last-applied-configuration` alone can be 256 KiB); their number is capped
-(`PendingCopies`), past which bind reads the pod with a GET.
+kube-scheduler does not schedule one). A copy holds only what `demand.demand_of` and
+`fabric_jobs.job_of` read and what the Binding's preconditions name, so its size does not
+depend on what else the pod carries (`last-applied-configuration` alone can be 256 KiB);
+their number is capped (`PendingCopies`), past which bind reads the pod with a GET.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from hcsd.contract.names import (
     ANNOTATION_SUBSTITUTION,
     ANNOTATION_TOPOLOGY,
     ANNOTATION_VENDORS,
+    JOB,
+    JOB_SOURCES,
     MANAGED_RESOURCES,
 )
 
@@ -35,6 +37,9 @@ __all__ = [
 
 DEFAULT_SCHEDULERS = frozenset({"default-scheduler"})  # a pod's schedulerName when unset
 HINTS = (ANNOTATION_VENDORS, ANNOTATION_MODELS, ANNOTATION_SUBSTITUTION, ANNOTATION_TOPOLOGY)
+# What `fabric_jobs.job_of` reads: bind records where a job's pod went.
+_JOB_ANNOTATIONS = (JOB, *(key for where, key, _ in JOB_SOURCES if where == "annotation"))
+_JOB_LABELS = (JOB, *(key for where, key, _ in JOB_SOURCES if where == "label"))
 PENDING_COPIES = 20_000  # copies kept at most; past it, bind GETs the pod
 _HINT_BYTES = 4096  # a longer hint is no demand anyone means: no copy, bind GETs the pod
 
@@ -67,21 +72,28 @@ def bindable(obj: Mapping[str, Any], schedulers: frozenset[str]) -> bool:
 
 def pending_copy(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     """What bind reads of an unbound pod: uid, name, namespace, resourceVersion, the `hcs.io/*`
-    hints, the scheduler's name, and the `ai.compute/*` resources of the containers asking
-    for them (all `demand.demand_of` looks at, and what a Binding's preconditions name);
-    None when it asks for none, or has a hint too long to be one."""
+    hints, the labels and annotations naming its job, the scheduler's name, and the
+    `ai.compute/*` resources of the containers asking for them (all `demand.demand_of` and
+    `fabric_jobs.job_of` look at, and what a Binding's preconditions name); None when it asks
+    for none, or has a hint or job name too long to be one."""
     spec = obj.get("spec") or {}
     containers = [c for c in (_asked(raw) for raw in spec.get("containers") or ()) if c]
     if not containers:
         return None
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    hints = {k: annotations[k] for k in HINTS if k in annotations}
-    if any(len(str(v)) > _HINT_BYTES for v in hints.values()):
+    labels = meta.get("labels") or {}
+    hints = {k: annotations[k] for k in (*HINTS, *_JOB_ANNOTATIONS) if k in annotations}
+    job_labels = {k: labels[k] for k in _JOB_LABELS if k in labels}
+    if any(len(str(v)) > _HINT_BYTES for v in (*hints.values(), *job_labels.values())):
         return None
     kept = ("uid", "namespace", "name", "resourceVersion")
     return {
-        "metadata": {**{k: meta[k] for k in kept if k in meta}, "annotations": hints},
+        "metadata": {
+            **{k: meta[k] for k in kept if k in meta},
+            "annotations": hints,
+            "labels": job_labels,
+        },
         "spec": {"schedulerName": spec.get("schedulerName"), "containers": containers},
     }
 

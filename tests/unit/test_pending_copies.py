@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from hcsd.cluster.binding import BindRequest
 from hcsd.cluster.demand import demand_of
 from hcsd.cluster.extender import Extender
+from hcsd.cluster.fabric_jobs import job_of
 from hcsd.cluster.holds import pod_info
 from hcsd.cluster.pending import pending_copy
+from hcsd.contract.names import JOB_SOURCES
 from tests.unit.test_bind_pod_source import unbound
 from tests.unit.test_extender_state import KEYS, new_extender
 
@@ -36,7 +40,9 @@ def test_the_copy_is_small_whatever_else_the_pod_carries() -> None:
     assert copy is not None and demand_of(copy) == demand_of(pod)
     assert copy["metadata"] == {
         "uid": "u1", "name": "p", "namespace": "ns", "resourceVersion": "7",
-        "annotations": {"hcs.io/models": "A100", "hcs.io/allow-substitution": "true"},
+        "annotations": {"hcs.io/models": "A100", "hcs.io/allow-substitution": "true",
+                        "hcs.io/job": "train"},
+        "labels": {"hcs.io/job": "train"},
     }  # fmt: skip
     assert [c["name"] for c in copy["spec"]["containers"]] == ["main", "side"]
     assert copy["spec"]["containers"][0]["resources"] == {
@@ -119,3 +125,19 @@ def test_a_pod_bound_drops_its_copy() -> None:
     bound["spec"]["nodeName"] = "n"  # bound without an assignment: holds nothing, not kept
     watched(e, bound, "ns/p")
     assert copies(e) == 0 and e.state.pods.get("ns/p") is None
+
+
+@pytest.mark.parametrize(
+    ("where", "key"),
+    [("annotations", "hcs.io/job"), ("labels", "hcs.io/job"),
+     *((("annotations" if w == "annotation" else "labels"), k) for w, k, _ in JOB_SOURCES)],
+)  # fmt: skip
+def test_the_copy_names_the_job_the_pod_names(where: str, key: str) -> None:
+    """Bind records where a job's pod went (fabric placement) from the pod it read."""
+    pod = bulky()
+    pod["metadata"]["annotations"].pop("hcs.io/job")
+    pod["metadata"]["labels"] = {}
+    pod["metadata"][where][key] = "train-1"
+    copy = pending_copy(pod)
+    assert copy is not None and job_of(pod) is not None
+    assert job_of(copy) == job_of(pod)
