@@ -24,7 +24,7 @@ import ctypes
 from typing import Any
 
 from hcsd.benchmarks.inputs import fill_random
-from hcsd.benchmarks.libraries import BenchmarkError, Library
+from hcsd.benchmarks.libraries import BenchmarkError, Library, named_status, scalars
 from hcsd.benchmarks.placement import check_device
 from hcsd.benchmarks.request import GemmRequest
 
@@ -39,7 +39,6 @@ ACL_MEMCPY_HOST_TO_DEVICE = 1
 ACL_MEMCPY_DEVICE_TO_DEVICE = 3
 ACL_ERROR_REPEAT_INITIALIZE = 100002
 ACL_ERROR_OP_NOT_FOUND = 100024
-HALF_ONE = 0x3C00
 
 _ACL_ERROR = {
     100000: "ACL_ERROR_INVALID_PARAM",
@@ -56,8 +55,7 @@ _int = ctypes.c_int
 _size = ctypes.c_size_t
 
 
-def _named(status: int) -> str:
-    return f"{_ACL_ERROR.get(status, 'aclError')} ({status})"
+_named = named_status(_ACL_ERROR, "aclError")
 
 
 class OpModelMissing(BenchmarkError):
@@ -98,14 +96,8 @@ class AclblasGemm:
         self.m = self.n = self.k = request.size
         self.copy_bytes = request.copy_bytes if request.bandwidth else 0
         self._op_models = request.ascend_op_models
-        if request.compute == "fp32":
-            self._c_type, c_bytes = ACL_FLOAT, 4
-            self._alpha: Any = ctypes.c_float(1.0)
-            self._beta: Any = ctypes.c_float(0.0)
-        else:
-            self._c_type, c_bytes = ACL_FLOAT16, 2
-            self._alpha = ctypes.c_uint16(HALF_ONE)
-            self._beta = ctypes.c_uint16(0)
+        self._c_type, c_bytes = (ACL_FLOAT, 4) if request.compute == "fp32" else (ACL_FLOAT16, 2)
+        self._alpha, self._beta = scalars(request.compute)
         self._c_bytes = self.m * self.n * c_bytes
         self._buffers: list[int] = []
         self._stream = _ptr()

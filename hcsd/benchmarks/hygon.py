@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from typing import Any
 
 from hcsd.benchmarks.inputs import fill_random
-from hcsd.benchmarks.libraries import BenchmarkError, Library
+from hcsd.benchmarks.libraries import BenchmarkError, Library, named_status, scalars
 from hcsd.benchmarks.placement import check_device
 from hcsd.benchmarks.request import GemmRequest
 
@@ -29,7 +28,6 @@ ROCBLAS_DATATYPE_F32_R = 151
 ROCBLAS_GEMM_ALGO_STANDARD = 0
 HIP_MEMCPY_HOST_TO_DEVICE = 1
 HIP_MEMCPY_DEVICE_TO_DEVICE = 3
-HALF_ONE = 0x3C00
 
 _ROCBLAS_STATUS = {
     1: "rocblas_status_invalid_handle",
@@ -54,10 +52,6 @@ _int = ctypes.c_int
 _size = ctypes.c_size_t
 
 
-def _named(table: dict[int, str]) -> Any:
-    return lambda status: f"{table.get(status, 'status')} ({status})"
-
-
 class RocblasGemm:
     """One DCU set up for `time_kernel`: three FP16 matrices, two copy buffers, a handle."""
 
@@ -68,7 +62,7 @@ class RocblasGemm:
             ["librocblas.so", "librocblas.so.4", "librocblas.so.3", "librocblas.so.0"], dirs
         )
         self.library = self.rocblas.name
-        hip, blas = _named(_HIP_ERROR), _named(_ROCBLAS_STATUS)
+        hip, blas = named_status(_HIP_ERROR), named_status(_ROCBLAS_STATUS)
         h, b = self.hip.checked, self.rocblas.checked
         self._set_device = h("hipSetDevice", [_int], hip)
         self._device_count = h("hipGetDeviceCount", [ctypes.POINTER(_int)], hip)
@@ -90,14 +84,9 @@ class RocblasGemm:
         self.m = self.n = self.k = request.size
         self.copy_bytes = request.copy_bytes if request.bandwidth else 0
         self._expected_bus = request.pci_bus_id
-        if request.compute == "fp32":
-            self._compute = ROCBLAS_DATATYPE_F32_R
-            self._alpha: Any = ctypes.c_float(1.0)
-            self._beta: Any = ctypes.c_float(0.0)
-        else:
-            self._compute = ROCBLAS_DATATYPE_F16_R
-            self._alpha = ctypes.c_uint16(HALF_ONE)
-            self._beta = ctypes.c_uint16(0)
+        fp32 = request.compute == "fp32"
+        self._compute = ROCBLAS_DATATYPE_F32_R if fp32 else ROCBLAS_DATATYPE_F16_R
+        self._alpha, self._beta = scalars(request.compute)
         self._buffers: list[int] = []
         self._handle = _ptr()
         try:

@@ -12,7 +12,21 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["BenchmarkError", "Library", "LibraryError"]
+__all__ = ["HALF_ONE", "BenchmarkError", "Library", "LibraryError", "named_status", "scalars"]
+
+HALF_ONE = 0x3C00  # 1.0 as an IEEE half
+
+
+def named_status(table: dict[int, str], fallback: str = "status") -> Callable[[int], str]:
+    """A vendor status code as its header's name and number, for error messages."""
+    return lambda status: f"{table.get(status, fallback)} ({status})"
+
+
+def scalars(compute: str) -> tuple[Any, Any]:
+    """GEMM's alpha = 1 and beta = 0 in the compute type's width: FP32 or FP16 (half)."""
+    if compute == "fp32":
+        return ctypes.c_float(1.0), ctypes.c_float(0.0)
+    return ctypes.c_uint16(HALF_ONE), ctypes.c_uint16(0)
 
 
 class BenchmarkError(Exception):

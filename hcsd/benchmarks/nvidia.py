@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from typing import Any
 
 from hcsd.benchmarks.inputs import fill_random
-from hcsd.benchmarks.libraries import BenchmarkError, Library
+from hcsd.benchmarks.libraries import BenchmarkError, Library, named_status, scalars
 from hcsd.benchmarks.placement import check_device
 from hcsd.benchmarks.request import GemmRequest
 
@@ -27,7 +26,6 @@ CUDA_R_16F = 2
 CUBLAS_COMPUTE_16F = 64
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_GEMM_DEFAULT = -1
-HALF_ONE = 0x3C00  # 1.0 as an IEEE half
 
 _CUBLAS_STATUS = {
     1: "CUBLAS_STATUS_NOT_INITIALIZED",
@@ -59,10 +57,6 @@ _size = ctypes.c_size_t
 _devptr = ctypes.c_uint64  # CUdeviceptr: unsigned long long on 64-bit hosts
 
 
-def _named(table: dict[int, str]) -> Any:
-    return lambda status: f"{table.get(status, 'status')} ({status})"
-
-
 class CublasGemm:
     """One GPU set up for `time_kernel`: three FP16 matrices, two copy buffers, a handle."""
 
@@ -71,8 +65,8 @@ class CublasGemm:
         self.cuda = Library(["libcuda.so.1"], dirs)
         self.cublas = Library(["libcublas.so.12", "libcublas.so.11"], dirs)
         self.library = self.cublas.name
-        cu = _named(_CU_RESULT)
-        blas = _named(_CUBLAS_STATUS)
+        cu = named_status(_CU_RESULT)
+        blas = named_status(_CUBLAS_STATUS)
         c, b = self.cuda.checked, self.cublas.checked
         # Bind everything first: a missing symbol is reported before the device is touched.
         self._init = c("cuInit", [ctypes.c_uint], cu)
@@ -99,14 +93,8 @@ class CublasGemm:
         self.m = self.n = self.k = request.size
         self.copy_bytes = request.copy_bytes if request.bandwidth else 0
         self._expected_bus = request.pci_bus_id
-        if request.compute == "fp32":
-            self._compute = CUBLAS_COMPUTE_32F
-            self._alpha: Any = ctypes.c_float(1.0)
-            self._beta: Any = ctypes.c_float(0.0)
-        else:
-            self._compute = CUBLAS_COMPUTE_16F
-            self._alpha = ctypes.c_uint16(HALF_ONE)
-            self._beta = ctypes.c_uint16(0)
+        self._compute = CUBLAS_COMPUTE_32F if request.compute == "fp32" else CUBLAS_COMPUTE_16F
+        self._alpha, self._beta = scalars(request.compute)
         self._buffers: list[int] = []
         self._device = _int(-1)
         self._handle = _ptr()
