@@ -9,8 +9,6 @@ the fabric rule keeps a job together (without it kube-scheduler spreads the job 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -24,7 +22,8 @@ from hcsd.cluster.kube import Kube, KubeError
 from hcsd.cluster.objects import compute_node, node_spec, node_status
 from hcsd.cluster.timefmt import micro_time
 from tests.cluster.conftest import _requirements, kustomized, unschedulable_message
-from tests.cluster.controlplane import REPO, ControlPlane, free_port, manifests, register_node
+from tests.cluster.controlplane import ControlPlane, manifests, register_node
+from tests.cluster.jobs import start_extender
 
 pytestmark = pytest.mark.slow
 
@@ -68,13 +67,13 @@ def write_node(kube: Kube, name: str, domain: str, *, busy: int = 0) -> None:
 
 
 class Fabric:
-    def __init__(self, plane: ControlPlane, probes: int) -> None:
+    def __init__(self, plane: ControlPlane, probes: str) -> None:
         self.plane = plane
         self.kube = plane.kube()
         self.probes = probes
 
     def metric(self, name: str) -> float:
-        url = f"http://127.0.0.1:{self.probes}/metrics"
+        url = f"{self.probes}/metrics"
         with urllib.request.urlopen(url, timeout=5) as answer:
             for line in answer.read().decode().splitlines():
                 if line.startswith(name + " "):
@@ -147,21 +146,9 @@ def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
         kube = plane.kube()
         for name, domain in DOMAINS.items():
             write_node(kube, name, domain)
-        keys = work / "keys"  # the Secret's volume: one key, which signs
-        keys.mkdir()
-        (keys / "k1.key").write_bytes(b"0123456789abcdef0123456789abcdef")
-        (keys / "k1.key").chmod(0o400)
-        port, probes = free_port(), free_port()
-        log = open(work / "extender.log", "ab")  # noqa: SIM115 - closed with the process
-        plane.processes["extender"] = subprocess.Popen(
-            [sys.executable, "-m", "hcsd.cluster.extender_cli", "--listen", f"127.0.0.1:{port}",
-             "--probe-listen", f"127.0.0.1:{probes}", *plane.extender_tls(),
-             "--keys-dir", str(keys), "--kubeconfig", str(plane.config_for("extender"))],
-            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-        )  # fmt: skip
-        plane.wait_ready("extender", f"http://127.0.0.1:{probes}/readyz", 120)
-        plane.start_scheduler(f"https://127.0.0.1:{port}/")
-        yield Fabric(plane, probes)
+        extender = start_extender(plane, work, b"0123456789abcdef0123456789abcdef")
+        plane.start_scheduler(extender.url)
+        yield Fabric(plane, extender.probes)
     finally:
         plane.stop_process("extender")
         plane.stop()
