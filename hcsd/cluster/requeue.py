@@ -44,6 +44,8 @@ _LISTS = 64  # distinct candidate node lists kept
 _SHORT_LIST = 100  # kube-scheduler stops filtering at >= 100 feasible nodes: maybe cut short
 _BACKOFF, _MAX_BACKOFF = 1.0, 30.0
 _SEEN, _FRESH, _MISSED = 0, 1, 2  # Refused.look
+# admission-requeue.yaml's message for a pod bound meanwhile: gone, not denied.
+_BOUND_MESSAGE = "may touch only pods that are not bound yet"
 
 
 @dataclass(slots=True)
@@ -65,6 +67,9 @@ class Refused:
     # every node changed since; SEEN: those that freed room since; MISSED (its back-off hid
     # changes from it): all its nodes.
     look: int = 0
+    # Refusals so far: a touch whose patch was in flight while filter refused the pod again
+    # must not mark it queued (that refusal came after kube-scheduler saw the touch).
+    generation: int = 0
 
 
 class Requeuer:
@@ -101,9 +106,10 @@ class Requeuer:
         self._tokens = rate
         self._filled = clock()
         self._stopping = threading.Event()
+        self._denied_logged = -1e9
         self.touches = Counter(
             "hcs_extender_requeue_touches",
-            "Refused pods touched because they fit now, by result (touched, gone, failed).",
+            "Refused pods touched because they fit now, by result (touched, gone, denied, failed).",
             ["result"], registry=registry,
         )  # fmt: skip
         Gauge(
@@ -150,6 +156,7 @@ class Requeuer:
                 old.demand, old.candidates, old.priority = demand, candidates, priority
                 old.refused_at, old.quota_bound, old.queued = now, quota_bound, False
                 old.look = max(old.look, _FRESH)
+                old.generation += 1
             self._pods[uid] = old  # last in refusal order
             while len(self._pods) > _PODS:
                 del self._pods[next(iter(self._pods))]
@@ -330,29 +337,54 @@ class Requeuer:
                 self._recheck.add(node)  # the next step tries again
                 continue
             self._tokens -= 1
-            pod.touches += 1
-            pod.next_touch = now + min(_MAX_BACKOFF, _BACKOFF * 2 ** (pod.touches - 1))
+            with self._lock:  # queued before the patch: a refusal meanwhile clears it
+                generation = pod.generation
+                pod.touches += 1
+                pod.next_touch = now + min(_MAX_BACKOFF, _BACKOFF * 2 ** (pod.touches - 1))
+                pod.queued = True
+                namespace, name, uid = pod.namespace, pod.name, pod.uid
             body = {"metadata": {
-                "uid": pod.uid,  # a precondition: never touch a new pod of the same name
-                "annotations": {ANNOTATION_CAPACITY_FREED: f"{node} {_stamp()}"},
+                "uid": uid,  # a precondition: never touch a new pod of the same name
+                "annotations": {ANNOTATION_CAPACITY_FREED: _stamp()},
             }}  # fmt: skip
             try:
-                self.kube.patch(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", body)
+                self.kube.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", body)
             except KubeError as e:
-                if e.status in (403, 404, 409, 422):  # bound meanwhile, deleted, replaced
-                    self.touches.labels("gone").inc()
-                    self._forget(pod.uid)
-                    self._recheck.add(node)  # what it would have taken is still free
-                else:
-                    self.touches.labels("failed").inc()
-                    pod.look = _MISSED  # what freed its room is behind it: look again
-                    log.warning("cannot touch %s/%s: %s", pod.namespace, pod.name, e)
+                with self._lock:
+                    if pod.generation == generation:
+                        pod.queued = False
+                self._failed(pod, node, e)
                 continue
-            pod.queued = True
             self.touches.labels("touched").inc()
             touched += 1
-            log.info("%s/%s fits on %s now: touched", pod.namespace, pod.name, node)
+            log.info("%s/%s fits on %s now: touched", namespace, name, node)
         return touched
+
+    def _failed(self, pod: Refused, node: str, e: KubeError) -> None:
+        """A touch the API server refused. Gone: deleted (404), replaced (409, or 422 on the
+        uid precondition), bound meanwhile (admission-requeue.yaml's 403 for bound pods).
+        Any other 403/422 is a denial nobody expects (the policy or RBAC changed): counted
+        apart and logged with the server's message, at most once a minute."""
+        text = str(e)
+        if e.status in (404, 409) or (
+            (e.status == 422 and "metadata.uid" in text)
+            or (e.status == 403 and _BOUND_MESSAGE in text)
+        ):
+            self.touches.labels("gone").inc()
+            self._forget(pod.uid)
+            self._recheck.add(node)  # what it would have taken is still free
+        elif e.status in (403, 422):
+            self.touches.labels("denied").inc()
+            self._forget(pod.uid)
+            self._recheck.add(node)
+            now = time.monotonic()
+            if now - self._denied_logged >= 60.0:
+                self._denied_logged = now
+                log.warning("touch of %s/%s denied: %s", pod.namespace, pod.name, text)
+        else:
+            self.touches.labels("failed").inc()
+            pod.look = _MISSED  # what freed its room is behind it: look again
+            log.warning("cannot touch %s/%s: %s", pod.namespace, pod.name, e)
 
     def _forget(self, uid: str) -> None:
         with self._lock:

@@ -68,7 +68,7 @@ JOB = f"{GROUP}/job"
 # The scheduler's decision, signed (hcsd.contract.assignment).
 ANNOTATION_ASSIGNMENT = "hcs.io/assignment"
 # Written by the extender on a pending pod it refused that fits now, so that kube-scheduler
-# retries it (hcsd/cluster/requeue.py): "<node> <time>"
+# retries it (hcsd/cluster/requeue.py): "<time>" only
 ANNOTATION_CAPACITY_FREED = "hcs.io/capacity-freed"
 # Read by the extender only.
 ANNOTATION_SUBSTITUTION = "hcs.io/allow-substitution"

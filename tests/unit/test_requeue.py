@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -26,12 +27,13 @@ class Patches(Kube):
 
     def __init__(self) -> None:  # no connection: nothing else is called
         self.sent: list[tuple[str, str]] = []  # (pod name, node in the annotation)
-        self.refuse: dict[str, int] = {}
+        self.refuse: dict[str, tuple[int, str]] = {}  # pod name: (status, message)
 
     def patch(self, path: str, body: Any) -> dict[str, Any]:
         name = path.rsplit("/", 1)[1]
         if name in self.refuse:
-            raise KubeError(self.refuse[name], "Refused", path)
+            status, message = self.refuse[name]
+            raise KubeError(status, "Refused", message)
         self.sent.append((name, body["metadata"]["annotations"][ANNOTATION_CAPACITY_FREED]))
         return {}
 
@@ -76,7 +78,8 @@ def test_a_refused_pod_is_touched_once_when_its_node_frees_and_a_misfit_never() 
     add_node(e, "n", allocated={0: ("a", 80)}, version=2)  # one device freed
     assert requeue.step() == 1
     ((name, annotation),) = kube.sent
-    assert name == "fits-later" and annotation.startswith("n 20")
+    # Only the time: which node made room is not the pod's tenant's business.
+    assert name == "fits-later" and re.fullmatch(r"20\d\d-\d\d-\d\dT[\d:]{8}\.\d{3}Z", annotation)
     kube.sent.clear()
     assert requeue.step() == 0  # no change: no touch, whatever is remembered
     for version in range(3, 8):  # the node keeps changing
@@ -156,7 +159,8 @@ def test_a_pod_bound_or_gone_meanwhile_is_forgotten_and_the_next_one_woken() -> 
     refuse(e, "gone", 10, ["n"])
     refuse(e, "next", 10, ["n"])
     requeue.step()
-    kube.refuse["gone"] = 403  # admission-requeue.yaml: bound meanwhile
+    bound = "hcs-scheduler-extender may touch only pods that are not bound yet"
+    kube.refuse["gone"] = (403, bound)  # admission-requeue.yaml: bound meanwhile
     add_node(e, "n", version=2)
     assert requeue.step() == 0
     assert requeue.remembered() == ["next"]
@@ -196,7 +200,7 @@ def test_a_failed_touch_is_retried_on_the_next_change_only() -> None:
     beat(e, "n")
     refuse(e, "p", 10, ["n"])
     requeue.step()
-    kube.refuse["p"] = 500
+    kube.refuse["p"] = (500, "etcdserver: request timed out")
     add_node(e, "n", version=2)
     assert requeue.step() == 0
     del kube.refuse["p"]
@@ -231,3 +235,55 @@ def test_a_pod_over_its_quota_is_touched_when_the_namespace_frees_or_the_quota_g
     clock.now += 2
     e.state.quotas.apply("ns/q", quota("40Gi"))  # the limit grows: no node changes
     assert requeue.step() == 1 and touched(kube) == ["q"]
+
+
+def test_a_refusal_that_arrives_while_the_touch_is_in_flight_is_kept() -> None:
+    """kube-scheduler can see the touch and refuse the pod again before the PATCH answers:
+    that refusal must stand, or the pod is never touched again."""
+    e, requeue, kube, clock = setup()
+    add_node(e, "n", allocated=FULL)
+    beat(e, "n")
+    refuse(e, "p", 40, ["n"])
+    requeue.step()
+    answer = kube.patch
+
+    def patch(path: str, body: Any) -> dict[str, Any]:
+        out = answer(path, body)
+        add_node(e, "n", allocated=FULL, version=99)  # another pod took the room
+        refuse(e, "p", 40, ["n"])
+        return out
+
+    kube.patch = patch  # type: ignore[method-assign]
+    add_node(e, "n", version=2)
+    assert requeue.step() == 1
+    kube.patch = answer  # type: ignore[method-assign]
+    assert touched(kube) == ["p"]
+    clock.now += 60  # past the back-off
+    add_node(e, "n", version=100)  # room frees again
+    assert requeue.step() == 1
+    assert touched(kube) == ["p"]
+
+
+def test_a_denied_touch_is_counted_apart_from_a_gone_pod(caplog: Any) -> None:
+    """404/409, the uid precondition's 422 and the policy's 'bound' 403 mean the pod is
+    gone; any other 403/422 is a denial someone should see (the policy or RBAC changed)."""
+    e, requeue, kube, _ = setup()
+    add_node(e, "n", allocated=FULL)
+    beat(e, "n")
+    answers = {
+        "deleted": (404, "not found"),
+        "replaced": (422, 'Pod "replaced" is invalid: metadata.uid: field is immutable'),
+        "denied": (403, 'pods "denied" is forbidden: User cannot patch resource "pods"'),
+        "invalid": (422, "ValidatingAdmissionPolicy 'x' denied request"),
+    }
+    for name, answer in answers.items():
+        refuse(e, name, 10, ["n"])
+        kube.refuse[name] = answer
+    requeue.step()
+    add_node(e, "n", version=2)
+    with caplog.at_level("WARNING"):
+        requeue.step()
+    counted = {r: requeue.touches.labels(r)._value.get() for r in ("gone", "denied")}
+    assert counted == {"gone": 2, "denied": 2}
+    warned = [r.getMessage() for r in caplog.records if "denied" in r.getMessage()]
+    assert len(warned) == 1 and "forbidden" in warned[0]  # once a minute, the server's words
