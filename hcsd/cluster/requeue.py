@@ -145,7 +145,9 @@ class Requeuer:
         spec = pod.get("spec") or {}
         namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         priority, now = int(spec.get("priority") or 0), self.clock()
-        cut_short = _SHORT_LIST <= len(names) < self.state.counts()[0]
+        # Not judged against the ComputeNodes: in a mixed cluster the offer counts Nodes HCS
+        # never sees, so 500 names of 5,000 Nodes can hold fewer than the 400 ComputeNodes.
+        cut_short = len(names) >= _SHORT_LIST
         with self._lock:
             candidates = None if cut_short else self._candidates(names)
             old = self._pods.pop(uid, None)

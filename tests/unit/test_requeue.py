@@ -287,3 +287,18 @@ def test_a_denied_touch_is_counted_apart_from_a_gone_pod(caplog: Any) -> None:
     assert counted == {"gone": 2, "denied": 2}
     warned = [r.getMessage() for r in caplog.records if "denied" in r.getMessage()]
     assert len(warned) == 1 and "forbidden" in warned[0]  # once a minute, the server's words
+
+
+def test_a_long_offer_counts_as_any_node_in_a_mixed_cluster() -> None:
+    """400 ComputeNodes among 5,000 Nodes: kube-scheduler stopped at 500 feasible Nodes, 40
+    of them HCS nodes. Fewer offered names than ComputeNodes says nothing about cutting short;
+    100 or more offered names mean it may have stopped looking."""
+    e, requeue, kube, _ = setup()
+    hcs = [f"g{i}" for i in range(400)]
+    for n in hcs:
+        add_node(e, n, allocated=FULL)
+        beat(e, n)
+    refuse(e, "p", 40, [f"cpu{i}" for i in range(460)] + hcs[:40])
+    requeue.step()
+    add_node(e, "g300", version=2)  # frees, outside what was offered
+    assert requeue.step() == 1 and touched(kube) == ["p"]
