@@ -222,9 +222,22 @@ def _extender_parser() -> argparse.ArgumentParser:
         help="bind only pods of this spec.schedulerName (repeat; default: default-scheduler)",
     )
     parser.add_argument("--quota-status-seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--no-requeue",
+        dest="requeue",
+        action="store_false",
+        help="never touch refused pods (the chart's requeue.enabled=false: no `patch pods`)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     add_flags(parser)
     return parser
+
+
+def _own_pod() -> tuple[str, str] | None:
+    """The extender's pod (the downward API's POD_NAMESPACE, POD_NAME): what the requeue
+    guard asks about; None outside a pod (it asks about a refused pod instead)."""
+    namespace, name = os.environ.get("POD_NAMESPACE", ""), os.environ.get("POD_NAME", "")
+    return (namespace, name) if namespace and name else None
 
 
 def extender_main(argv: Sequence[str] | None = None) -> int:
@@ -251,6 +264,8 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         namespace=args.namespace,
         is_leader=elector.is_leader if elector else (lambda: True),
         schedulers=frozenset(args.scheduler_name) or DEFAULT_SCHEDULERS,
+        requeue=args.requeue,
+        own_pod=_own_pod(),
     )
     try:
         node_keys = _open_node_keys(parser, args, kube, keys) if args.node_keys_listen else None

@@ -30,6 +30,7 @@ from hcsd.cluster.fabric_placement import FabricPlacement
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.quota_status import QuotaStatusWriter
 from hcsd.cluster.requeue import Requeuer
+from hcsd.cluster.requeue_guard import RequeueGuard
 from hcsd.cluster.state import ClusterState, Snapshot
 from hcsd.contract.keyring import Keyring
 from hcsd.contract.names import NAMESPACE
@@ -61,6 +62,8 @@ class Extender:
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
         schedulers: frozenset[str] = DEFAULT_SCHEDULERS,
+        requeue: bool = True,
+        own_pod: tuple[str, str] | None = None,
     ) -> None:
         self.is_leader = is_leader
         self.keys = keys
@@ -77,9 +80,11 @@ class Extender:
         self.quota_status = QuotaStatusWriter(kube, self.state)
         self.fabric = FabricPlacement(self.state.jobs, self.state.changed_between)
         registry = self.metrics.registry
+        # requeue=False (the chart's requeue.enabled): no `patch pods` granted, nothing touched.
+        self.requeue_enabled = requeue
         self.requeue = Requeuer(
             kube, self.state, self.decider, lambda: self.keys().signing, registry,
-            is_leader=is_leader,
+            is_leader=is_leader, guard=RequeueGuard(kube, registry, own=own_pod),
         )  # fmt: skip
         registry.register(ClusterCollector(self.state, db.acu_tflops, is_leader))
         ProcessCollector(registry=registry)
@@ -87,7 +92,8 @@ class Extender:
 
     def start(self) -> Extender:
         self.state.start()
-        self.requeue.start()
+        if self.requeue_enabled:
+            self.requeue.start()
         return self
 
     def stop(self) -> None:
@@ -123,7 +129,8 @@ class Extender:
         self.metrics.pending.filtered(uid, demand.namespace, bool(passed))
         # Capacity refusals only: what the fabric rule refuses moves with the job's pods,
         # which kube-scheduler watches itself.
-        self.requeue.filtered(pod, demand, names, bool(verdict.scores), quotas=quotas, used=used)
+        if self.requeue_enabled:
+            self.requeue.filtered(pod, demand, names, bool(verdict.scores), quotas=quotas, used=used)
         return FilterAnswer(passed, verdict.failed, refused)
 
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:

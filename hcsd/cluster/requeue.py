@@ -31,6 +31,7 @@ from hcsd.cluster.compute_quota import Amounts, Quota
 from hcsd.cluster.decisions import Decider, floor_of, lacks_key, over_quota, unusable
 from hcsd.cluster.demand import Demand
 from hcsd.cluster.kube import Kube, KubeError
+from hcsd.cluster.requeue_guard import RequeueGuard
 from hcsd.cluster.state import ClusterState, Snapshot
 from hcsd.contract.names import ANNOTATION_CAPACITY_FREED
 
@@ -82,6 +83,7 @@ class Requeuer:
         registry: CollectorRegistry,
         *,
         is_leader: Callable[[], bool] = lambda: True,
+        guard: RequeueGuard | None = None,
         rate: float = 50.0,
         per_node: int = 4,
         clock: Callable[[], float] = time.monotonic,
@@ -91,6 +93,7 @@ class Requeuer:
         self.decider = decider
         self.signing = signing
         self.is_leader = is_leader
+        self.guard = guard  # None: no policy to check (tests); else touch only while it holds
         self.rate = rate
         self.per_node = per_node
         self.clock = clock
@@ -198,7 +201,13 @@ class Requeuer:
 
     def step(self) -> int:
         """Touch the remembered pods that fit on what changed since the last step; the
-        number touched."""
+        number touched. Nothing while the guard finds the policy missing: the changes wait
+        in the change log for the step after it holds again."""
+        if self.guard is not None:
+            with self._lock:
+                first = next(iter(self._pods.values()), None)
+            if first is not None and not self.guard.allows((first.namespace, first.name)):
+                return 0
         snapshot, seen = self.state.snapshot(), time.monotonic()  # heartbeats' clock
         changed = self.state.changed_between(self._version, snapshot.version)
         if self._version < 0 or changed is None:

@@ -497,3 +497,25 @@ def test_clusters_without_kube_proxy_get_host_network_addresses_and_ports(helm: 
         assert "hostNetwork" not in pod, doc["metadata"]["name"]
         env = pod["containers"][0].get("env", [])
         assert not any(e["name"].startswith("KUBERNETES_") for e in env), env
+
+
+def test_requeue_off_drops_the_patch_verb_and_its_policy_together(helm: str) -> None:
+    """`patch pods` is safe only with the policy hcs-extender-requeue: the two come and go
+    together, and the extender is told not to touch; on, it gets its pod's name and namespace
+    for the guard's probe (hcsd/cluster/requeue_guard.py)."""
+
+    def shape(docs: list[dict[str, Any]]) -> tuple[list[str], bool, list[str], set[str]]:
+        (role,) = [d for d in docs if (d["kind"], d["metadata"]["name"]) == (
+            "ClusterRole", "hcs-scheduler-extender")]  # fmt: skip
+        (pods,) = [r for r in role["rules"] if r["resources"] == ["pods"]]
+        (deployment,) = [d for d in docs if (d["kind"], d["metadata"]["name"]) == (
+            "Deployment", "hcs-scheduler-extender")]  # fmt: skip
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        policy = ("ValidatingAdmissionPolicy", "hcs-extender-requeue") in kinds(docs)
+        return pods["verbs"], policy, container["command"], {e["name"] for e in container["env"]}
+
+    verbs, policy, command, env = shape(template(helm))
+    assert "patch" in verbs and policy and "--no-requeue" not in command
+    assert {"POD_NAME", "POD_NAMESPACE"} <= env
+    verbs, policy, command, _ = shape(template(helm, "--set", "requeue.enabled=false"))
+    assert "patch" not in verbs and not policy and "--no-requeue" in command
