@@ -130,7 +130,8 @@ class Extender:
         # Capacity refusals only: what the fabric rule refuses moves with the job's pods,
         # which kube-scheduler watches itself.
         if self.requeue_enabled:
-            self.requeue.filtered(pod, demand, names, bool(verdict.scores), quotas=quotas, used=used)
+            passed_any = bool(verdict.scores)
+            self.requeue.filtered(pod, demand, names, passed_any, quotas=quotas, used=used)
         return FilterAnswer(passed, verdict.failed, refused)
 
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:
