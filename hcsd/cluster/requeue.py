@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -47,6 +47,19 @@ _BACKOFF, _MAX_BACKOFF = 1.0, 30.0
 _SEEN, _FRESH, _MISSED = 0, 1, 2  # Refused.look
 # admission-requeue.yaml's message for a pod bound meanwhile: gone, not denied.
 _BOUND_MESSAGE = "may touch only pods that are not bound yet"
+
+
+class _Ask(NamedTuple):
+    """A waiting pod's fields as the step copied them under the lock."""
+
+    rank: int  # -priority
+    refused_at: float
+    pod: Refused
+    look: int
+    demand: Demand
+    candidates: frozenset[str] | None
+    quota_bound: bool
+    generation: int
 
 
 @dataclass(slots=True)
@@ -221,19 +234,23 @@ class Requeuer:
         self._version = snapshot.version
         self._last, self._last_seen = snapshot, seen
         now = self.clock()
-        with self._lock:
+        with self._lock:  # O(pods) copying only: filter waits on this lock
             for uid in [u for u, r in self._pods.items() if now - r.refused_at > _FORGET]:
                 del self._pods[uid]
-            waiting = []  # (pod, where to look for it), by priority then age
-            for pod in sorted(self._pods.values(), key=lambda r: (-r.priority, r.refused_at)):
+            waiting = []  # what to ask for each pod, copied: filter rewrites the fields
+            for pod in self._pods.values():
                 if pod.queued:
                     continue  # touched, and kube-scheduler has not refused it since
                 if pod.next_touch > now:  # backing off: what changes meanwhile waits for it
                     if changed:
                         pod.look = _MISSED
                     continue
-                waiting.append((pod, pod.look))
+                waiting.append(_Ask(
+                    -pod.priority, pod.refused_at, pod, pod.look, pod.demand, pod.candidates,
+                    pod.quota_bound, pod.generation,
+                ))  # fmt: skip
                 pod.look = _SEEN  # a refusal from now on makes it FRESH again
+        waiting.sort(key=lambda a: (a.rank, a.refused_at))  # by priority then age, unlocked
         pools = {_SEEN: freed, _FRESH: changed, _MISSED: set(snapshot.nodes)}
         chosen = self._choose(snapshot, waiting, pools, seen=seen, signing=signing)
         return self._touch(chosen, now)
@@ -272,7 +289,7 @@ class Requeuer:
     def _choose(
         self,
         snapshot: Snapshot,
-        waiting: list[tuple[Refused, int]],
+        waiting: list[_Ask],
         pools: Mapping[int, set[str]],
         *,
         seen: float,
@@ -284,28 +301,33 @@ class Requeuer:
         fitting: dict[tuple[object, ...], list[str]] = {}
         per_node: dict[str, int] = {}
         chosen = []
-        for pod, look in waiting:
-            quotas = snapshot.quotas_in(pod.namespace)
-            if quotas and pod.namespace not in used:
-                used[pod.namespace] = self.state.namespace_usage(pod.namespace)
-            spent = used.get(pod.namespace, Amounts())
-            if quotas and over_quota(quotas, spent, floor_of(pod.demand)):
+        for ask in waiting:
+            pod, demand, namespace = ask.pod, ask.demand, ask.pod.namespace
+            quotas = snapshot.quotas_in(namespace)
+            if quotas and namespace not in used:
+                used[namespace] = self.state.namespace_usage(namespace)
+            spent = used.get(namespace, Amounts())
+            if quotas and over_quota(quotas, spent, floor_of(demand)):
                 continue  # still over its namespace's quota wherever it goes
             # The quota refused it and now would not: all its nodes, once (then as any pod).
-            where = _MISSED if pod.quota_bound else look
-            pod.quota_bound = False
+            where = _MISSED if ask.quota_bound else ask.look
+            if ask.quota_bound:
+                with self._lock:  # unless a refusal since said otherwise
+                    if pod.generation == ask.generation:
+                        pod.quota_bound = False
+            candidates = ask.candidates
             key = (
-                self.decider.demand_id(pod.demand), id(pod.candidates), where,
-                pod.namespace if quotas else "",
+                self.decider.demand_id(demand), id(candidates), where,
+                namespace if quotas else "",
             )  # fmt: skip
             nodes = fitting.get(key)
             if nodes is None:
                 nodes = fitting[key] = [
                     name
                     for name in pools[where]
-                    if (pod.candidates is None or name in pod.candidates)
+                    if (candidates is None or name in candidates)
                     and self._fits(
-                        snapshot, pod, name, signing=signing, quotas=quotas, used=spent, now=seen
+                        snapshot, demand, name, signing=signing, quotas=quotas, used=spent, now=seen
                     )
                 ]
             for name in nodes:
@@ -321,7 +343,7 @@ class Requeuer:
     def _fits(
         self,
         snapshot: Snapshot,
-        pod: Refused,
+        demand: Demand,
         name: str,
         *,
         signing: str,
@@ -331,8 +353,8 @@ class Requeuer:
     ) -> bool:
         """Filter's rule for one node (decisions.Decider._judge): fits, holds the signing
         key, keeps the namespace within its quotas."""
-        demand_id = self.decider.demand_id(pod.demand)
-        _, reason, amounts = self.decider.answer(snapshot, pod.demand, demand_id, name, now)
+        demand_id = self.decider.demand_id(demand)
+        _, reason, amounts = self.decider.answer(snapshot, demand, demand_id, name, now)
         if reason:
             return False
         if signing and lacks_key(snapshot.nodes[name].view, signing):

@@ -57,7 +57,10 @@ class RequeueGuard:
             ["state"], registry=registry,
         )  # fmt: skip
         for state in STATES:
-            gauge.labels(state).set_function(lambda s=state: float(self.state == s))
+            gauge.labels(state).set_function(self._is(state))
+
+    def _is(self, state: str) -> Callable[[], float]:
+        return lambda: float(self.state == state)
 
     def allows(self, fallback: tuple[str, str] | None = None) -> bool:
         """Whether touching is safe now; asks the API server when the last answer is
