@@ -17,10 +17,12 @@ import urllib.request
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from hcsd.api.client import Client
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cluster.kube import KubeError
+from hcsd.cluster.kube import Kube, KubeError
+from hcsd.cluster.requeue_guard import POLICY, RequeueGuard
 from hcsd.contract.keyring import Keyring
 from tests.cluster.conftest import Cluster, unschedulable_message
 
@@ -250,8 +252,10 @@ def test_the_extender_may_touch_a_pending_pod_and_nothing_more(cluster: Cluster)
     path = f"{pods}/untouchable"
     uid = waiting["metadata"]["uid"]
     tolerations = waiting["spec"].get("tolerations") or []
-    extender.patch(path, {"metadata": {"uid": uid, "annotations": {TOUCHED: "dcu-node now"}}})
-    assert pod(cluster, "untouchable")["metadata"]["annotations"][TOUCHED] == "dcu-node now"
+    containers = waiting["spec"]["containers"]
+    now = "2026-11-23T07:00:00.123Z"
+    extender.patch(path, {"metadata": {"uid": uid, "annotations": {TOUCHED: now}}})
+    assert pod(cluster, "untouchable")["metadata"]["annotations"][TOUCHED] == now
     refused = {
         "another annotation": (path, {"metadata": {"annotations": {"hcs.io/x": "1"}}}),
         "removing an annotation": (path, {"metadata": {"annotations": {"hcs.io/vendors": None}}}),
@@ -259,13 +263,40 @@ def test_the_extender_may_touch_a_pending_pod_and_nothing_more(cluster: Cluster)
         "a finalizer": (path, {"metadata": {"finalizers": ["hcs.io/keep"]}}),
         "the spec": (path, {"spec": {"activeDeadlineSeconds": 5}}),
         "a toleration": (path, {"spec": {"tolerations": [*tolerations, {"operator": "Exists"}]}}),
-        "a bound pod": (f"{pods}/bound-one", {"metadata": {"annotations": {TOUCHED: "x"}}}),
+        "the image": (path, {"spec": {"containers": [{**containers[0], "image": "evil:1"}]}}),
+        "an owner": (
+            path,
+            {
+                "metadata": {
+                    "ownerReferences": [
+                        {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": uid}
+                    ]
+                }
+            },
+        ),
+        "a message in the annotation": (path, {"metadata": {"annotations": {TOUCHED: "run x"}}}),
+        "an oversize annotation": (path, {"metadata": {"annotations": {TOUCHED: now + "0" * 64}}}),
+        "ephemeral containers": (
+            f"{path}/ephemeralcontainers",
+            {"spec": {"ephemeralContainers": [{"name": "e", "image": "evil:1"}]}},
+        ),
+        "a resize": (
+            f"{path}/resize",
+            {
+                "spec": {
+                    "containers": [
+                        {"name": containers[0]["name"], "resources": {"limits": {"cpu": "2"}}}
+                    ]
+                }
+            },
+        ),
+        "a bound pod": (f"{pods}/bound-one", {"metadata": {"annotations": {TOUCHED: now}}}),
         "a new pod of that name": (
             path,
             {
                 "metadata": {
                     "uid": "0" * 8 + "-0000-0000-0000-" + "0" * 12,
-                    "annotations": {TOUCHED: "x"},
+                    "annotations": {TOUCHED: now},
                 }
             },
         ),
@@ -289,6 +320,37 @@ def test_the_extender_may_touch_a_pending_pod_and_nothing_more(cluster: Cluster)
         with pytest.raises(KubeError) as caught:
             call()
         assert caught.value.status == 403, (what, caught.value)
+    guarded(cluster, extender, ("default", "untouchable"))
     extender.close()
     for name in ("untouchable", "bound-one"):
         cluster.delete_pod(name)
+
+
+def guarded(cluster: Cluster, extender: Kube, target: tuple[str, str]) -> None:
+    """The guard's dry-run probe: refused by the policy while it is bound, accepted (so
+    requeue off) once its binding is gone; the binding is put back."""
+    assert RequeueGuard(extender, CollectorRegistry(), own=target).allows()
+    admin = cluster.kube
+    bindings = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+    binding = admin.get(f"{bindings}/{POLICY}")
+    admin.request("DELETE", f"{bindings}/{POLICY}")
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            guard = RequeueGuard(extender, CollectorRegistry(), own=target)
+            if not guard.allows() and guard.state == "open":
+                break
+            assert time.monotonic() < deadline, guard.state
+            time.sleep(0.2)
+        assert (
+            pod(cluster, target[1])["metadata"].get("labels", {}).get("hcs.io/requeue-guard")
+            is None
+        )  # a dry run: nothing written
+    finally:
+        for field in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+            binding["metadata"].pop(field, None)
+        admin.create(bindings, binding)
+        deadline = time.monotonic() + 20
+        while not RequeueGuard(extender, CollectorRegistry(), own=target).allows():
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
