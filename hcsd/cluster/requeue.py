@@ -7,7 +7,8 @@ slice, a node fetched the signing key) or the extender's own view of a deleted p
 lag kube-scheduler's. So the extender remembers the pods it refused (by uid, bounded) and,
 when its state changes, touches those that fit now: a merge patch of one annotation,
 `hcs.io/capacity-freed`, which kube-scheduler takes as an update of the pending pod and
-queues it at once (docs/cluster.md, Requeue, has the scheduler's side and the cost).
+moves it to the active queue, or to the backoff queue while its back-off runs (docs/cluster.md,
+Requeue, has the scheduler's side and the cost).
 
 Touched are only pods that fit a node whose change can have made room (among the nodes
 kube-scheduler offered them), at most `per_node` per node and step (the binds they make
@@ -21,17 +22,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from hcsd.cluster.compute_quota import Amounts, Quota
-from hcsd.cluster.decisions import Decider, floor_of, lacks_key, over_quota, unusable
+from hcsd.cluster.decisions import Decider, floor_of, lacks_key, over_quota
 from hcsd.cluster.demand import Demand
 from hcsd.cluster.kube import Kube, KubeError
 from hcsd.cluster.requeue_guard import RequeueGuard
+from hcsd.cluster.requeue_records import (
+    ALL,
+    FRESH,
+    MISSED,
+    SEEN,
+    Ask,
+    Refused,
+    made_room,
+    outcome,
+    stamp,
+)
 from hcsd.cluster.state import ClusterState, Snapshot
 from hcsd.contract.names import ANNOTATION_CAPACITY_FREED
 
@@ -44,46 +56,10 @@ _FORGET = 330.0  # s without a refusal: kube-scheduler's 5-minute flush has retr
 _LISTS = 64  # distinct candidate node lists kept
 _SHORT_LIST = 100  # kube-scheduler stops filtering at >= 100 feasible nodes: maybe cut short
 _BACKOFF, _MAX_BACKOFF = 1.0, 30.0
-_SEEN, _FRESH, _MISSED = 0, 1, 2  # Refused.look
-# admission-requeue.yaml's message for a pod bound meanwhile: gone, not denied.
-_BOUND_MESSAGE = "may touch only pods that are not bound yet"
-
-
-class _Ask(NamedTuple):
-    """A waiting pod's fields as the step copied them under the lock."""
-
-    rank: int  # -priority
-    refused_at: float
-    pod: Refused
-    look: int
-    demand: Demand
-    candidates: frozenset[str] | None
-    quota_bound: bool
-    generation: int
-
-
-@dataclass(slots=True)
-class Refused:
-    uid: str
-    namespace: str
-    name: str
-    demand: Demand
-    # The nodes kube-scheduler offered; None: any node, for it may have stopped looking at
-    # 100 feasible nodes (percentageOfNodesToScore) and offered only those.
-    candidates: frozenset[str] | None
-    priority: int
-    refused_at: float  # monotonic
-    quota_bound: bool  # the namespace's quota refused it wherever it went
-    touches: int = 0
-    queued: bool = False  # touched since its last refusal: kube-scheduler has it queued
-    next_touch: float = 0.0
-    # Which nodes to look at for it in the next step: FRESH (refused since the last step):
-    # every node changed since; SEEN: those that freed room since; MISSED (its back-off hid
-    # changes from it): all its nodes.
-    look: int = 0
-    # Refusals so far: a touch whose patch was in flight while filter refused the pod again
-    # must not mark it queued (that refusal came after kube-scheduler saw the touch).
-    generation: int = 0
+# Steps whose changed nodes are kept for MISSED pods (>= 51 s at 100 ms). Changed, not only
+# freed: a node taken and freed again between two steps shows no fall in usage.
+_HISTORY = 512
+_BUDGET = 0.005  # s of decisions a step; the pods left wait for the next step
 
 
 class Requeuer:
@@ -99,6 +75,7 @@ class Requeuer:
         guard: RequeueGuard | None = None,
         rate: float = 50.0,
         per_node: int = 4,
+        budget: float = _BUDGET,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
@@ -109,6 +86,7 @@ class Requeuer:
         self.guard = guard  # None: no policy to check (tests); else touch only while it holds
         self.rate = rate
         self.per_node = per_node
+        self.budget = budget
         self.clock = clock
         self._lock = threading.Lock()
         self._pods: dict[str, Refused] = {}  # guarded by _lock, in refusal order
@@ -119,6 +97,8 @@ class Requeuer:
         self._last_seen = 0.0
         self._capped: set[str] = set()  # nodes where per_node left fitting pods untouched
         self._recheck: set[str] = set()  # nodes to look at again (a touch did not land)
+        self._steps = 0
+        self._history: deque[tuple[int, set[str]]] = deque(maxlen=_HISTORY)  # (step, changed)
         self._tokens = rate
         self._filled = clock()
         self._stopping = threading.Event()
@@ -169,11 +149,11 @@ class Requeuer:
             old = self._pods.pop(uid, None)
             if old is None:
                 old = Refused(uid, namespace, name, demand, candidates, priority, now, quota_bound)
-                old.look = _FRESH
+                old.look = FRESH
             else:  # the same object: the worker may hold it
                 old.demand, old.candidates, old.priority = demand, candidates, priority
                 old.refused_at, old.quota_bound, old.queued = now, quota_bound, False
-                old.look = max(old.look, _FRESH)
+                old.look = max(old.look, FRESH)
                 old.generation += 1
             self._pods[uid] = old  # last in refusal order
             while len(self._pods) > _PODS:
@@ -226,13 +206,20 @@ class Requeuer:
         if self._version < 0 or changed is None:
             changed = set(snapshot.nodes)
         signing = self.signing()
-        freed = {n for n in changed if n in self._capped or self._freed(n, snapshot, seen, signing)}
+        freed = {
+            n
+            for n in changed
+            if n in self._capped
+            or made_room(self._last, self._last_seen, snapshot, seen, name=n, signing=signing)
+        }
         self._capped -= changed
         freed |= self._recheck
         changed |= self._recheck
         self._recheck = set()
         self._version = snapshot.version
         self._last, self._last_seen = snapshot, seen
+        self._steps += 1
+        self._history.append((self._steps, changed))
         now = self.clock()
         with self._lock:  # O(pods) copying only: filter waits on this lock
             for uid in [u for u, r in self._pods.items() if now - r.refused_at > _FORGET]:
@@ -243,54 +230,34 @@ class Requeuer:
                     continue  # touched, and kube-scheduler has not refused it since
                 if pod.next_touch > now:  # backing off: what changes meanwhile waits for it
                     if changed:
-                        pod.look = _MISSED
+                        pod.look = MISSED
                     continue
-                waiting.append(_Ask(
+                waiting.append(Ask(
                     -pod.priority, pod.refused_at, pod, pod.look, pod.demand, pod.candidates,
-                    pod.quota_bound, pod.generation,
+                    pod.quota_bound, pod.generation, pod.looked,
                 ))  # fmt: skip
-                pod.look = _SEEN  # a refusal from now on makes it FRESH again
+                pod.look, pod.looked = SEEN, self._steps  # a refusal makes it FRESH again
         waiting.sort(key=lambda a: (a.rank, a.refused_at))  # by priority then age, unlocked
-        pools = {_SEEN: freed, _FRESH: changed, _MISSED: set(snapshot.nodes)}
+        pools = {SEEN: freed, FRESH: changed, ALL: set(snapshot.nodes)}
         chosen = self._choose(snapshot, waiting, pools, seen=seen, signing=signing)
         return self._touch(chosen, now)
 
-    def _freed(self, name: str, snapshot: Snapshot, seen: float, signing: str) -> bool:
-        """Whether the node's change since the last step can have made room for anyone: a
-        device's usage fell, its devices or phase changed, it became usable again (its
-        heartbeat), or it got the signing key. A node whose usage only grew (a bind, an
-        allocation) is not looked at."""
-        last = self._last
-        new = snapshot.nodes.get(name)
-        old = last.nodes.get(name) if last is not None else None
-        if new is None or old is None or last is None:
-            return new is not None
-        got_key = bool(signing) and (
-            old.view.key_ids is not None
-            and signing not in old.view.key_ids
-            and (new.view.key_ids is None or signing in new.view.key_ids)
-        )
-        revived = unusable(last, name, self._last_seen) is not None and (
-            unusable(snapshot, name, seen) is None
-        )
-        return (
-            got_key
-            or revived
-            or new.view.devices != old.view.devices
-            or new.view.phase != old.view.phase
-            or any(
-                (now := new.usage.get(uuid)) is None
-                or now.vram_bytes < was.vram_bytes
-                or now.compute_percent < was.compute_percent
-                for uuid, was in old.usage.items()
-            )
-        )
+    def _missed(self, looked: int, pools: dict[int, set[str]]) -> set[str]:
+        """The nodes changed after step `looked` (its back-off or the step budget hid them
+        from the pod); every node when that is older than the history kept."""
+        if not self._history or looked < self._history[0][0] - 1:
+            return pools[ALL]
+        found: set[str] = set()
+        for step, freed in self._history:
+            if step > looked:
+                found |= freed
+        return found
 
     def _choose(
         self,
         snapshot: Snapshot,
-        waiting: list[_Ask],
-        pools: Mapping[int, set[str]],
+        waiting: list[Ask],
+        pools: dict[int, set[str]],
         *,
         seen: float,
         signing: str,
@@ -301,7 +268,11 @@ class Requeuer:
         fitting: dict[tuple[object, ...], list[str]] = {}
         per_node: dict[str, int] = {}
         chosen = []
-        for ask in waiting:
+        started = time.perf_counter()
+        for done, ask in enumerate(waiting):
+            if done and time.perf_counter() - started > self.budget:  # one at least
+                self._defer(waiting[done:])
+                break
             pod, demand, namespace = ask.pod, ask.demand, ask.pod.namespace
             quotas = snapshot.quotas_in(namespace)
             if quotas and namespace not in used:
@@ -310,7 +281,7 @@ class Requeuer:
             if quotas and over_quota(quotas, spent, floor_of(demand)):
                 continue  # still over its namespace's quota wherever it goes
             # The quota refused it and now would not: all its nodes, once (then as any pod).
-            where = _MISSED if ask.quota_bound else ask.look
+            where = ALL if ask.quota_bound else ask.look
             if ask.quota_bound:
                 with self._lock:  # unless a refusal since said otherwise
                     if pod.generation == ask.generation:
@@ -318,13 +289,14 @@ class Requeuer:
             candidates = ask.candidates
             key = (
                 self.decider.demand_id(demand), id(candidates), where,
-                namespace if quotas else "",
+                namespace if quotas else "", ask.looked if where == MISSED else 0,
             )  # fmt: skip
             nodes = fitting.get(key)
             if nodes is None:
+                pool = self._missed(ask.looked, pools) if where == MISSED else pools[where]
                 nodes = fitting[key] = [
                     name
-                    for name in pools[where]
+                    for name in pool
                     if (candidates is None or name in candidates)
                     and self._fits(
                         snapshot, demand, name, signing=signing, quotas=quotas, used=spent, now=seen
@@ -339,6 +311,14 @@ class Requeuer:
                 if nodes:  # fits, but its nodes' share of touches is spent this step
                     self._capped.update(nodes)
         return chosen
+
+    def _defer(self, asks: list[Ask]) -> None:
+        """Pods the step's budget did not reach: the next step asks about what made room
+        since they were last asked about."""
+        with self._lock:
+            for ask in asks:
+                ask.pod.looked = ask.looked
+                ask.pod.look = max(ask.pod.look, MISSED, ask.look)
 
     def _fits(
         self,
@@ -378,7 +358,7 @@ class Requeuer:
                 namespace, name, uid = pod.namespace, pod.name, pod.uid
             body = {"metadata": {
                 "uid": uid,  # a precondition: never touch a new pod of the same name
-                "annotations": {ANNOTATION_CAPACITY_FREED: _stamp()},
+                "annotations": {ANNOTATION_CAPACITY_FREED: stamp()},
             }}  # fmt: skip
             try:
                 self.kube.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", body)
@@ -394,30 +374,21 @@ class Requeuer:
         return touched
 
     def _failed(self, pod: Refused, node: str, e: KubeError) -> None:
-        """A touch the API server refused. Gone: deleted (404), replaced (409, or 422 on the
-        uid precondition), bound meanwhile (admission-requeue.yaml's 403 for bound pods).
-        Any other 403/422 is a denial nobody expects (the policy or RBAC changed): counted
-        apart and logged with the server's message, at most once a minute."""
-        text = str(e)
-        if e.status in (404, 409) or (
-            (e.status == 422 and "metadata.uid" in text)
-            or (e.status == 403 and _BOUND_MESSAGE in text)
-        ):
-            self.touches.labels("gone").inc()
-            self._forget(pod.uid)
-            self._recheck.add(node)  # what it would have taken is still free
-        elif e.status in (403, 422):
-            self.touches.labels("denied").inc()
-            self._forget(pod.uid)
-            self._recheck.add(node)
-            now = time.monotonic()
-            if now - self._denied_logged >= 60.0:
-                self._denied_logged = now
-                log.warning("touch of %s/%s denied: %s", pod.namespace, pod.name, text)
-        else:
-            self.touches.labels("failed").inc()
-            pod.look = _MISSED  # what freed its room is behind it: look again
+        """A touch the API server refused (requeue_records.outcome); a denial is logged with
+        the server's message at most once a minute."""
+        result = outcome(e.status, str(e))
+        self.touches.labels(result).inc()
+        if result == "failed":
+            pod.look = max(pod.look, MISSED)  # what freed its room is behind it: look again
+            pod.looked = min(pod.looked, self._steps - 1)
             log.warning("cannot touch %s/%s: %s", pod.namespace, pod.name, e)
+            return
+        self._forget(pod.uid)
+        self._recheck.add(node)  # what it would have taken is still free
+        now = time.monotonic()
+        if result == "denied" and now - self._denied_logged >= 60.0:
+            self._denied_logged = now
+            log.warning("touch of %s/%s denied: %s", pod.namespace, pod.name, e)
 
     def _forget(self, uid: str) -> None:
         with self._lock:
@@ -427,10 +398,3 @@ class Requeuer:
         """The uids of the refused pods remembered, oldest refusal first (tests, metrics)."""
         with self._lock:
             return list(self._pods)
-
-
-def _stamp() -> str:
-    """Now, to the millisecond: every touch changes the pod (a patch that changes nothing
-    makes no event)."""
-    now = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"

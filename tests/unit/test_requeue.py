@@ -302,3 +302,48 @@ def test_a_long_offer_counts_as_any_node_in_a_mixed_cluster() -> None:
     requeue.step()
     add_node(e, "g300", version=2)  # frees, outside what was offered
     assert requeue.step() == 1 and touched(kube) == ["p"]
+
+
+def test_a_step_spends_its_budget_and_the_pods_left_follow_in_the_next_steps() -> None:
+    """With no time to spare a step decides one pod; the others, not reached, are asked about
+    what changed since their last look in the next steps, so nothing they missed is lost."""
+    e, requeue, kube, _ = setup(budget=0.0)
+    for n in ("a", "b", "c"):
+        add_node(e, n, allocated=FULL)
+        beat(e, n)
+    for uid, n in (("pa", "a"), ("pb", "b"), ("pc", "c")):
+        refuse(e, uid, 40, [n])
+    requeue.step()
+    requeue.step()
+    for version, n in enumerate(("a", "b", "c"), start=2):
+        add_node(e, n, version=version)
+    assert [requeue.step() for _ in range(4)] == [1, 1, 1, 0]
+    assert touched(kube) == ["pa", "pb", "pc"]
+
+
+def test_a_pod_that_missed_changes_is_asked_about_those_nodes_only() -> None:
+    """A back-off hid changes from it: the nodes changed since its last look, not the fleet."""
+    e, requeue, kube, clock = setup()
+    names = [f"n{i}" for i in range(50)]
+    for n in names:
+        add_node(e, n, allocated=FULL)
+        beat(e, n)
+    refuse(e, "p", 40, names)
+    requeue.step()
+    add_node(e, "n1", version=2)
+    assert requeue.step() == 1
+    add_node(e, "n1", allocated=FULL, version=3)  # taken again, the pod refused again
+    refuse(e, "p", 40, names)
+    add_node(e, "n2", version=4)  # frees while it backs off
+    asked: list[str] = []
+    answer = e.decider.answer
+
+    def counted(snapshot: Any, demand: Any, demand_id: Any, name: str, now: float) -> Any:
+        asked.append(name)
+        return answer(snapshot, demand, demand_id, name, now)
+
+    e.decider.answer = counted  # type: ignore[method-assign]
+    assert requeue.step() == 0
+    clock.now += 1.1
+    assert requeue.step() == 1 and touched(kube) == ["p", "p"]
+    assert sorted(set(asked)) == ["n1", "n2"]  # not the 48 nodes nothing happened on
