@@ -19,6 +19,7 @@ from bench import (
     job_bench,
     ledger_bench,
     nri_bench,
+    requeue_bench,
     runtime_bench,
     watchdog_bench,
 )
@@ -40,6 +41,7 @@ def main() -> int:
         "extender": extender_bench.main(),
         "extender_scaling": extender_scaling.main(),
         "fabric": fabric_bench.main(),
+        "requeue": requeue_bench.main(),
         "cluster": cluster_bench.main(),
         "jobs": job_bench.main(),
     }
