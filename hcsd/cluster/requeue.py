@@ -317,7 +317,9 @@ class Requeuer:
         since they were last asked about."""
         with self._lock:
             for ask in asks:
-                ask.pod.looked = ask.looked
+                # SEEN or FRESH: what changed in this step; MISSED: since its last look.
+                looked = ask.looked if ask.look >= MISSED else self._steps - 1
+                ask.pod.looked = looked
                 ask.pod.look = max(ask.pod.look, MISSED, ask.look)
 
     def _fits(
