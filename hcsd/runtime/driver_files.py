@@ -39,6 +39,10 @@ __all__ = ["nvidia_driver_mounts"]
 log = logging.getLogger(__name__)
 
 _VERSION = re.compile(r"[0-9]+(\.[0-9]+)+")
+# A cache key becomes a mount destination: a bare file name of soname characters only (no
+# "/", "..", control characters or spaces), so a forged cache can neither aim a mount at another
+# path nor forge a log line.
+_SONAME = re.compile(r"[A-Za-z0-9+_-][A-Za-z0-9._+-]*")
 _cache: dict[str, tuple[tuple[int, int, int], list[CacheEntry] | None]] = {}
 
 
@@ -81,6 +85,9 @@ def _libraries(files: NvidiaDriverFiles, root: str) -> dict[str, str]:
         if arch is not None and entry.flags & FLAG_ARCH_MASK != arch:
             continue
         if not any(entry.name == n or entry.name.startswith(n + ".") for n in files.libraries):
+            continue
+        if not _SONAME.fullmatch(entry.name):
+            log.warning("skipping the ld.so cache entry %r: not a plain library name", entry.name)
             continue
         real = _checked(root, entry.path, files.library_dirs)
         if real is not None:
@@ -130,7 +137,7 @@ def _checked(root: str, path: str, directories: tuple[str, ...]) -> str | None:
             elif st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 why = "is not owned by root, or is writable by others"
     if why is not None:
-        log.warning("skipping the NVIDIA driver file %s: it %s", path, why)
+        log.warning("skipping the NVIDIA driver file %r: it %s", path, why)
         return None
     return inside
 

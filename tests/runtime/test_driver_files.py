@@ -5,6 +5,7 @@ Ascend driver's files from Ascend Docker Runtime's mount list."""
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from hcsd.model import Vendor
 from hcsd.runtime.ascend_files import ascend_list_mounts
 from hcsd.runtime.driver_files import nvidia_driver_mounts
 from hcsd.runtime.driver_settings import AscendDriverFiles, NvidiaDriverFiles
+from hcsd.runtime.ldcache import FLAG_ELF_LIBC6, NEW_MAGIC, host_arch_flags
 from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendors import vendor_edits
 from tests.conftest import gpu
@@ -81,6 +83,37 @@ def test_an_entry_leading_outside_the_library_dirs_is_skipped(
     assert not any("evil" in h or "secret" in h for h in mounts.values())
     assert f"{INSIDE}/libnvidia-ml.so.1" not in mounts and f"{INSIDE}/libcuda.so.1" in mounts
     assert "outside the allowed directories" in caplog.text
+
+
+def hand_built_cache(entries: list[tuple[str, str]]) -> bytes:
+    """A glibc-ld.so.cache1.1 file listing (name, path) pairs for this machine's libc6 ABI."""
+    flags = FLAG_ELF_LIBC6 | (host_arch_flags() or 0)
+    strings_at = 48 + 24 * len(entries)
+    table, rows = b"", b""
+    for name, path in entries:
+        key = strings_at + len(table)
+        table += name.encode() + b"\0"
+        rows += struct.pack("<iIIIQ", flags, key, strings_at + len(table), 0, 0)
+        table += path.encode() + b"\0"
+    header = struct.pack("<20sIIB3xI12x", NEW_MAGIC, len(entries), len(table), 2, 0)
+    return header + rows + table
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["libcuda.so./../../../etc/ld.so.preload", "libcuda.so.1\nWARNING forged", "libcuda.so.1 x"],
+)
+def test_a_cache_name_that_is_not_a_plain_soname_is_refused(
+    root: Path, caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    real = f"/{LIB_DIR}/libcuda.so.{VERSION}"
+    (root / "etc/ld.so.cache").write_bytes(
+        hand_built_cache([(name, real), ("libnvidia-ml.so.1", f"/{LIB_DIR}/libnvidia-ml.so.1")])
+    )
+    mounts = mounts_of(root)
+    assert not any("libcuda" in p or "preload" in p for p in mounts)
+    assert f"{INSIDE}/libnvidia-ml.so.1" in mounts
+    assert repr(name) in caplog.text and "\nWARNING forged" not in caplog.text
 
 
 def test_an_absolute_link_does_not_leave_the_driver_root(root: Path) -> None:
