@@ -3,16 +3,19 @@ libnvidia-container finds them, as read-only bind mounts of single files.
 
 Libraries come from the ld.so cache (`ldcache.py`): each configured name (`libcuda.so` matches
 `libcuda.so` and `libcuda.so.*`) for this machine's 64-bit libc6 ABI, the cache's first entry
-per name (the loader's choice). The real file is mounted under its own name in the container's
-library directory, and again under the cache's name (the soname, `libcuda.so.1`) so the loader
-finds it without the container running `ldconfig`. Tools come from the binary directories in
-order, the GSP firmware directory from libcuda's version.
+per name that passes the checks below (the loader takes the first, checked or not). The real
+file is mounted under its own name in the container's library directory, and again under the
+cache's name (the soname, `libcuda.so.1`) so the loader finds it without the container running
+`ldconfig`. Tools come from the binary directories in order, the GSP firmware directory from
+libcuda's version.
 
-The cache is input hcsd does not trust: a path is used only when, with every link resolved
-under the driver root, it is a regular file owned by root that no group or other user may write,
-and a library only when it lies directly in one of the allowed library directories. Anything
-else is skipped with a warning, and an unreadable cache mounts no library at all: the container
-is still created (without the driver, as on a host without one).
+The cache is input hcsd does not trust: a cache name is used only when it is a plain soname (it
+becomes a mount destination), and a path only when every component from the driver root to the
+file, links included, is root's alone (`trusted_path`), the file is a regular one and a library
+lies directly in one of the allowed library directories (a tool in one of the tool directories,
+the firmware under /lib/firmware). Anything else is skipped with a warning, and an unreadable
+cache mounts no library at all: the container is still created (without the driver, as on a
+host without one).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from hcsd.runtime.ldcache import (
     host_arch_flags,
     read_cache,
 )
+from hcsd.runtime.trusted_path import UntrustedPath, resolve_trusted
 
 __all__ = ["nvidia_driver_mounts"]
 
@@ -42,6 +46,7 @@ _VERSION = re.compile(r"[0-9]+(\.[0-9]+)+")
 # A cache key becomes a mount destination: a bare file name of soname characters only (no
 # "/", "..", control characters or spaces), so a forged cache can neither aim a mount at another
 # path nor forge a log line.
+_FIRMWARE = ("/lib/firmware/", "/usr/lib/firmware/")  # /lib is a link to usr/lib on merged-/usr
 _SONAME = re.compile(r"[A-Za-z0-9+_-][A-Za-z0-9._+-]*")
 _cache: dict[str, tuple[tuple[int, int, int], list[CacheEntry] | None]] = {}
 
@@ -60,15 +65,16 @@ def nvidia_driver_mounts(files: NvidiaDriverFiles) -> list[MountEdit]:
             mounts.append(
                 MountEdit(_host(root, real), os.path.join(files.container_library_dir, name))
             )
+    tool_dirs = _allowed(root, files.binary_dirs)
     for binary in files.binaries:
         for directory in files.binary_dirs:
             candidate = os.path.join(directory, binary)
             if not os.path.lexists(_host(root, candidate)):
                 continue
-            tool = _checked(root, candidate, files.binary_dirs)
-            if tool is not None:
+            tool = _checked(root, candidate, tool_dirs)
+            if tool is not None:  # a refused candidate does not hide the next directory's
                 mounts.append(MountEdit(_host(root, tool), os.path.join("/usr/bin", binary)))
-            break
+                break
     if files.firmware:
         mounts.extend(_firmware(root, libraries))
     return mounts
@@ -78,6 +84,7 @@ def _libraries(files: NvidiaDriverFiles, root: str) -> dict[str, str]:
     """Cache name -> the real file's path (under the root, without it) of each wanted library."""
     entries = _entries(os.path.join(root, files.ld_cache.lstrip("/")))
     arch = host_arch_flags()
+    allowed = _allowed(root, files.library_dirs)
     found: dict[str, str] = {}
     for entry in entries:
         if entry.flags & FLAG_TYPE_MASK != FLAG_ELF_LIBC6 or entry.name in found:
@@ -89,7 +96,7 @@ def _libraries(files: NvidiaDriverFiles, root: str) -> dict[str, str]:
         if not _SONAME.fullmatch(entry.name):
             log.warning("skipping the ld.so cache entry %r: not a plain library name", entry.name)
             continue
-        real = _checked(root, entry.path, files.library_dirs)
+        real = _checked(root, entry.path, allowed)
         if real is not None:
             found[entry.name] = real
     return found
@@ -114,30 +121,35 @@ def _entries(path: str) -> list[CacheEntry]:
     return cached[1] or []
 
 
-def _checked(root: str, path: str, directories: tuple[str, ...]) -> str | None:
-    """`path` with its links resolved inside `root` (returned without the root) if it is a
-    root-owned regular file, not writable by group or others, directly in one of
-    `directories` (themselves resolved); None, with a warning, otherwise."""
-    real = os.path.realpath(_host(root, path))
-    inside = _strip(root, real)
-    allowed = {_strip(root, os.path.realpath(_host(root, d))) for d in directories}
-    why = None
-    if inside is None:
-        why = "resolves outside the driver root"
-    elif os.path.dirname(inside) not in allowed:
-        why = f"resolves to {inside}, outside the allowed directories"
-    else:
+def _allowed(root: str, directories: tuple[str, ...]) -> frozenset[str]:
+    """The directories (inside the root, links resolved) that exist and are root's alone."""
+    allowed = set()
+    for directory in directories:
         try:
-            st = os.lstat(real)
-        except OSError as e:
-            why = str(e)
-        else:
-            if not stat.S_ISREG(st.st_mode):
-                why = "is not a regular file"
-            elif st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                why = "is not owned by root, or is writable by others"
+            inside, st = resolve_trusted(root, directory)
+        except UntrustedPath:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            allowed.add(inside)
+    return frozenset(allowed)
+
+
+def _checked(root: str, path: str, allowed: frozenset[str]) -> str | None:
+    """`path` resolved inside `root` (returned without the root) if every component on the way
+    is root's alone (`trusted_path`) and it is a regular file directly in one of the `allowed`
+    directories; None, with a warning, otherwise."""
+    why = None
+    try:
+        inside, st = resolve_trusted(root, path)
+    except UntrustedPath as e:
+        why = str(e)
+    else:
+        if os.path.dirname(inside) not in allowed:
+            why = f"resolves to {inside}, outside the allowed directories"
+        elif not stat.S_ISREG(st.st_mode):
+            why = "is not a regular file"
     if why is not None:
-        log.warning("skipping the NVIDIA driver file %r: it %s", path, why)
+        log.warning("skipping the NVIDIA driver file %r: %s", path, why)
         return None
     return inside
 
@@ -149,27 +161,21 @@ def _firmware(root: str, libraries: dict[str, str]) -> list[MountEdit]:
         version = name.removeprefix("libcuda.so.")
         if name.startswith("libcuda.so.") and _VERSION.fullmatch(version):
             directory = f"/lib/firmware/nvidia/{version}"
-            host = os.path.realpath(_host(root, directory))
-            try:
-                st = os.lstat(host)
-            except OSError:
+            if not os.path.lexists(_host(root, directory)):
                 return []
-            safe = st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            if stat.S_ISDIR(st.st_mode) and safe and _strip(root, host) is not None:
-                return [MountEdit(host, directory)]
-            log.warning("skipping the NVIDIA firmware %s: not a root-owned directory", directory)
+            try:
+                inside, st = resolve_trusted(root, directory)
+            except UntrustedPath as e:
+                log.warning("skipping the NVIDIA firmware %s: %s", directory, e)
+                return []
+            if stat.S_ISDIR(st.st_mode) and inside.startswith(_FIRMWARE):
+                return [MountEdit(_host(root, inside), directory)]
+            log.warning(
+                "skipping the NVIDIA firmware %s: not a directory under /lib/firmware", directory
+            )
             return []
     return []
 
 
 def _host(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
-
-
-def _strip(root: str, real: str) -> str | None:
-    """`real` as a path inside `root` ("/..."), or None when it is not under it."""
-    if root == "/":
-        return real
-    if real == root or real.startswith(root + "/"):
-        return real[len(root) :] or "/"
-    return None

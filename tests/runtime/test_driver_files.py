@@ -139,6 +139,46 @@ def test_a_file_root_does_not_own_alone_is_skipped(root: Path, change: object) -
 
 
 @pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda root: (root / "usr/lib").chmod(0o777), id="world-writable-parent"),
+        pytest.param(lambda root: os.chown(root / LIB_DIR, 1000, 1000), id="parent-not-roots"),
+        pytest.param(
+            lambda root: os.lchown(root / LIB_DIR / "libcuda.so.1", 1000, 1000), id="link-not-roots"
+        ),
+    ],
+)
+def test_a_directory_or_link_on_the_way_others_control_is_refused(
+    root: Path, caplog: pytest.LogCaptureFixture, change: object
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing the owner of the fake driver's directories needs root")
+    change(root)  # type: ignore[operator]
+    mounts = mounts_of(root)
+    assert f"{INSIDE}/libcuda.so.1" not in mounts and "/usr/bin/nvidia-smi" in mounts
+    assert "libcuda.so.1" in caplog.text and "root" in caplog.text
+
+
+def test_firmware_must_stay_under_lib_firmware(root: Path) -> None:
+    firmware = root / f"lib/firmware/nvidia/{VERSION}"
+    firmware.rename(root / "lib/firmware/moved")
+    firmware.symlink_to("../../../etc")
+    assert not any("firmware" in p for p in mounts_of(root))
+    firmware.unlink()
+    firmware.symlink_to("../moved")  # elsewhere under /lib/firmware is fine
+    assert mounts_of(root)[f"/lib/firmware/nvidia/{VERSION}"] == str(root / "lib/firmware/moved")
+
+
+def test_a_refused_tool_does_not_hide_the_next_directorys(root: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the tools must be root's to begin with")
+    (root / "usr/local/bin").mkdir(parents=True, mode=0o755)
+    (root / "usr/local/bin/nvidia-smi").write_text("#!/bin/sh\n")
+    os.chown(root / "usr/local/bin/nvidia-smi", 1000, 1000)
+    assert mounts_of(root)["/usr/bin/nvidia-smi"] == str(root / "usr/bin/nvidia-smi")
+
+
+@pytest.mark.parametrize(
     "damage",
     [
         pytest.param(lambda data: data[:60], id="truncated"),
