@@ -3,10 +3,14 @@ list (`/etc/ascend-docker-runtime.d/base.list`, written by its installer for the
 model: the driver's `lib64` and `include`, `/usr/local/dcmi`, `npu-smi`, and on some models
 single libraries and config files), each bind-mounted read-only at the same path.
 
-The list is root's configuration, like hcsd's own file: it is read only when it is a regular
-file owned by root that no group or other user may write. Each entry must be an absolute path
-that exists and, with its links resolved, is owned by root and not writable by others (the
-same rule the vendor's runtime applies to links); anything else is skipped with a warning.
+The list is root's configuration, like hcsd's own file: it is read (without following a link,
+and checked again on the open descriptor) only when every component of its path is root's
+alone (`trusted_path`), it is a regular file, and it holds at most MAX_BYTES and MAX_ENTRIES
+(a longer list is refused whole, not cut). An entry is mounted only when it is a plain absolute
+path inside the configured allowlist, both as written and with its links resolved, resolves
+through components that are all root's alone, and is a regular file or a directory; a directory
+that is a system tree (`/`, `/etc`, `/proc`, ...) is refused whatever the allowlist says.
+Anything else is skipped with a warning.
 """
 
 from __future__ import annotations
@@ -17,26 +21,27 @@ import stat
 
 from hcsd.runtime.driver_settings import AscendDriverFiles
 from hcsd.runtime.edits import MountEdit
+from hcsd.runtime.trusted_path import UntrustedPath, resolve_trusted
 
-__all__ = ["ascend_list_mounts"]
+__all__ = ["MAX_BYTES", "MAX_ENTRIES", "ascend_list_mounts"]
 
 log = logging.getLogger(__name__)
 
 MAX_ENTRIES = 4096
+MAX_BYTES = 1 << 20
+# Never mounted as directories: anything at or under the trees, and the dirs themselves.
+_SYSTEM_TREES = ("/proc", "/sys", "/dev", "/run", "/var/run", "/root", "/home", "/var/lib")
+_SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/boot", "/lib", "/usr/lib", "/usr/local")
 
 
 def ascend_list_mounts(files: AscendDriverFiles) -> list[MountEdit]:
     """The read-only mounts of the mount list's entries; none when there is no usable list."""
-    if not files.mount_list or not os.path.exists(files.mount_list):
-        return []
-    if not _roots(files.mount_list, regular=True):
-        log.warning("ignoring the Ascend mount list %s: not a root-owned file", files.mount_list)
+    if not files.mount_list or not os.path.lexists(files.mount_list):
         return []
     try:
-        with open(files.mount_list, encoding="utf-8") as f:
-            lines = f.read(1 << 20).splitlines()[:MAX_ENTRIES]
-    except (OSError, UnicodeDecodeError) as e:
-        log.warning("ignoring the Ascend mount list %s: %s", files.mount_list, e)
+        lines = _read_list(files.mount_list)
+    except (OSError, UnicodeDecodeError, UntrustedPath) as e:
+        log.warning("ignoring the Ascend mount list %r: %s", files.mount_list, e)
         return []
     mounts = []
     for line in lines:
@@ -48,29 +53,53 @@ def ascend_list_mounts(files: AscendDriverFiles) -> list[MountEdit]:
             continue
         if not os.path.lexists(entry):
             continue
-        real = os.path.realpath(entry)
-        if not _roots(entry, regular=False) or not _roots(real, regular=False):
-            log.warning("skipping the Ascend mount list entry %s: not root's alone", entry)
+        why = _refusal(entry, files.allowed)
+        if isinstance(why, str):
+            log.warning("skipping the Ascend mount list entry %r: %s", entry, why)
             continue
-        mounts.append(MountEdit(real, entry))
+        mounts.append(MountEdit(why[0], entry))
     return mounts
 
 
-def _roots(path: str, *, regular: bool) -> bool:
-    """`path` (not followed) is owned by root, not writable by group or others, and a regular
-    file (`regular`) or a file or directory (else; a link counts by its owner)."""
+def _read_list(path: str) -> list[str]:
+    """The list's lines; UntrustedPath (or OSError) when it is not root's alone or too long."""
+    real, st = resolve_trusted("/", path)
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        opened = os.fstat(f.fileno())
+        if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+            raise UntrustedPath("it changed while being opened")
+        if not stat.S_ISREG(opened.st_mode):
+            raise UntrustedPath("not a regular file")
+        data = f.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise UntrustedPath(f"larger than {MAX_BYTES} bytes")
+    lines = data.decode("utf-8").splitlines()
+    if len(lines) > MAX_ENTRIES:
+        raise UntrustedPath(f"more than {MAX_ENTRIES} lines")
+    return lines
+
+
+def _refusal(entry: str, allowed: tuple[str, ...]) -> str | tuple[str]:
+    """(the resolved host path,) for a mountable entry, or why it is refused."""
     try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    kinds = (
-        (stat.S_ISREG(st.st_mode),)
-        if regular
-        else (
-            stat.S_ISREG(st.st_mode),
-            stat.S_ISDIR(st.st_mode),
-            stat.S_ISLNK(st.st_mode),
-        )
-    )
-    writable = not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    return any(kinds) and st.st_uid == 0 and not writable
+        real, st = resolve_trusted("/", entry)
+    except UntrustedPath as e:
+        return f"not root's alone: {e}"
+    if not (_allowed(entry, allowed) and _allowed(real, allowed)):
+        return f"{real} is outside the allowed paths"
+    if stat.S_ISDIR(st.st_mode):
+        if real in _SYSTEM_DIRS or any(_under(real, t) for t in _SYSTEM_TREES):
+            return f"{real} is a system directory"
+    elif not stat.S_ISREG(st.st_mode):
+        return "neither a regular file nor a directory"
+    return (real,)
+
+
+def _allowed(path: str, allowed: tuple[str, ...]) -> bool:
+    """`path` is one of the `allowed` (a prefix ending in "/": at or under that directory)."""
+    return any(_under(path, a.rstrip("/")) if a.endswith("/") else path == a for a in allowed)
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory + "/")

@@ -144,3 +144,19 @@ class AscendDriverFiles(Section):
         "exists and is root's; empty: none.",
         checks.path_or_empty,
     )
+    allowed: tuple[str, ...] = setting(
+        (
+            "/usr/local/Ascend/",
+            "/usr/local/dcmi/",
+            "/usr/local/bin/npu-smi",
+            "/usr/local/sbin/npu-smi",
+            "/etc/ascend_install.info",
+            "/etc/hccn.conf",
+            "/etc/sys_version.conf",
+        ),
+        "What the list may mount, as written and with links resolved: a path ending in / "
+        "allows that directory and everything under it, any other path only itself. "
+        "System directories (/, /etc, /proc, /sys, /dev, /run, /root, /home, /var/lib, ...) "
+        "are refused whatever this says.",
+        checks.path_list,
+    )

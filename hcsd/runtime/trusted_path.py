@@ -5,7 +5,9 @@ Checking the last component alone is not enough: a directory on the way that ano
 write (or own) lets that user swap what the path names between the check and the mount. So
 every component, from the root to the file, is looked at with `lstat`: each directory and the
 file must be owned by root and not writable by group or others, and each link must be root's
-(a link's own mode bits mean nothing); links are followed by hand, inside the root (an absolute
+(a link's own mode bits mean nothing). A root-owned directory with the sticky bit (/tmp) may be
+writable by all: others may add names there but not rename or remove root's, and whatever they
+add is theirs, so refused on the next step. Links are followed by hand, inside the root (an absolute
 target and `..` at the top stay in the root, as in a chroot). The result is a path without any
 link whose every component only root can change.
 """
@@ -70,5 +72,6 @@ def _lstat(path: str) -> os.stat_result:
 
 
 def _check(st: os.stat_result, shown: str) -> None:
-    if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+    if st.st_uid != 0 or (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky_dir):
         raise UntrustedPath(f"{shown} is not owned by root, or is writable by group or others")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hcsd.model import Vendor
-from hcsd.runtime.ascend_files import ascend_list_mounts
+from hcsd.runtime.ascend_files import MAX_ENTRIES, ascend_list_mounts
 from hcsd.runtime.driver_files import nvidia_driver_mounts
 from hcsd.runtime.driver_settings import AscendDriverFiles, NvidiaDriverFiles
 from hcsd.runtime.ldcache import FLAG_ELF_LIBC6, NEW_MAGIC, host_arch_flags
@@ -230,7 +230,7 @@ def test_the_ascend_mount_list_is_mounted_as_its_runtime_does(
         str(tmp_path / "absent"),
         "",
     )
-    files = AscendDriverFiles(mount_list=str(listed))
+    files = AscendDriverFiles(mount_list=str(listed), allowed=(f"{tmp_path}/",))
     paths = DriverPaths(ascend=(), ascend_files=files)
     edits = vendor_edits([gpu(0, vendor=Vendor.ASCEND)], paths, vendor_specs=[])
     assert {(m.host_path, m.container_path) for m in edits.mounts} == {
@@ -239,6 +239,64 @@ def test_the_ascend_mount_list_is_mounted_as_its_runtime_does(
     }
     assert all(m.read_only for m in edits.mounts)
     assert "not root's alone" in caplog.text and "not a plain absolute path" in caplog.text
+    assert ascend_list_mounts(AscendDriverFiles(mount_list=str(listed))) == []  # the default
+    assert "outside the allowed paths" in caplog.text
+
+
+def test_an_ascend_list_cannot_mount_system_directories(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the list must be root's")
+    system = ("/", "/etc", "/root", "/proc", "/sys", "/dev", "/run", "/var/lib", "/usr")
+    listed = ascend_list(tmp_path, *system, "/etc/hostname")
+    mounts = ascend_list_mounts(AscendDriverFiles(mount_list=str(listed), allowed=("/",)))
+    assert [m.container_path for m in mounts] == ["/etc/hostname"]  # a regular file may be
+    assert "'/etc': /etc is a system directory" in caplog.text
+    assert ascend_list_mounts(AscendDriverFiles(mount_list=str(listed))) == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda d: d.chmod(0o777), id="world-writable-parent"),
+        pytest.param(lambda d: os.chown(d, 1000, 1000), id="parent-not-roots"),
+    ],
+)
+def test_an_ascend_entry_under_a_directory_others_control_is_refused(
+    tmp_path: Path, change: object
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing owners needs root")
+    parent = tmp_path / "Ascend"
+    (parent / "driver/lib64").mkdir(parents=True)
+    for d in (parent, parent / "driver", parent / "driver/lib64"):
+        d.chmod(0o755)
+    listed = ascend_list(tmp_path, str(parent / "driver/lib64"))
+    files = AscendDriverFiles(mount_list=str(listed), allowed=(f"{tmp_path}/",))
+    assert len(ascend_list_mounts(files)) == 1
+    change(parent)  # type: ignore[operator]
+    assert ascend_list_mounts(files) == []
+
+
+def test_an_ascend_list_too_long_or_behind_a_foreign_link_is_refused_whole(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the list must be root's")
+    driver = tmp_path / "lib64"
+    driver.mkdir(mode=0o755)
+    listed = ascend_list(tmp_path, str(driver), *["# padding"] * MAX_ENTRIES)
+    files = AscendDriverFiles(mount_list=str(listed), allowed=(f"{tmp_path}/",))
+    assert ascend_list_mounts(files) == []
+    assert f"more than {MAX_ENTRIES} lines" in caplog.text
+    listed = ascend_list(tmp_path, str(driver))
+    link = tmp_path / "link.list"
+    link.symlink_to(listed)
+    files = AscendDriverFiles(mount_list=str(link), allowed=(f"{tmp_path}/",))
+    assert len(ascend_list_mounts(files)) == 1  # root's link to root's list
+    os.lchown(link, 1000, 1000)
+    assert ascend_list_mounts(files) == []
 
 
 def test_an_ascend_mount_list_others_may_write_is_ignored(tmp_path: Path) -> None:
@@ -247,7 +305,13 @@ def test_an_ascend_mount_list_others_may_write_is_ignored(tmp_path: Path) -> Non
     driver = tmp_path / "lib64"
     driver.mkdir(mode=0o755)
     listed = ascend_list(tmp_path, str(driver))
-    assert ascend_list_mounts(AscendDriverFiles(mount_list=str(listed))) != []
+    assert (
+        ascend_list_mounts(AscendDriverFiles(mount_list=str(listed), allowed=(f"{tmp_path}/",)))
+        != []
+    )
     listed.chmod(0o666)
-    assert ascend_list_mounts(AscendDriverFiles(mount_list=str(listed))) == []
+    assert (
+        ascend_list_mounts(AscendDriverFiles(mount_list=str(listed), allowed=(f"{tmp_path}/",)))
+        == []
+    )
     assert ascend_list_mounts(AscendDriverFiles(mount_list="")) == []
