@@ -48,7 +48,7 @@ _VERSION = re.compile(r"[0-9]+(\.[0-9]+)+")
 # path nor forge a log line.
 _FIRMWARE = ("/lib/firmware/", "/usr/lib/firmware/")  # /lib is a link to usr/lib on merged-/usr
 _SONAME = re.compile(r"[A-Za-z0-9+_-][A-Za-z0-9._+-]*")
-_cache: dict[str, tuple[tuple[int, int, int], list[CacheEntry] | None]] = {}
+_cache: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, int, int], list[CacheEntry] | None]] = {}
 
 
 def nvidia_driver_mounts(files: NvidiaDriverFiles) -> list[MountEdit]:
@@ -82,7 +82,7 @@ def nvidia_driver_mounts(files: NvidiaDriverFiles) -> list[MountEdit]:
 
 def _libraries(files: NvidiaDriverFiles, root: str) -> dict[str, str]:
     """Cache name -> the real file's path (under the root, without it) of each wanted library."""
-    entries = _entries(os.path.join(root, files.ld_cache.lstrip("/")))
+    entries = _entries(os.path.join(root, files.ld_cache.lstrip("/")), files.libraries)
     arch = host_arch_flags()
     allowed = _allowed(root, files.library_dirs)
     found: dict[str, str] = {}
@@ -102,22 +102,23 @@ def _libraries(files: NvidiaDriverFiles, root: str) -> dict[str, str]:
     return found
 
 
-def _entries(path: str) -> list[CacheEntry]:
-    """The cache's entries, parsed again only when the file changed; none when unreadable."""
+def _entries(path: str, names: tuple[str, ...]) -> list[CacheEntry]:
+    """The cache's entries for `names`, parsed again only when the file changed; none when
+    unreadable."""
     try:
         st = os.stat(path)
     except OSError as e:
         log.info("no NVIDIA driver libraries from the ld.so cache: %s", e)
         return []
     key = (st.st_mtime_ns, st.st_size, st.st_ino)
-    cached = _cache.get(path)
+    cached = _cache.get((path, names))
     if cached is None or cached[0] != key:
         try:
-            cached = (key, read_cache(path))
+            cached = (key, read_cache(path, names))
         except LdCacheError as e:
             log.warning("%s; no NVIDIA driver libraries are mounted", e)
             cached = (key, None)
-        _cache[path] = cached
+        _cache[(path, names)] = cached
     return cached[1] or []
 
 

@@ -11,7 +11,11 @@ start. Caches before glibc 2.32 may begin with the old "ld.so-1.7.0" table (12-b
 followed by the new header at an 8-byte boundary; only the new part is read.
 
 Everything in the file is checked against its size: a corrupt or truncated cache is an
-`LdCacheError`, never a partial answer.
+`LdCacheError`, never a partial answer. The work is bounded as well as the file: at most
+MAX_ENTRIES entries, every string offset inside the string table (glibc's own bound), every
+string at most PATH_MAX bytes, and with `names` only the wanted entries are decoded and kept,
+the names compared as bytes first, so a forged cache of many entries sharing one long string
+costs no more than its size.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ _HEADER = struct.Struct("<20sIIB3xI12x")  # magic+version, nlibs, len_strings, f
 _ENTRY = struct.Struct("<iIIIQ")
 _OLD_ENTRY_SIZE = 12
 MAX_SIZE = 64 << 20  # far above any real cache (a few hundred KiB)
+MAX_ENTRIES = 1 << 20  # a real cache lists a few thousand
+PATH_MAX = 4096
 
 FLAG_TYPE_MASK = 0x00FF
 FLAG_ELF_LIBC6 = 0x0003
@@ -55,8 +61,9 @@ def host_arch_flags(machine: str | None = None) -> int | None:
     return _ARCH_FLAGS.get(machine or os.uname().machine)
 
 
-def read_cache(path: str) -> list[CacheEntry]:
-    """The entries of the cache file at `path`, in the file's order (the loader's preference)."""
+def read_cache(path: str, names: tuple[str, ...] | None = None) -> list[CacheEntry]:
+    """The entries of the cache file at `path`, in the file's order (the loader's preference);
+    with `names`, only those whose name is one of them or starts with one of them and "."."""
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_SIZE + 1)
@@ -65,13 +72,14 @@ def read_cache(path: str) -> list[CacheEntry]:
     if len(data) > MAX_SIZE:
         raise LdCacheError(f"failed to read the ld.so cache {path}: larger than {MAX_SIZE} bytes")
     try:
-        return parse_cache(data)
+        return parse_cache(data, names)
     except LdCacheError as e:
         raise LdCacheError(f"failed to read the ld.so cache {path}: {e}") from e
 
 
-def parse_cache(data: bytes) -> list[CacheEntry]:
-    """The entries of a cache's bytes; LdCacheError for anything malformed."""
+def parse_cache(data: bytes, names: tuple[str, ...] | None = None) -> list[CacheEntry]:
+    """The entries of a cache's bytes (with `names`, the wanted ones as in `read_cache`);
+    LdCacheError for anything malformed."""
     start = _new_format_start(data)
     if len(data) < start + _HEADER.size:
         raise LdCacheError("truncated header")
@@ -81,19 +89,25 @@ def parse_cache(data: bytes) -> list[CacheEntry]:
     endian = flags & 3
     if endian not in (0, _ENDIAN_LITTLE) or sys.byteorder != "little":
         raise LdCacheError("the cache's byte order is not this machine's")
+    if nlibs > MAX_ENTRIES:
+        raise LdCacheError(f"{nlibs} entries, more than {MAX_ENTRIES}")
     entries_end = start + _HEADER.size + nlibs * _ENTRY.size
     if entries_end > len(data):
         raise LdCacheError(f"truncated: {nlibs} entries do not fit in {len(data)} bytes")
     if entries_end + len_strings > len(data):
         raise LdCacheError("truncated string table")
+    table = (entries_end, entries_end + len_strings)
+    wanted = None if names is None else tuple(n.encode() for n in names)
     result = []
     for index in range(nlibs):
         entry_flags, key, value, _, _ = _ENTRY.unpack_from(
             data, start + _HEADER.size + index * _ENTRY.size
         )
-        result.append(
-            CacheEntry(_string(data, start, key), _string(data, start, value), entry_flags)
-        )
+        name = _string(data, start, key, table)
+        if wanted is not None and not any(name == n or name.startswith(n + b".") for n in wanted):
+            continue
+        path = _string(data, start, value, table)
+        result.append(CacheEntry(_decode(name, key), _decode(path, value), entry_flags))
     return result
 
 
@@ -110,13 +124,20 @@ def _new_format_start(data: bytes) -> int:
     return (end + 7) & ~7
 
 
-def _string(data: bytes, base: int, offset: int) -> str:
-    """The NUL-terminated string at `base + offset`, which must lie in the file."""
+def _string(data: bytes, base: int, offset: int, table: tuple[int, int]) -> bytes:
+    """The NUL-terminated string at `base + offset`, which must begin in the string table and
+    end (within PATH_MAX bytes) before its end."""
     begin = base + offset
-    end = data.find(b"\0", begin) if begin < len(data) else -1
+    if not table[0] <= begin < table[1]:
+        raise LdCacheError(f"string offset {offset} outside the string table")
+    end = data.find(b"\0", begin, min(table[1], begin + PATH_MAX + 1))
     if end < 0:
-        raise LdCacheError(f"string offset {offset} outside the file or unterminated")
+        raise LdCacheError(f"string at offset {offset} unterminated or longer than {PATH_MAX}")
+    return data[begin:end]
+
+
+def _decode(raw: bytes, offset: int) -> str:
     try:
-        return data[begin:end].decode()
+        return raw.decode()
     except UnicodeDecodeError as e:
         raise LdCacheError(f"string at offset {offset} is not UTF-8") from e

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -71,8 +72,11 @@ def test_a_hand_built_cache_and_an_old_format_prefix() -> None:
         pytest.param(_one_entry_cache()[:40], "truncated header", id="short-header"),
         pytest.param(_one_entry_cache()[:60], "entries do not fit", id="short-entries"),
         pytest.param(_one_entry_cache()[:80], "truncated string table", id="short-strings"),
-        pytest.param(_one_entry_cache(key=9999), "outside the file", id="key-outside"),
-        pytest.param(_header(10**8, 0), "entries do not fit", id="huge-count"),
+        pytest.param(_one_entry_cache(key=9999), "outside the string table", id="key-outside"),
+        pytest.param(_one_entry_cache(key=8), "outside the string table", id="key-in-header"),
+        pytest.param(_one_entry_cache(value=60), "outside the string table", id="value-in-entry"),
+        pytest.param(_header(10**5, 0), "entries do not fit", id="huge-count"),
+        pytest.param(_header(2**20 + 1, 0), "more than 1048576", id="too-many"),
         pytest.param(_header(0, 0, flags=3), "byte order", id="big-endian"),
         pytest.param(b"ld.so-1.7.0\0" + struct.pack("<I", 1000), "old-format", id="old-short"),
     ],
@@ -96,3 +100,35 @@ def test_every_truncation_of_a_real_cache_is_an_error_or_a_prefix(cache: Path) -
 def test_an_unreadable_cache_names_its_path(tmp_path: Path) -> None:
     with pytest.raises(LdCacheError, match=r"failed to read the ld.so cache .*absent"):
         read_cache(str(tmp_path / "absent"))
+
+
+def _shared_string_cache(nlibs: int, string: bytes) -> bytes:
+    """`nlibs` entries whose key and value are all the same string (a forged cache)."""
+    at = 48 + 24 * nlibs
+    entry = struct.pack("<iIIIQ", FLAG_ELF_LIBC6 | (host_arch_flags() or 0), at, at, 0, 0)
+    return _header(nlibs, len(string) + 1) + entry * nlibs + string + b"\0"
+
+
+def test_a_string_longer_than_path_max_is_an_error() -> None:
+    with pytest.raises(LdCacheError, match="longer than 4096"):
+        parse_cache(_shared_string_cache(2, b"libcuda.so." + b"1" * 4096))
+    assert len(parse_cache(_shared_string_cache(2, b"libcuda.so." + b"1" * 4000))) == 2
+
+
+def test_many_entries_sharing_one_string_cost_no_more_than_the_file() -> None:
+    # About 1 MiB: 40,000 entries naming one 4,000-byte string the driver does not want
+    data = _shared_string_cache(40_000, b"libother.so." + b"1" * 4000)
+    tracemalloc.start()
+    try:
+        entries = parse_cache(data, ("libcuda.so",))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert entries == [] and peak < 4 << 20
+
+
+def test_unwanted_names_are_compared_as_bytes_and_never_decoded() -> None:
+    data = _shared_string_cache(3, b"libother.so.\xff")
+    with pytest.raises(LdCacheError, match="not UTF-8"):
+        parse_cache(data)
+    assert parse_cache(data, ("libcuda.so",)) == []
