@@ -13,9 +13,9 @@ followed by the new header at an 8-byte boundary; only the new part is read.
 Everything in the file is checked against its size: a corrupt or truncated cache is an
 `LdCacheError`, never a partial answer. The work is bounded as well as the file: at most
 MAX_ENTRIES entries, every string offset inside the string table (glibc's own bound), every
-string at most PATH_MAX bytes, and with `names` only the wanted entries are decoded and kept,
-the names compared as bytes first, so a forged cache of many entries sharing one long string
-costs no more than its size.
+string at most PATH_MAX bytes, and with `names` only the wanted entries (at most MAX_WANTED) are
+decoded and kept, the names compared as bytes first, so a forged cache of many entries sharing
+one long string costs a bounded amount (a few tens of MiB at worst, not gigabytes).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ _OLD_ENTRY_SIZE = 12
 MAX_SIZE = 64 << 20  # far above any real cache (a few hundred KiB)
 MAX_ENTRIES = 1 << 20  # a real cache lists a few thousand
 PATH_MAX = 4096
+MAX_WANTED = 4096  # matching entries kept with `names`; a real cache has a few dozen
 
 FLAG_TYPE_MASK = 0x00FF
 FLAG_ELF_LIBC6 = 0x0003
@@ -106,6 +107,8 @@ def parse_cache(data: bytes, names: tuple[str, ...] | None = None) -> list[Cache
         name = _string(data, start, key, table)
         if wanted is not None and not any(name == n or name.startswith(n + b".") for n in wanted):
             continue
+        if wanted is not None and len(result) == MAX_WANTED:
+            raise LdCacheError(f"more than {MAX_WANTED} entries for the wanted names")
         path = _string(data, start, value, table)
         result.append(CacheEntry(_decode(name, key), _decode(path, value), entry_flags))
     return result

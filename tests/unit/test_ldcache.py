@@ -125,6 +125,9 @@ def test_many_entries_sharing_one_string_cost_no_more_than_the_file() -> None:
     finally:
         tracemalloc.stop()
     assert entries == [] and peak < 4 << 20
+    wanted = _shared_string_cache(40_000, b"libcuda.so." + b"1" * 4000)
+    with pytest.raises(LdCacheError, match="more than 4096 entries for the wanted names"):
+        parse_cache(wanted, ("libcuda.so",))
 
 
 def test_unwanted_names_are_compared_as_bytes_and_never_decoded() -> None:
