@@ -24,7 +24,7 @@ class MountEdit:
 
     @property
     def options(self) -> list[str]:
-        return ["rbind", "ro" if self.read_only else "rw", "nosuid", "nodev"]
+        return ["bind", "ro" if self.read_only else "rw", "nosuid", "nodev"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,17 +144,17 @@ async def test_local_annotation_gets_devices_env_mounts_and_quota(nri: Setup) ->
     env = {kv.key: kv.value for kv in adjust.env}
     assert env["CUDA_VISIBLE_DEVICES"] == A100_0 and env["HCS_CONFIG"] == "/run/hcs/quota.conf"
     mounts = {m.destination: (m.source, list(m.options)) for m in adjust.mounts}
-    assert mounts["/etc/ld.so.preload"][1][:2] == ["rbind", "ro"]
+    assert mounts["/etc/ld.so.preload"][1][:2] == ["bind", "ro"]
     directory = nri.run_dir / "containers" / "c1"
     # Single files, never the directory: the quota read-only, the usage region read-write.
     assert "/run/hcs" not in mounts
     assert mounts["/run/hcs/quota.conf"] == (
         str(directory / "quota.conf"),
-        ["rbind", "ro", "nosuid", "nodev"],
+        ["bind", "ro", "nosuid", "nodev"],
     )
     assert mounts["/run/hcs/usage.shm"] == (
         str(directory / "usage.shm"),
-        ["rbind", "rw", "nosuid", "nodev"],
+        ["bind", "rw", "nosuid", "nodev"],
     )
     assert mounts["/usr/lib/hcs/libhcs.so"][1][1] == "ro"
     quota = (directory / "quota.conf").read_text()
