@@ -82,10 +82,13 @@ class NvidiaDriverFiles(Section):
         BINARIES, "The driver's tools, mounted at /usr/bin/NAME.", checks.string_list
     )
     container_library_dir: str = setting(
-        "/usr/lib/x86_64-linux-gnu",
+        "/usr/local/nvidia/lib64",
         "Where the libraries appear in the container, under their file name and their cache "
-        "name (soname); /usr/lib64 for images of the Red Hat family, "
-        "/usr/lib/aarch64-linux-gnu on Arm.",
+        "name (soname). The default is hcsd's own directory, put first in LD_LIBRARY_PATH "
+        "(library_path.nvidia), right on any machine and image layout; a system directory "
+        "(/usr/lib/x86_64-linux-gnu, /usr/lib64 for the Red Hat family, "
+        "/usr/lib/aarch64-linux-gnu on Arm) also serves setuid programs and those that ignore "
+        "LD_LIBRARY_PATH, but only in images of that layout.",
         checks.path,
     )
     firmware: bool = setting(
@@ -96,7 +99,7 @@ class NvidiaDriverFiles(Section):
     )
 
 
-_LISTED = "prepended to the container's LD_LIBRARY_PATH where they exist on the host"
+_LISTED = "prepended to the container's LD_LIBRARY_PATH when something is mounted in them"
 
 
 @dataclass(frozen=True, slots=True)

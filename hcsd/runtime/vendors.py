@@ -9,6 +9,7 @@ the Ascend driver's from Ascend Docker Runtime's mount list (`ascend_files.py`).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from hcsd.runtime.driver_files import nvidia_driver_mounts
 from hcsd.runtime.edits import ContainerEdits, MountEdit
 from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendor_cdi import vendor_spec_edits
+
+log = logging.getLogger(__name__)
 
 __all__ = ["VENDOR_RUNTIME", "VendorRuntime", "vendor_edits"]
 
@@ -87,16 +90,39 @@ def vendor_edits(
         env = [*from_vendor.env, *env]  # our device selection comes last and wins
     else:
         mounts = [MountEdit(p, p) for p in driver_paths.of(vendor) if os.path.exists(p)]
+        directories = [m.container_path for m in mounts]
+        found: list[MountEdit] = []
         if vendor is Vendor.NVIDIA:  # the driver's files, found as libnvidia-container does
-            mounts += nvidia_driver_mounts(driver_paths.nvidia_files)
+            found = nvidia_driver_mounts(driver_paths.nvidia_files)
         elif vendor is Vendor.ASCEND:  # and as Ascend Docker Runtime does, from its list
-            mounts += ascend_list_mounts(driver_paths.ascend_files)
-        libraries = [d for d in driver_paths.library_path.of(vendor) if os.path.isdir(d)]
+            found = ascend_list_mounts(driver_paths.ascend_files)
+        for mount in found:  # a read-only directory mount already covers (and would block) it
+            if any(_under(mount.container_path, d) for d in directories):
+                log.info("not mounting %r: inside the driver directory mounted", mount.host_path)
+            elif mount not in mounts:
+                mounts.append(mount)
+        libraries = [d for d in driver_paths.library_path.of(vendor) if _populated(d, mounts)]
         if libraries:
             env.append(("LD_LIBRARY_PATH", ":".join(libraries)))
     if len(devices) > 1 and not _all_p2p(devices):
         env.extend(spec.no_p2p_env)
     return ContainerEdits(devices=tuple(nodes), env=tuple(env), mounts=tuple(mounts))
+
+
+def _populated(directory: str, mounts: Sequence[MountEdit]) -> bool:
+    """The container gets something in `directory`: a mount inside it, or a mount of a host
+    directory that holds it."""
+    for m in mounts:
+        if m.container_path != directory and _under(m.container_path, directory):
+            return True
+        inside = directory[len(m.container_path) :]
+        if _under(directory, m.container_path) and os.path.isdir(m.host_path + inside):
+            return True
+    return False
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _all_p2p(devices: Sequence[Device]) -> bool:

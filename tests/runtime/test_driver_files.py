@@ -13,7 +13,7 @@ import pytest
 from hcsd.model import Vendor
 from hcsd.runtime.ascend_files import MAX_ENTRIES, ascend_list_mounts
 from hcsd.runtime.driver_files import nvidia_driver_mounts
-from hcsd.runtime.driver_settings import AscendDriverFiles, NvidiaDriverFiles
+from hcsd.runtime.driver_settings import AscendDriverFiles, LibraryPaths, NvidiaDriverFiles
 from hcsd.runtime.ldcache import FLAG_ELF_LIBC6, NEW_MAGIC, host_arch_flags
 from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendors import vendor_edits
@@ -21,7 +21,7 @@ from tests.conftest import gpu
 from tests.harness.fake_driver import LIB_DIR, VERSION, fake_driver, shared_object, update_cache
 from tests.nri.test_vendor_cdi import NVIDIA_SPEC
 
-INSIDE = "/usr/lib/x86_64-linux-gnu"
+INSIDE = "/usr/local/nvidia/lib64"
 
 
 @pytest.fixture
@@ -54,6 +54,7 @@ def test_libraries_tools_and_firmware_are_found(root: Path) -> None:
 
 def test_the_container_library_dir_and_the_switches(root: Path) -> None:
     assert "/usr/lib64/libcuda.so.1" in mounts_of(root, container_library_dir="/usr/lib64")
+    assert f"/usr/lib/x86_64-linux-gnu/libcuda.so.{VERSION}" not in mounts_of(root)
     assert not any("firmware" in p for p in mounts_of(root, firmware=False))
     assert mounts_of(root, discover=False) == {}
 
@@ -62,9 +63,27 @@ def test_without_a_vendor_spec_vendor_edits_mount_the_files(root: Path, tmp_path
     paths = DriverPaths(nvidia=(), nvidia_files=NvidiaDriverFiles(driver_root=str(root)))
     edits = vendor_edits([gpu(0)], paths, vendor_specs=[str(tmp_path / "none*.yaml")])
     assert f"{INSIDE}/libcuda.so.1" in {m.container_path for m in edits.mounts}
+    assert dict(edits.env)["LD_LIBRARY_PATH"] == INSIDE  # hcsd's directory, now populated
     (tmp_path / "nvidia.yaml").write_text(NVIDIA_SPEC)  # the vendor's spec wins
     edits = vendor_edits([gpu(0)], paths, vendor_specs=[str(tmp_path / "nvidia*.yaml")])
     assert f"{INSIDE}/libcuda.so.1" not in {m.container_path for m in edits.mounts}
+
+
+def test_library_path_lists_only_directories_something_is_mounted_in(
+    root: Path, tmp_path: Path
+) -> None:
+    empty = tmp_path / "lib-on-the-host"  # exists on the host, but nothing mounts it
+    empty.mkdir()
+    paths = DriverPaths(
+        nvidia=(),
+        nvidia_files=NvidiaDriverFiles(driver_root=str(root), discover=False),
+        library_path=LibraryPaths(nvidia=(str(empty), INSIDE)),
+    )
+    edits = vendor_edits([gpu(0)], paths, vendor_specs=[])
+    assert "LD_LIBRARY_PATH" not in dict(edits.env)
+    paths = DriverPaths(nvidia=(str(tmp_path),), library_path=LibraryPaths(nvidia=(str(empty),)))
+    edits = vendor_edits([gpu(0)], paths, vendor_specs=[])  # inside a mounted driver directory
+    assert dict(edits.env)["LD_LIBRARY_PATH"] == str(empty)
 
 
 def test_an_entry_leading_outside_the_library_dirs_is_skipped(
