@@ -26,6 +26,8 @@ INSIDE = "/usr/local/nvidia/lib64"
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("hcsd mounts only root's files: the fake driver is root's only as root")
     root = tmp_path / "host"
     fake_driver(root)
     return root
@@ -90,9 +92,11 @@ def test_an_entry_leading_outside_the_library_dirs_is_skipped(
     root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A cache listing a library in /etc, and a soname link turned to a file elsewhere
-    (root / "etc/evil").mkdir()
+    (root / "etc/evil").mkdir(mode=0o755)
+    (root / "etc/evil").chmod(0o755)  # whatever the umask
     shared_object(root / "etc/evil/libcuda.so.999", "libcuda.so.2")
     (root / "srv").mkdir()
+    (root / "srv").chmod(0o755)
     (root / "srv/secret").write_text("root's secret\n")
     update_cache(root, LIB_DIR, "etc/evil")
     link = root / LIB_DIR / "libnvidia-ml.so.1"
@@ -191,7 +195,9 @@ def test_firmware_must_stay_under_lib_firmware(root: Path) -> None:
 def test_a_refused_tool_does_not_hide_the_next_directorys(root: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("the tools must be root's to begin with")
-    (root / "usr/local/bin").mkdir(parents=True, mode=0o755)
+    (root / "usr/local/bin").mkdir(parents=True)
+    for d in (root / "usr/local", root / "usr/local/bin"):
+        d.chmod(0o755)
     (root / "usr/local/bin/nvidia-smi").write_text("#!/bin/sh\n")
     os.chown(root / "usr/local/bin/nvidia-smi", 1000, 1000)
     assert mounts_of(root)["/usr/bin/nvidia-smi"] == str(root / "usr/bin/nvidia-smi")
@@ -231,7 +237,9 @@ def test_the_ascend_mount_list_is_mounted_as_its_runtime_does(
     if os.geteuid() != 0:
         pytest.skip("the listed files must be root's")
     driver = tmp_path / "Ascend/driver/lib64"
-    driver.mkdir(parents=True, mode=0o755)
+    driver.mkdir(parents=True)
+    for d in (driver, driver.parent, driver.parent.parent):
+        d.chmod(0o755)  # whatever the umask
     smi = tmp_path / "npu-smi"
     smi.write_text("#!/bin/sh\n")
     smi.chmod(0o755)
@@ -304,7 +312,8 @@ def test_an_ascend_list_too_long_or_behind_a_foreign_link_is_refused_whole(
     if os.geteuid() != 0:
         pytest.skip("the list must be root's")
     driver = tmp_path / "lib64"
-    driver.mkdir(mode=0o755)
+    driver.mkdir()
+    driver.chmod(0o755)
     listed = ascend_list(tmp_path, str(driver), *["# padding"] * MAX_ENTRIES)
     files = AscendDriverFiles(mount_list=str(listed), allowed=(f"{tmp_path}/",))
     assert ascend_list_mounts(files) == []
@@ -322,7 +331,8 @@ def test_an_ascend_mount_list_others_may_write_is_ignored(tmp_path: Path) -> Non
     if os.geteuid() != 0:
         pytest.skip("the list must be root's to begin with")
     driver = tmp_path / "lib64"
-    driver.mkdir(mode=0o755)
+    driver.mkdir()
+    driver.chmod(0o755)
     listed = ascend_list(tmp_path, str(driver))
     assert (
         ascend_list_mounts(AscendDriverFiles(mount_list=str(listed), allowed=(f"{tmp_path}/",)))
