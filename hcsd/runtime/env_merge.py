@@ -3,9 +3,12 @@
 An NRI env adjustment (like a CDI `env` entry) replaces the variable: a container whose image
 sets `LD_LIBRARY_PATH=/opt/conda/lib` (conda, NGC) would lose it and no longer find its own
 libraries. For the variables that are `:`-separated search paths, hcsd's directories go first
-and the container's follow; duplicates keep their first place, and empty elements are dropped:
-an empty element in `LD_LIBRARY_PATH` or `PATH` means the working directory, a place the
-container's user may control.
+and the container's value follows exactly as it was: its elements (empty ones, `.`, relative
+paths, glibc's `;` separator in LD_LIBRARY_PATH) mean what the tenant meant, and leaving them
+alone keeps the merge linear in the value's length whatever its shape. hcsd's own part has
+each directory once and no empty element (an empty element means the working directory, which
+hcsd never means to add). A value that already begins with hcsd's part is left as it is, so a
+second merge changes nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +43,13 @@ def merged_env(
     else:
         theirs = dict(e.partition("=")[::2] for e in container_env)
     return [
-        (key, join_paths(value, theirs.get(key, "")) if key in PATH_LISTS else value)
+        (key, _prepend(join_paths(value), theirs.get(key, "")) if key in PATH_LISTS else value)
         for key, value in ours
     ]
+
+
+def _prepend(ours: str, theirs: str) -> str:
+    """`ours` then the container's value untouched (once: not again before itself)."""
+    if not ours or theirs == ours or theirs.startswith(ours + ":"):
+        return theirs or ours
+    return f"{ours}:{theirs}" if theirs else ours
