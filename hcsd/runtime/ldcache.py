@@ -40,8 +40,9 @@ MAX_WANTED = 4096  # matching entries kept with `names`; a real cache has a few 
 FLAG_TYPE_MASK = 0x00FF
 FLAG_ELF_LIBC6 = 0x0003
 FLAG_ARCH_MASK = 0xFF00
-# The 64-bit library flags ldconfig sets per machine (dl-cache.h's FLAG_*_LIB64).
-_ARCH_FLAGS = {"x86_64": 0x0300, "aarch64": 0x0A00, "ppc64le": 0x0500, "s390x": 0x0400}
+# The 64-bit library flags ldconfig sets per machine (dl-cache.h's FLAG_*_LIB64), for the
+# little-endian machines this parser reads caches on (s390x, big-endian, is refused earlier).
+_ARCH_FLAGS = {"x86_64": 0x0300, "aarch64": 0x0A00, "ppc64le": 0x0500}
 _ENDIAN_LITTLE, _ENDIAN_BIG = 2, 3
 
 
