@@ -49,13 +49,51 @@ _VERSION = re.compile(r"[0-9]+(\.[0-9]+)+")
 _FIRMWARE = ("/lib/firmware/", "/usr/lib/firmware/")  # /lib is a link to usr/lib on merged-/usr
 _SONAME = re.compile(r"[A-Za-z0-9+_-][A-Za-z0-9._+-]*")
 _cache: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, int, int], list[CacheEntry] | None]] = {}
+_found: dict[
+    tuple[str, NvidiaDriverFiles], tuple[tuple[int, int, int] | None, list[MountEdit]]
+] = {}
 
 
 def nvidia_driver_mounts(files: NvidiaDriverFiles) -> list[MountEdit]:
-    """The read-only mounts of the driver's libraries, tools and firmware found on the host."""
+    """The read-only mounts of the driver's libraries, tools and firmware found on the host.
+
+    The search runs on every create, on the event loop, so its answer is kept per settings
+    and cache file (its mtime, size and inode: installing or removing a driver runs
+    `ldconfig`); a kept answer is used again only after each chosen file passes the checks
+    once more, which costs a few `lstat` calls instead of the whole search. A file added
+    without a cache change (a tool, the firmware) is seen after the next `ldconfig`."""
     if not files.discover:
         return []
     root = os.path.realpath(files.driver_root)
+    key = _stat_key(os.path.join(root, files.ld_cache.lstrip("/")))
+    kept = _found.get((root, files))
+    fresh = key is not None and kept is not None and kept[0] == key
+    if fresh and kept is not None and all(_still_trusted(root, m.host_path) for m in kept[1]):
+        return list(kept[1])
+    mounts = _search(files, root)
+    _found[(root, files)] = (key, mounts)
+    return list(mounts)
+
+
+def _stat_key(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _still_trusted(root: str, host_path: str) -> bool:
+    """A kept mount's source still resolves to itself through components root's alone."""
+    inside = host_path if root == "/" else host_path[len(root) :]
+    try:
+        resolved, _ = resolve_trusted(root, inside)
+    except UntrustedPath:
+        return False
+    return resolved == inside
+
+
+def _search(files: NvidiaDriverFiles, root: str) -> list[MountEdit]:
     mounts: list[MountEdit] = []
     libraries = _libraries(files, root)
     for name, real in libraries.items():

@@ -189,7 +189,16 @@ def test_firmware_must_stay_under_lib_firmware(root: Path) -> None:
     assert not any("firmware" in p for p in mounts_of(root))
     firmware.unlink()
     firmware.symlink_to("../moved")  # elsewhere under /lib/firmware is fine
+    update_cache(root)  # seen after the next ldconfig, as a driver install runs it
     assert mounts_of(root)[f"/lib/firmware/nvidia/{VERSION}"] == str(root / "lib/firmware/moved")
+
+
+def test_a_kept_answer_checks_its_files_again(root: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing owners needs root")
+    assert f"{INSIDE}/libcuda.so.1" in mounts_of(root)
+    os.chown(root / LIB_DIR, 1000, 1000)  # no cache change: the kept answer is checked again
+    assert not any("libcuda" in p for p in mounts_of(root))
 
 
 def test_a_refused_tool_does_not_hide_the_next_directorys(root: Path) -> None:
