@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from hcsd.model import FrontEnd, PodRef
@@ -23,23 +22,12 @@ __all__ = [
 ]
 
 DEVICE_MODE = 0o666
-log = logging.getLogger(__name__)
 
 
-def adjustment(
-    edits: ContainerEdits,
-    container_env: Sequence[str] = (),
-    own_mounts: Sequence[ContainerMount] = (),
-) -> api.ContainerAdjustment:
+def adjustment(edits: ContainerEdits, container_env: Sequence[str] = ()) -> api.ContainerAdjustment:
     """The adjustment for `edits`; path lists in their env are prepended to the container's
-    own value (`container_env`, from the request), as an NRI env adjustment replaces it.
-
-    A mount of ours strictly below one of the container's own binds (`own_mounts`: a volume, a
-    hostPath) is left out with a warning: runc would create its mount point in that host
-    directory, as root. One at the same destination replaces the container's (NRI removes the
-    mount it replaces), so it stays."""
+    own value (`container_env`, from the request), as an NRI env adjustment replaces it."""
     result = api.ContainerAdjustment()
-    binds = [m.destination.rstrip("/") for m in own_mounts if m.bind]
     for node in edits.devices:
         result.linux.devices.append(
             api.LinuxDevice(
@@ -51,14 +39,6 @@ def adjustment(
             )
         )
     for mount in edits.mounts:
-        below = [b for b in binds if mount.container_path.startswith(b + "/")]
-        if below:
-            log.warning(
-                "not mounting %r: below the container's own mount %r",
-                mount.container_path,
-                below[0],
-            )
-            continue
         result.mounts.append(
             api.Mount(
                 destination=mount.container_path,

@@ -320,7 +320,7 @@ class NriPlugin:
         edits = self.injector.create(info, resume)
         response = api.CreateContainerResponse()
         if edits is not None:
-            response.adjust.CopyFrom(adjustment(edits, request.container.env, info.mounts))
+            response.adjust.CopyFrom(adjustment(edits, request.container.env))
         elapsed = self.clock() - started
         self.create_seconds.append(elapsed)
         if len(self.create_seconds) > 10_000:
