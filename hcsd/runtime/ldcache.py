@@ -100,7 +100,7 @@ def parse_cache(data: bytes, names: tuple[str, ...] | None = None) -> list[Cache
         raise LdCacheError("truncated string table")
     table = (entries_end, entries_end + len_strings)
     wanted = None if names is None else tuple(n.encode() for n in names)
-    result = []
+    result: list[CacheEntry] = []
     for index in range(nlibs):
         entry_flags, key, value, _, _ = _ENTRY.unpack_from(
             data, start + _HEADER.size + index * _ENTRY.size
