@@ -207,10 +207,14 @@ class Healer:
 
     def _evict(self, pod: Mapping[str, Any] | None, target: Target) -> act.Eviction | None:
         """The condition, then the eviction; None when there is nothing to do: the pod is
-        gone, another pod of that name, being deleted, or opted out (said once; a pod that
-        drops the annotation later is evicted then)."""
+        gone, another pod of that name, not bound to the node that named it, being
+        deleted, or opted out (said once; a pod that drops the annotation later is evicted
+        then)."""
         meta = (pod or {}).get("metadata") or {}
-        if pod is None or meta.get("uid") != target.uid or meta.get("deletionTimestamp"):
+        if pod is None or not target.bound_here(pod) or meta.get("deletionTimestamp"):
+            if pod is not None and meta.get("uid") == target.uid and not target.bound_here(pod):
+                log.warning("%s: named by node %s but not bound there; ignored",
+                            target.key, target.node)  # fmt: skip
             return None
         fault, message = target.faults[0], _message(target)
         if opted_out(meta.get("annotations") or {}):

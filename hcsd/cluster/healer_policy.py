@@ -166,6 +166,16 @@ class Target:
     name: str
     uid: str
     faults: tuple[Fault, ...]
+    node: str = ""  # the ComputeNode that named it: the pod must be bound there
+
+    def bound_here(self, pod: Mapping[str, Any]) -> bool:
+        """The pod read back is this one (uid) and bound to the node that reported it. A
+        ComputeNode's status is written by that node (its syncer's credentials, so root
+        on it): its allocations may name any pod in the cluster, and only the pods bound
+        to it are its business."""
+        meta = pod.get("metadata") or {}
+        bound = str((pod.get("spec") or {}).get("nodeName") or "")
+        return meta.get("uid") == self.uid and bool(self.node) and bound == self.node
 
     @property
     def key(self) -> str:
@@ -177,18 +187,23 @@ def holders(
 ) -> list[Target]:
     """The pods holding any of the `bad` devices on this node: by their assignment (bound,
     maybe not started yet) and by hcsd's allocations in the ComputeNode status (started,
-    also pods placed without an assignment)."""
+    also pods placed without an assignment). The node writes its own status, so an
+    allocation naming a pod known to be bound elsewhere is ignored (and every target is
+    read back and checked against `Target.bound_here` before anything is done to it)."""
     name = str((node.get("metadata") or {}).get("name", ""))
     found: dict[str, tuple[str, str, set[str]]] = {}  # uid -> namespace, name, uuids
+    elsewhere: set[str] = set()
     for pod in pods:
-        if pod.node == name:
+        if pod.node != name:
+            elsewhere.add(pod.uid)
+        else:
             hit = pod.devices & bad.keys()
             if hit:
                 found.setdefault(pod.uid, (pod.namespace, pod.name, set()))[2].update(hit)
     for allocation in (node.get("status") or {}).get("allocations") or ():
         uid = str(allocation.get("podUID") or "")
         uuids = {str(g.get("uuid")) for g in allocation.get("grants") or ()} & bad.keys()
-        if uid and uuids:
+        if uid and uuids and uid not in elsewhere:
             entry: tuple[str, str, set[str]] = (
                 str(allocation.get("namespace", "")),
                 str(allocation.get("pod", "")),
@@ -196,6 +211,6 @@ def holders(
             )
             found.setdefault(uid, entry)[2].update(uuids)
     return [
-        Target(namespace, pod, uid, tuple(bad[u] for u in sorted(uuids)))
+        Target(namespace, pod, uid, tuple(bad[u] for u in sorted(uuids)), name)
         for uid, (namespace, pod, uuids) in sorted(found.items())
     ]

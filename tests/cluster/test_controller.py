@@ -259,6 +259,45 @@ def test_a_failed_device_gets_its_pods_condition_and_eviction_once(
         healer.stop()
 
 
+def test_a_node_cannot_get_another_nodes_pods_evicted(plane: ControlPlane, sim: Sim) -> None:
+    """Root on a node writes its ComputeNode's status: allocations naming pods bound to
+    another node, on a device it reports failed. Neither pod is touched; its own is."""
+    node, (bad,) = sim.node(1)
+    other, (theirs,) = sim.node(1)
+    held = sim.pod(other, [theirs])  # the informer knows it bound to `other`
+    # no assignment: only a read of this pod shows where it is bound
+    bare = sim.admin.create("/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"bare-{sim.tag}"},
+        "spec": {"nodeName": other, "containers": [{"name": "main", "image": "busybox"}]},
+    })  # fmt: skip
+    sim.pods.append(("default", bare["metadata"]["name"]))
+    own = sim.pod(node, [bad])
+    sim.health(node, {bad: "unhealthy"})
+    current = sim.admin.get(f"{CN}/{node}")
+    current["status"]["allocations"] = [
+        {"containerID": f"c-{p['metadata']['uid']}", "podUID": p["metadata"]["uid"],
+         "namespace": "default", "pod": p["metadata"]["name"], "container": "main",
+         "source": "assignment", "grants": [{"uuid": bad, "vramBytes": GiB, "compute": 0}]}
+        for p in (held, bare)
+    ]  # fmt: skip
+    sim.admin.replace(f"{CN}/{node}/status", current)
+    healer = controller(plane)
+    try:
+        name = own["metadata"]["name"]
+        wait("the node's own pod evicted", lambda: (sim.get_pod(name) or {})
+             .get("metadata", {}).get("deletionTimestamp"))  # fmt: skip
+        time.sleep(0.8)  # rounds after it
+        for victim in (held, bare):
+            now = sim.get_pod(victim["metadata"]["name"])
+            assert now is not None and not now["metadata"].get("deletionTimestamp")
+            assert condition(now) is None
+            assert sim.events(victim["metadata"]["name"]) == []
+        assert count(healer, "hcs_controller_evictions_total", result="evicted",
+                     reason="HCSDeviceFailed") == 1  # fmt: skip
+    finally:
+        healer.stop()
+
+
 def test_a_disruption_budget_holds_the_eviction_back_and_it_is_retried(
     plane: ControlPlane, sim: Sim
 ) -> None:

@@ -209,3 +209,25 @@ def test_too_few_measured_devices_of_a_model_make_no_median() -> None:
 def test_the_extender_scores_a_slow_device_down() -> None:
     view = node_view(slow_mark(node_object("n", health=pb.HEALTH_STATE_HEALTHY), "n-1"))
     assert [d.health_score for d in view.devices] == [100, SLOW_SCORE]
+
+
+def test_an_allocation_naming_a_pod_bound_elsewhere_is_ignored() -> None:
+    # root on node n writes its own ComputeNode status: an allocation naming u4, a pod
+    # bound to m, must not make n's failure evict it
+    node = with_states(node_object("n", count=1, allocated={0: ("u4", 8)}), "unhealthy")
+    refs = [pod_ref(pod("u4", "m", ["m-0"]))]
+    found = holders(node, [r for r in refs if r is not None], faults(node, Policy()))
+    assert found == []
+
+
+def test_a_target_is_acted_on_only_when_the_pod_read_back_is_bound_to_its_node() -> None:
+    # a pod the informer does not hold (no assignment) is checked when it is read back
+    node = with_states(node_object("n", count=1, allocated={0: ("u9", 8)}), "unhealthy")
+    (target,) = holders(node, [], faults(node, Policy()))
+    assert target.node == "n"
+    assert target.bound_here(pod("u9", "n", ["n-0"]))
+    assert not target.bound_here(pod("u9", "m", ["m-0"]))  # bound to another node
+    assert not target.bound_here(pod("other", "n", ["n-0"]))  # another pod of that name
+    unbound = pod("u9", "n", ["n-0"])
+    unbound["spec"] = {}
+    assert not target.bound_here(unbound)
