@@ -26,6 +26,7 @@ from typing import Any
 
 from hcsd.cluster import healer_actions as act
 from hcsd.cluster.healer_fleet import FleetPolicy, fleet_status, outliers
+from hcsd.cluster.healer_limits import Breaker, Debounce, Limits, TokenBucket, breaker_state
 from hcsd.cluster.healer_metrics import HealerMetrics
 from hcsd.cluster.healer_policy import (
     PodRef,
@@ -63,6 +64,7 @@ class Healer:
         policy: Policy | None = None,
         fleet: FleetPolicy | None = None,
         timing: Timing | None = None,
+        limits: Limits | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -71,6 +73,10 @@ class Healer:
         self.policy = policy or Policy()
         self.fleet = fleet or FleetPolicy()
         self.timing = timing or Timing()
+        self.limits = limits or Limits()
+        self._bucket = TokenBucket(self.limits.evictions_per_minute)
+        self._debounce = Debounce(self.limits.min_bad_seconds)
+        self._circuit_open = False
         self.is_leader = is_leader
         self.clock = clock
         self.metrics = HealerMetrics()
@@ -101,6 +107,7 @@ class Healer:
         self._taints: dict[str, str | None] = {}  # node -> our taint's effect, as last seen
         self._good_since: dict[str, float] = {}  # node -> when it stopped needing the taint
         self._leading = False
+        self._throttled = 0
 
     # --- running ----------------------------------------------------------------------------
 
@@ -135,7 +142,13 @@ class Healer:
         if not self.is_leader():
             if self._leading:
                 self._forget()
-            for gauge in (self.metrics.leader, self.metrics.tainted, self.metrics.blocked):
+            for gauge in (
+                self.metrics.leader,
+                self.metrics.tainted,
+                self.metrics.blocked,
+                self.metrics.throttled,
+                self.metrics.circuit_open,
+            ):
                 gauge.set(0)  # the leader's figures; a standby's would count them twice
             self.metrics.slow.set(0)
             return
@@ -148,12 +161,17 @@ class Healer:
         with self.pods.lock:
             pods = list(self.pods.items.values())
         self._mark_fleet(nodes)
+        reported = {_name(n): faults(n, self.policy) for n in nodes}
+        if self._breaker(breaker_state(nodes, reported, self.policy, self.limits)):
+            return
+        now = self.clock()
+        self._debounce.prune(reported)
         seen: set[str] = set()
-        blocked = 0
+        blocked = self._throttled = 0
         for node in nodes:
             if not self.is_leader():
                 return
-            bad = faults(node, self.policy)
+            bad = self._debounce.ripe(_name(node), reported[_name(node)], now)
             self._taint(node, len(bad))
             for target in holders(node, pods, bad):
                 seen.add(target.uid)
@@ -162,7 +180,20 @@ class Healer:
         self._told &= seen
         self._retry = {uid: r for uid, r in self._retry.items() if uid in seen}
         self.metrics.blocked.set(blocked)
+        self.metrics.throttled.set(self._throttled)
         self.metrics.tainted.set(sum(1 for effect in self._taints.values() if effect))
+
+    def _breaker(self, state: Breaker) -> bool:
+        """True (and nothing is evicted nor tainted this round) while the breaker is open."""
+        self.metrics.circuit_open.set(int(state.open))
+        if state.open != self._circuit_open:
+            self._circuit_open = state.open
+            if state.open:
+                log.error("circuit breaker open: %s (more than %g); not evicting nor tainting",
+                          state.summary, self.limits.breaker_share)  # fmt: skip
+            else:
+                log.warning("circuit breaker closed: %s; acting again", state.summary)
+        return state.open
 
     # --- pods -------------------------------------------------------------------------------
 
@@ -181,8 +212,11 @@ class Healer:
             self._back_off(target.uid, attempts)
             log.warning("%s: failed to isolate: %s; retrying", target.key, e)
             return 0
-        if pod is None or result is None or result is act.Eviction.GONE:
-            if pod is None or target.uid not in self._told:  # opted out: read again next round
+        if pod is None or result in (None, act.Eviction.GONE, act.Eviction.THROTTLED):
+            # opted out: read again next round; throttled: asked again next round
+            if result is not act.Eviction.THROTTLED and (
+                pod is None or target.uid not in self._told
+            ):
                 self._done.add(target.uid)
             return 0
         fault, message = target.faults[0], _message(target)
@@ -225,6 +259,15 @@ class Healer:
             log.info("%s: not evicted (%s): %s", target.key, ANNOTATION_EVICTION, message)
             self._event(pod, "EvictionSkipped", f"{ANNOTATION_EVICTION}: never; {message}")
             return None
+        if self.limits.dry_run:
+            self.metrics.evictions.labels("dry_run", fault.reason).inc()
+            log.warning("%s: would be evicted (dry run): %s", target.key, message)
+            return None
+        if not self._bucket.take(self.clock()):
+            self._throttled += 1
+            log.debug("%s: eviction deferred: over %g a minute", target.key,
+                      self.limits.evictions_per_minute)  # fmt: skip
+            return act.Eviction.THROTTLED
         if not act.has_condition(pod, fault.reason):
             act.set_condition(self.kube, pod, fault.reason, message)
             self.metrics.conditions.labels(fault.reason).inc()
@@ -270,6 +313,10 @@ class Healer:
                 self._taints[name] = act.taint_of(self.kube, name)
             have = self._taints[name]
             if want and have != self.policy.taint_effect:
+                if self.limits.dry_run:
+                    self._taints[name] = self.policy.taint_effect  # said once
+                    log.warning("node %s: would be tainted (dry run): %d bad", name, bad)
+                    return
                 self._taints[name] = act.set_taint(self.kube, name, self.policy.taint_effect)
                 self._node_action(node, "taint", f"{bad} of its devices are bad")
             elif (
@@ -277,6 +324,10 @@ class Healer:
                 and have is not None
                 and now - self._good_since[name] >= self.policy.quiet_seconds
             ):
+                if self.limits.dry_run:
+                    self._taints[name] = None
+                    log.warning("node %s: would be untainted (dry run)", name)
+                    return
                 self._taints[name] = act.set_taint(self.kube, name, None)
                 self._node_action(
                     node,

@@ -84,6 +84,7 @@ class Eviction(enum.Enum):
     EVICTED = "evicted"
     BLOCKED = "blocked"  # 429: a PodDisruptionBudget allows no disruption now
     GONE = "gone"  # the pod (that uid) no longer exists
+    THROTTLED = "throttled"  # not asked: over the controller's evictions a minute
 
 
 def evict(kube: Kube, pod: Mapping[str, Any], grace: int | None) -> Eviction:

@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from hcsd import __version__
 from hcsd.cluster.healer import Healer, Timing
 from hcsd.cluster.healer_fleet import FleetPolicy
+from hcsd.cluster.healer_limits import Limits
 from hcsd.cluster.healer_policy import TAINT_EFFECTS, Policy
 from hcsd.cluster.httpserver import BoundedHandler, BoundedServer
 from hcsd.cluster.kube import Kube
@@ -72,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quiet-seconds",
         type=float,
-        default=60.0,
+        default=300.0,
         help="a Node's devices good this long before its taint goes",
     )
     p.add_argument(
@@ -87,6 +88,28 @@ def _parser() -> argparse.ArgumentParser:
         help="slow: efficiency below the model's fleet median by more than this share",
     )
     p.add_argument("--slow-min-devices", type=int, default=3)
+    p.add_argument(
+        "--evictions-per-minute",
+        type=float,
+        default=10.0,
+        help="at most this many evictions a minute (a minute's worth at once)",
+    )
+    p.add_argument(
+        "--breaker-share",
+        type=float,
+        default=0.5,
+        help="evict and taint nothing while more than this share of the nodes or devices "
+        "with accelerators is bad (1: never stop)",
+    )
+    p.add_argument(
+        "--min-bad-seconds",
+        type=float,
+        default=10.0,
+        help="a device reported bad this long before anything is done about it",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="log and count what would be done; write nothing"
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
@@ -139,6 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             grace_seconds=None if args.eviction_grace_seconds < 0 else args.eviction_grace_seconds,
             isolate_degraded=args.isolate_degraded,
         )
+        limits = Limits(
+            evictions_per_minute=args.evictions_per_minute,
+            breaker_share=args.breaker_share,
+            min_bad_seconds=args.min_bad_seconds,
+            dry_run=args.dry_run,
+        )
         db = ProfileDatabase.load(Path(args.profiles) if args.profiles else None)
     except (ValueError, ProfileError, OSError) as e:
         print(f"hcs-controller: {e}", file=sys.stderr)
@@ -162,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy=policy,
         fleet=FleetPolicy(margin=args.slow_margin, min_devices=args.slow_min_devices),
         timing=Timing(args.interval_seconds, args.backoff_seconds, args.backoff_max_seconds),
+        limits=limits,
         is_leader=elector.is_leader,
     ).start()
     server = _probes(healer, args.probe_listen)

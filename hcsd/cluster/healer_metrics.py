@@ -19,7 +19,7 @@ class HealerMetrics:
             "hcs_controller_evictions",
             "Evictions of pods holding a failed (or, by policy, degraded) device, by result: "
             "evicted, blocked (a PodDisruptionBudget; retried), failed (retried), opted_out "
-            "(hcs.io/eviction: never)",
+            "(hcs.io/eviction: never), dry_run (would have been evicted)",
             ["result", "reason"],
             registry=self.registry,
         )
@@ -48,6 +48,17 @@ class HealerMetrics:
         self.slow = Gauge(
             "hcs_controller_slow_devices",
             "Measured devices below their model's fleet median by more than the margin",
+            registry=self.registry,
+        )
+        self.throttled = Gauge(
+            "hcs_controller_throttled_evictions",
+            "Pods on failed devices whose eviction waits for the evictions-per-minute limit",
+            registry=self.registry,
+        )
+        self.circuit_open = Gauge(
+            "hcs_controller_circuit_open",
+            "1 while more than the breaker's share of nodes or devices is bad cluster-wide: "
+            "nothing is evicted nor tainted",
             registry=self.registry,
         )
         self.leader = Gauge(

@@ -47,7 +47,7 @@ class Policy:
     taint_share: float = 1.0
     taint_effect: str = "NoSchedule"  # or NoExecute: the kubelet then evicts what remains
     # The Node's devices must have been good this long before the taint goes.
-    quiet_seconds: float = 60.0
+    quiet_seconds: float = 300.0  # as the chart's controller.quietSeconds
     # deleteOptions.gracePeriodSeconds of the eviction; None: each pod's own.
     grace_seconds: int | None = None
     # Degraded devices (hcsd's `degraded`, or slow against the fleet) are isolated like

@@ -23,6 +23,7 @@ import pytest
 
 from hcsd.cluster.healer import Healer, Timing
 from hcsd.cluster.healer_fleet import FleetPolicy
+from hcsd.cluster.healer_limits import Limits
 from hcsd.cluster.healer_policy import Policy
 from hcsd.cluster.kube import KubeError
 from hcsd.cluster.leader import LeaderElector
@@ -37,6 +38,8 @@ pytestmark = pytest.mark.slow
 GiB = 2**30
 CN = "/apis/hcs.io/v1alpha1/computenodes"
 FAST = Timing(interval=0.2, backoff=0.3, backoff_max=1.0)
+# the brakes off (each has its own test): a test's one or two nodes are the whole fleet
+LOOSE = Limits(evictions_per_minute=600, breaker_share=1.0, min_bad_seconds=0)
 FOREIGN_TAINT = {"key": "example.com/maintenance", "effect": "PreferNoSchedule"}
 
 
@@ -182,6 +185,7 @@ def controller(
     *,
     is_leader: Callable[[], bool] = lambda: True,
     fleet: FleetPolicy | None = None,
+    limits: Limits = LOOSE,
 ) -> Healer:
     healer = Healer(
         plane.kube("controller"),
@@ -189,6 +193,7 @@ def controller(
         policy=policy or Policy(quiet_seconds=0.8),
         fleet=fleet,
         timing=FAST,
+        limits=limits,
         is_leader=is_leader,
     ).start()
     wait("the controller's caches", healer.synced)
@@ -294,6 +299,51 @@ def test_a_node_cannot_get_another_nodes_pods_evicted(plane: ControlPlane, sim: 
             assert sim.events(victim["metadata"]["name"]) == []
         assert count(healer, "hcs_controller_evictions_total", result="evicted",
                      reason="HCSDeviceFailed") == 1  # fmt: skip
+    finally:
+        healer.stop()
+
+
+def test_the_brakes_dry_run_minimum_bad_time_and_breaker(plane: ControlPlane, sim: Sim) -> None:
+    node, (a, b) = sim.node(2)
+    other, (c, d) = sim.node(2)
+    pod = sim.pod(node, [a])
+    name = pod["metadata"]["name"]
+
+    def untouched() -> bool:
+        now = sim.get_pod(name)
+        return now is not None and not now["metadata"].get("deletionTimestamp")
+
+    # dry run: said and counted, nothing written
+    healer = controller(plane, limits=Limits(breaker_share=1.0, min_bad_seconds=0, dry_run=True))
+    try:
+        sim.health(node, {a: "lost", b: "lost"})
+        wait("the dry run", lambda: count(healer, "hcs_controller_evictions_total",
+             result="dry_run", reason="HCSDeviceFailed") == 1)  # fmt: skip
+        time.sleep(0.6)
+        assert untouched() and condition(sim.get_pod(name)) is None
+        assert sim.taints(node) == [FOREIGN_TAINT]
+    finally:
+        healer.stop()
+    # the breaker: two nodes of two dead (over half): nothing evicted nor tainted, said
+    sim.health(other, {c: "lost", d: "unhealthy"})
+    healer = controller(plane, limits=Limits(min_bad_seconds=0))
+    try:
+        wait("the open breaker", lambda: healer.metrics.circuit_open._value.get() == 1)
+        time.sleep(0.6)
+        assert untouched() and sim.taints(node) == [FOREIGN_TAINT]
+        sim.health(other, {c: "healthy", d: "healthy"})
+        # one dead node of two (not over half): acting again
+        wait("the closed breaker", lambda: healer.metrics.circuit_open._value.get() == 0)
+        wait("the eviction", lambda: not untouched())
+    finally:
+        healer.stop()
+    # the device must be bad 1.5 s (as this controller sees it) before its pod goes
+    name = sim.pod(node, [b])["metadata"]["name"]
+    healer = controller(plane, limits=Limits(min_bad_seconds=1.5))
+    try:
+        started = time.monotonic()
+        wait("the eviction", lambda: not untouched())
+        assert time.monotonic() - started >= 1.2
     finally:
         healer.stop()
 
@@ -465,7 +515,8 @@ def test_the_command_leads_serves_its_probes_and_metrics_and_acts(
         [sys.executable, "-m", "hcsd.cluster.healer_cli",
          "--kubeconfig", str(plane.config_for("controller")), "--identity", f"cli-{sim.tag}",
          "--probe-listen", f"127.0.0.1:{port}", "--interval-seconds", "0.2",
-         "--lease-seconds", "2", "--renew-seconds", "0.3", "--eviction-grace-seconds", "0"],
+         "--lease-seconds", "2", "--renew-seconds", "0.3", "--eviction-grace-seconds", "0",
+         "--breaker-share", "1", "--min-bad-seconds", "0"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
 
