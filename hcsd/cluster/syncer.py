@@ -238,6 +238,14 @@ class Syncer:
                 self.settings.node_name,
                 len(spec["devices"]),
             )
+        # status.fleet as the object holds it now: the spec PATCH above answered with the
+        # newest object, which may carry a fleet written since `status` was built; the PUT
+        # below would drop it.
+        fleet = ((self._written or {}).get("status") or {}).get("fleet")
+        if fleet:
+            status["fleet"] = fleet
+        else:
+            status.pop("fleet", None)
         if self._differs("status", status):
             self._written = self.kube.request(
                 "PUT",

@@ -130,6 +130,30 @@ def test_the_controllers_fleet_field_survives_the_syncers_writes(
     assert syncer.writes["status"] == 2
 
 
+def test_the_fleet_written_just_before_a_spec_change_survives_it(
+    plane: ControlPlane, start: Callable[..., Running], hcsd: Daemon
+) -> None:
+    """No resync between the controller's status.fleet and the syncer's next pass, which
+    writes the spec and then the status: the status PUT carries the fleet the spec PATCH
+    answered with."""
+    running = start("fleet-spec")
+    syncer = running.syncer
+    assert syncer.synced.wait(15)
+    fleet = {"summary": "1 slow: GPU-1", "slowDevices": [{"uuid": "GPU-1", "efficiency": 0.5}]}
+    controller = plane.kube("controller")
+    controller.patch(NODES + running.node + "/status", {"status": {"fleet": fleet}})
+    controller.close()
+    # the syncer's view of its spec is outdated, as after a hot-plug in hcsd: its next pass
+    # writes the spec, then the status (a new allocation)
+    assert syncer._written is not None
+    syncer._written = {**syncer._written, "spec": {**syncer._written["spec"], "devices": []}}
+    with Client(hcsd.socket) as client:
+        client.allocate(pb.AllocateRequest(container_id="spec-fleet", vram="1Gi"))
+    wait_for(lambda: syncer.writes["spec"] == 1 and syncer.writes["status"] == 2,
+             what="the spec and status writes")  # fmt: skip
+    assert running.status()["fleet"] == fleet
+
+
 def test_the_heartbeat_follows_hcsd(start: Callable[..., Running], hcsd: Daemon) -> None:
     running = start("heartbeat")
     assert running.syncer.synced.wait(15)
