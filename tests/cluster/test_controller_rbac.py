@@ -8,10 +8,16 @@ and a few calls an isolation controller could be tempted to make are tried for r
 
 from __future__ import annotations
 
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from hcsd.cluster.kube import KubeError
-from tests.cluster.controlplane import ControlPlane
+from tests.cluster.controlplane import ControlPlane, register_node
 
 pytestmark = pytest.mark.slow
 
@@ -101,3 +107,107 @@ def test_everything_else_is_refused(
         assert refused.value.status == 403, refused.value
     finally:
         kube.close()
+
+
+# --- admission-controller.yaml: what the patches may change ---------------------------------
+
+CN = "/apis/hcs.io/v1alpha1/computenodes"
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+FOREIGN = {"key": "example.com/maintenance", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def objects(plane: ControlPlane) -> Iterator[dict[str, str]]:
+    """A Node with a foreign taint, a pod bound to it, and its ComputeNode with a status."""
+    admin = plane.kube()
+    tag = uuid.uuid4().hex[:6]
+    node, pod = f"vap-{tag}", f"vap-{tag}"
+    register_node(admin, node)
+    admin.request("PATCH", f"/api/v1/nodes/{node}", body={"spec": {"taints": [FOREIGN]}},
+                  content_type=STRATEGIC)  # fmt: skip
+    admin.create("/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+    })  # fmt: skip
+    spec = {"nodeName": node, "devices": []}
+    admin.create(CN, {"apiVersion": "hcs.io/v1alpha1", "kind": "ComputeNode",
+                      "metadata": {"name": node}, "spec": spec})  # fmt: skip
+    current = admin.get(f"{CN}/{node}")
+    admin.replace(f"{CN}/{node}/status", {**current, "status": {"phase": "Ready"}})
+    yield {"node": f"/api/v1/nodes/{node}", "pod": f"/api/v1/namespaces/default/pods/{pod}",
+           "cn": f"{CN}/{node}"}  # fmt: skip
+    for path in (f"/api/v1/namespaces/default/pods/{pod}", f"{CN}/{node}", f"/api/v1/nodes/{node}"):
+        with contextlib.suppress(KubeError):
+            admin.request("DELETE", path)
+    admin.close()
+
+
+def patch(plane: ControlPlane, path: str, body: Any, kind: str = MERGE) -> int:
+    kube = plane.kube("controller")
+    try:
+        kube.request("PATCH", path, body=body, content_type=kind)
+        return 200
+    except KubeError as e:
+        return e.status
+    finally:
+        kube.close()
+
+
+def until_enforced(plane: ControlPlane, objects: dict[str, str]) -> None:
+    """The policies are compiled a moment after they are created (all three at once): wait
+    until a label on the Node is refused (taking back any that got through meanwhile)."""
+    deadline = time.monotonic() + 30
+    while patch(plane, objects["node"], {"metadata": {"labels": {"vap-probe": "x"}}}) != 403:
+        assert time.monotonic() < deadline, "admission-controller.yaml was never enforced"
+        admin = plane.kube()
+        admin.patch(objects["node"], {"metadata": {"labels": {"vap-probe": None}}})
+        admin.close()
+        time.sleep(0.3)
+    time.sleep(1.0)
+
+
+def test_on_a_node_only_its_own_taint_may_change(
+    plane: ControlPlane, objects: dict[str, str]
+) -> None:
+    node = objects["node"]
+    until_enforced(plane, objects)
+    ours = {"key": "hcs.io/accelerator-unhealthy", "effect": "NoSchedule"}
+    assert patch(plane, node, {}) == 200  # how it reads a Node
+    assert patch(plane, node, [{"op": "add", "path": "/spec/taints/-", "value": ours}],
+                 JSON_PATCH) == 200  # fmt: skip
+    assert patch(plane, node, [{"op": "remove", "path": "/spec/taints/1"}], JSON_PATCH) == 200
+    # the foreign taint, another taint, cordon, labels: refused
+    assert patch(plane, node, [{"op": "remove", "path": "/spec/taints/0"}], JSON_PATCH) == 403
+    other = {"key": "example.com/other", "effect": "NoExecute"}
+    assert patch(plane, node, [{"op": "add", "path": "/spec/taints/-", "value": other}],
+                 JSON_PATCH) == 403  # fmt: skip
+    assert patch(plane, node, {"spec": {"unschedulable": True}}) == 403
+    assert patch(plane, node, {"metadata": {"annotations": {"a": "b"}}}) == 403
+
+
+def test_on_a_pod_only_the_disruption_condition_may_change(
+    plane: ControlPlane, objects: dict[str, str]
+) -> None:
+    status = objects["pod"] + "/status"
+    until_enforced(plane, objects)
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "HCSDeviceFailed",
+                 "message": "device x is unhealthy"}  # fmt: skip
+    assert patch(plane, status, {"status": {"conditions": [condition]}}, STRATEGIC) == 200
+    ready = {"type": "Ready", "status": "False", "reason": "Forged"}
+    assert patch(plane, status, {"status": {"conditions": [ready]}}, STRATEGIC) == 403
+    assert patch(plane, status, {"status": {"phase": "Failed"}}) == 403
+    assert patch(plane, status, {"status": {"podIP": "10.9.9.9"}}) == 403
+
+
+def test_on_a_compute_node_only_the_fleet_may_change(
+    plane: ControlPlane, objects: dict[str, str]
+) -> None:
+    status = objects["cn"] + "/status"
+    until_enforced(plane, objects)
+    fleet = {"summary": "1 slow: GPU-0", "slowDevices": [{"uuid": "GPU-0", "efficiency": 0.5}]}
+    assert patch(plane, status, {"status": {"fleet": fleet}}) == 200
+    assert patch(plane, status, {"status": {"fleet": None}}) == 200
+    assert patch(plane, status, {"status": {"phase": "NotReady"}}) == 403
+    assert patch(plane, status, {"status": {"devices": []}}) == 403

@@ -906,3 +906,21 @@ def test_scheduler_configuration_names_our_verbs_and_resources() -> None:
     assert extender["ignorable"] is False  # never bind ai.compute/* pods unchecked
     managed = [(r["name"], r["ignoredByScheduler"]) for r in extender["managedResources"]]
     assert managed == [(resource, True) for resource in names.MANAGED_RESOURCES]
+
+
+def test_the_controllers_compute_node_policy_names_every_status_field_but_fleet() -> None:
+    """admission-controller.yaml compares each status field of the CRD but `fleet`: a field
+    added to the CRD and not to the policy would be open to the controller."""
+    (crd,) = [d for d in yaml.safe_load_all((ROOT / "crds" / "computenodes.yaml").read_text()) if d]
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    fields = set(schema["properties"]["status"]["properties"]) - {"fleet"}
+    (policy,) = [
+        d
+        for d in yaml.safe_load_all((ROOT / "admission-controller.yaml").read_text())
+        if d
+        and d["metadata"]["name"] == "hcs-controller-computenode-status"
+        and d["kind"] == "ValidatingAdmissionPolicy"
+    ]
+    expression = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    named = set(re.findall(r"object\.status\.\?(\w+) == oldObject\.status\.\?\1", expression))
+    assert named == fields
