@@ -5,8 +5,9 @@ which also runs every `interval` seconds (backoffs and the quiet period are time
 replica holds the Lease, each round:
 1. writes `status.fleet` of each ComputeNode whose slow devices changed (healer_fleet);
 2. per node, finds the devices to isolate (healer_policy.faults) and the pods holding them;
-   each such pod gets DisruptionTarget=True (reason HCSDeviceFailed) and is evicted through
-   the Eviction API, once; a PodDisruptionBudget's 429 is retried with a backoff; a pod
+   each such pod (bound to that node) gets an Event and is evicted through the Eviction API,
+   once, then DisruptionTarget's reason HCSDeviceFailed; a PodDisruptionBudget's 429 is
+   retried with a backoff (within the brakes of healer_limits); a pod
    annotated `hcs.io/eviction: never` is left alone (an Event says so, once);
 3. taints the Node when all (or more than the policy's share) of its devices are bad, and
    takes the taint off when they have been good for the quiet period.
@@ -268,9 +269,11 @@ class Healer:
             log.debug("%s: eviction deferred: over %g a minute", target.key,
                       self.limits.evictions_per_minute)  # fmt: skip
             return act.Eviction.THROTTLED
-        if not act.has_condition(pod, fault.reason):
-            act.set_condition(self.kube, pod, fault.reason, message)
-            self.metrics.conditions.labels(fault.reason).inc()
+        # No condition before the eviction: a PodDisruptionBudget may refuse it, and the
+        # disruption controller takes a DisruptionTarget off a pod that was not deleted
+        # (then this would set it again, round after round). The Event says why at once;
+        # the Eviction API sets the condition itself, and our reason goes back after it.
+        if target.uid not in self._retry:
             self._event(pod, fault.reason, message)
         return act.evict(self.kube, pod, self.policy.grace_seconds)
 
@@ -280,6 +283,7 @@ class Healer:
         device failed. The type and status, what a podFailurePolicy matches, stay."""
         try:
             act.set_condition(self.kube, pod, reason, message)
+            self.metrics.conditions.labels(reason).inc()
         except KubeError as e:
             if not e.not_found:  # a zero grace period: already gone
                 self.metrics.errors.labels("condition").inc()

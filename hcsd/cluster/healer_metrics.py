@@ -25,7 +25,7 @@ class HealerMetrics:
         )
         self.conditions = Counter(
             "hcs_controller_disruption_conditions",
-            "DisruptionTarget conditions set on pods holding a failed device",
+            "DisruptionTarget conditions given our reason on pods evicted off a failed device",
             ["reason"],
             registry=self.registry,
         )

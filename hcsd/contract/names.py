@@ -72,8 +72,10 @@ ANNOTATION_ASSIGNMENT = "hcs.io/assignment"
 ANNOTATION_CAPACITY_FREED = "hcs.io/capacity-freed"
 # Read by the extender only.
 ANNOTATION_SUBSTITUTION = "hcs.io/allow-substitution"
-# Read by hcs-controller: "never" keeps the pod from being evicted off a failed device (it
-# still gets its DisruptionTarget condition and Events, so its owner can act).
+# Read by hcs-controller: "never" keeps the pod from being evicted off a failed device: no
+# eviction and no DisruptionTarget condition, one EvictionSkipped Event (docs/health.md,
+# Opting out), so its owner can act. A NoExecute taint still evicts it (the taint manager
+# does not read this annotation): tolerate hcs.io/accelerator-unhealthy to stay.
 ANNOTATION_EVICTION = "hcs.io/eviction"
 EVICTION_NEVER = "never"
 # Local requests, read by hcsd for containers outside Kubernetes scheduling.
