@@ -45,7 +45,7 @@ class Policy:
     # Taint the Node when all its devices are bad, or more than this share of them (1.0:
     # only all of them).
     taint_share: float = 1.0
-    taint_effect: str = "NoSchedule"  # or NoExecute: the kubelet then evicts what remains
+    taint_effect: str = "NoSchedule"  # or NoExecute: the taint manager then deletes the rest
     # The Node's devices must have been good this long before the taint goes.
     quiet_seconds: float = 300.0  # as the chart's controller.quietSeconds
     # deleteOptions.gracePeriodSeconds of the eviction; None: each pod's own.

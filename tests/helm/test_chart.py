@@ -25,6 +25,7 @@ from hcsd.cluster.healer_cli import main as controller_main
 from hcsd.cluster.webhook_server import MUTATE_PATH
 from hcsd.cluster.webhook_server import main as webhook_main
 from hcsd.contract import assignment
+from hcsd.contract.names import TAINT_UNHEALTHY
 from tests.harness.peers.helm import ensure_helm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -519,3 +520,13 @@ def test_requeue_off_drops_the_patch_verb_and_its_policy_together(helm: str) -> 
     assert {"POD_NAME", "POD_NAMESPACE"} <= env
     verbs, policy, command, _ = shape(template(helm, "--set", "requeue.enabled=false"))
     assert "patch" not in verbs and not policy and "--no-requeue" in command
+
+
+def test_hcs_own_deployments_tolerate_the_unhealthy_taint(helm: str) -> None:
+    """A NoExecute hcs.io/accelerator-unhealthy on the node must not delete HCS's own pods."""
+    docs = template(helm, "--set", "webhook.enabled=true")
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    for name in ("hcs-scheduler-extender", "hcs-admission-webhook", "hcs-controller",
+                 "hcs-scheduler"):  # fmt: skip
+        tolerations = deployments[name]["spec"]["template"]["spec"].get("tolerations") or []
+        assert {"key": TAINT_UNHEALTHY, "operator": "Exists"} in tolerations, name
