@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from hcsd.contract.names import REASON_DEVICE_DEGRADED, REASON_DEVICE_FAILED
+
 __all__ = ["HealerMetrics"]
 
 
@@ -18,7 +20,7 @@ class HealerMetrics:
         self.evictions = Counter(
             "hcs_controller_evictions",
             "Evictions of pods holding a failed (or, by policy, degraded) device, by result: "
-            "evicted, blocked (a PodDisruptionBudget; retried), failed (retried), opted_out "
+            "evicted, blocked (a PodDisruptionBudget; retried), opted_out "
             "(hcs.io/eviction: never), dry_run (would have been evicted)",
             ["result", "reason"],
             registry=self.registry,
@@ -72,3 +74,15 @@ class HealerMetrics:
             ["action"],
             registry=self.registry,
         )
+        # Every series at 0 from the start: an alert on increase() sees the first eviction
+        # (a series born at 1 has no increase to show).
+        reasons = (REASON_DEVICE_FAILED, REASON_DEVICE_DEGRADED)
+        for result in ("evicted", "blocked", "opted_out", "dry_run"):
+            for reason in reasons:
+                self.evictions.labels(result, reason)
+        for reason in reasons:
+            self.conditions.labels(reason)
+        for action in ("taint", "untaint"):
+            self.taints.labels(action)
+        for action in ("evict", "condition", "event", "taint", "fleet"):
+            self.errors.labels(action)
