@@ -54,6 +54,8 @@ class Timing:
     interval: float = 5.0  # a round at least this often, besides the informers' wake-ups
     backoff: float = 2.0  # first retry of a blocked or failed eviction
     backoff_max: float = 120.0
+    # A Node's taints read again this often (someone may have taken ours off by hand)
+    taint_reread: float = 300.0
 
 
 class Healer:
@@ -107,6 +109,7 @@ class Healer:
         self._retry: dict[str, tuple[int, float]] = {}  # uid -> attempts, next try
         self._taints: dict[str, str | None] = {}  # node -> our taint's effect, as last seen
         self._good_since: dict[str, float] = {}  # node -> when it stopped needing the taint
+        self._taint_read: dict[str, float] = {}  # node -> when its taints were read
         self._leading = False
         self._throttled = 0
 
@@ -177,6 +180,10 @@ class Healer:
             for target in holders(node, pods, bad):
                 seen.add(target.uid)
                 blocked += self._isolate(node, target)
+        names = set(reported)  # nodes gone: forgotten
+        for known in (self._taints, self._good_since, self._taint_read):
+            for gone in set(known) - names:
+                del known[gone]
         self._done &= seen
         self._told &= seen
         self._retry = {uid: r for uid, r in self._retry.items() if uid in seen}
@@ -313,8 +320,12 @@ class Healer:
         else:
             self._good_since.setdefault(name, now)
         try:
-            if name not in self._taints:
+            if (
+                name not in self._taints
+                or now - self._taint_read.get(name, now) >= self.timing.taint_reread
+            ):
                 self._taints[name] = act.taint_of(self.kube, name)
+                self._taint_read[name] = now
             have = self._taints[name]
             if want and have != self.policy.taint_effect:
                 if self.limits.dry_run:

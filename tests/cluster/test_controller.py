@@ -419,6 +419,26 @@ def test_a_node_with_every_device_down_is_tainted_until_they_recover(
         healer.stop()
 
 
+def test_a_taint_taken_off_by_hand_is_put_back_after_the_reread(
+    plane: ControlPlane, sim: Sim
+) -> None:
+    node, (a,) = sim.node(1)
+    healer = Healer(plane.kube("controller"), default_database(), policy=Policy(quiet_seconds=0.8),
+                    timing=Timing(interval=0.2, backoff=0.3, backoff_max=1.0, taint_reread=1.0),
+                    limits=LOOSE).start()  # fmt: skip
+    ours = {"key": TAINT_UNHEALTHY, "effect": "NoSchedule"}
+    try:
+        wait("the controller's caches", healer.synced)
+        sim.health(node, {a: "lost"})
+        wait("the taint", lambda: ours in sim.taints(node))
+        sim.admin.request("PATCH", f"/api/v1/nodes/{node}",
+                          body={"spec": {"taints": [FOREIGN_TAINT]}},
+                          content_type="application/strategic-merge-patch+json")  # fmt: skip
+        wait("the taint again", lambda: ours in sim.taints(node), timeout=5)
+    finally:
+        healer.stop()
+
+
 def test_a_share_policy_taints_with_no_execute(plane: ControlPlane, sim: Sim) -> None:
     node, uuids = sim.node(4)
     healer = controller(plane, Policy(taint_share=0.5, taint_effect="NoExecute"))
