@@ -34,6 +34,8 @@ site = pathlib.Path(sys.argv[1]); sys.path.insert(0, str(site))
 loaded = []
 for so in sorted(site.rglob("*.so")):
     parts = so.relative_to(site).with_suffix("").parts
+    if any(part.endswith(".libs") for part in parts[:-1]):
+        continue  # auditwheel's vendored libraries (numpy.libs/...), loaded by their modules
     importlib.import_module(".".join(parts[:-1] + (parts[-1].split(".")[0],)))
     loaded.append(so.name)
 import hcsd, hcsd.daemon.lifecycle, hcsd.cluster
