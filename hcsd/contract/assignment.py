@@ -7,6 +7,10 @@ without `sig`:
   {"v": 2, "kid": "k2", "node": "node-1", "pod_uid": "…", "issued": 1763800000,
    "containers": {"main": [{"uuid": "GPU-…", "vram": 17179869184, "compute": 0}]},
    "sig": "<64 lower-case hex digits>"}
+Version 3 is version 2 with a "runtime" object: per container, the RuntimeProfile the extender
+resolved at bind (hcsd.contract.runtime_binding); it is written only for pods that use a
+profile, so a node of an older release refuses exactly those pods ("version 3 is not
+supported") instead of running the rebound image without the profile's env and command.
 `kid` names the key that signed it (hcsd.contract.keyring: a node holds several during a
 rotation, each node its own derived ones). Version 1 is the same without `kid`, signed with
 the one cluster key of older releases; it is still read, and verified with the key held under
@@ -26,10 +30,13 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
+from hcsd.contract import runtime_binding
 from hcsd.contract.names import ANNOTATION_ASSIGNMENT
+from hcsd.contract.runtime_binding import ResolvedRuntime, RuntimeBindingError
 from hcsd.model import Grant
 
 __all__ = [
@@ -48,6 +55,7 @@ __all__ = [
 
 ANNOTATION = ANNOTATION_ASSIGNMENT
 VERSION = 2
+RUNTIME_VERSION = 3  # version 2 with "runtime": only when a container has a resolved profile
 LEGACY_VERSION = 1  # no key id: verified with the key under the id ""
 MAX_BYTES = 64 * 1024
 CLOCK_SKEW = 300.0
@@ -66,6 +74,11 @@ class Assignment:
     issued: float
     containers: Mapping[str, tuple[Grant, ...]]
     kid: str = ""  # the key id that signed it; "" for version 1
+    # Per container name, the RuntimeProfile resolved at bind; empty for most pods.
+    runtime: Mapping[str, ResolvedRuntime] = field(default_factory=lambda: _NO_RUNTIME)
+
+
+_NO_RUNTIME: Mapping[str, ResolvedRuntime] = MappingProxyType({})
 
 
 def build(
@@ -74,10 +87,24 @@ def build(
     issued: float,
     containers: Mapping[str, Sequence[Grant]],
     kid: str = "",
+    *,
+    runtime: Mapping[str, ResolvedRuntime] = _NO_RUNTIME,
 ) -> dict[str, Any]:
     """The unsigned body for a pod's grants per container (`issued`: unix seconds); version 2
-    naming `kid`, or version 1 (what older nodes verify) when `kid` is empty."""
+    naming `kid`, or version 1 (what older nodes verify) when `kid` is empty; version 3 when
+    a container has a resolved runtime profile (which needs `kid`)."""
+    if runtime and not kid:
+        raise ValueError("a runtime profile needs a version 3 assignment, which names its key")
+    unknown = sorted(set(runtime) - set(containers))
+    if unknown:
+        raise ValueError(f"runtime profiles for containers without grants: {unknown}")
     head: dict[str, Any] = {"v": VERSION, "kid": kid} if kid else {"v": LEGACY_VERSION}
+    if runtime:
+        head = {
+            "v": RUNTIME_VERSION,
+            "kid": kid,
+            "runtime": {name: runtime_binding.dump(r) for name, r in runtime.items()},
+        }
     return {
         **head,
         "node": node,
@@ -118,6 +145,7 @@ def encode(assignment: Assignment, key: bytes) -> str:
         assignment.issued,
         assignment.containers,
         assignment.kid,
+        runtime=assignment.runtime,
     )
     return sign(body, key)
 
@@ -156,7 +184,7 @@ def _grant(raw: Any) -> Grant:
 def _kid(body: Mapping[str, Any]) -> str:
     """The key id the body names ("" for version 1)."""
     version = body.get("v")
-    if version not in (VERSION, LEGACY_VERSION) or isinstance(version, bool):
+    if version not in (RUNTIME_VERSION, VERSION, LEGACY_VERSION) or isinstance(version, bool):
         raise AssignmentError(f"{ANNOTATION} version {version!r} is not supported")
     if version == LEGACY_VERSION:
         return ""
@@ -177,7 +205,24 @@ def _assignment(body: Mapping[str, Any]) -> Assignment:
         if not isinstance(raw, list):
             raise AssignmentError(f"{ANNOTATION} is malformed: container {name!r} needs a list")
         grants[name] = tuple(_grant(g) for g in raw)
-    return Assignment(_field(body, "node", str), _field(body, "pod_uid", str), issued, grants, kid)
+    node, pod_uid = _field(body, "node", str), _field(body, "pod_uid", str)
+    return Assignment(node, pod_uid, issued, grants, kid, _runtime(body, grants))
+
+
+def _runtime(body: Mapping[str, Any], grants: Mapping[str, Any]) -> Mapping[str, ResolvedRuntime]:
+    """Version 3's resolved profiles; none before it (a "runtime" there is refused: it was
+    not part of what older nodes signed for)."""
+    if body.get("v") != RUNTIME_VERSION:
+        if "runtime" in body:
+            raise AssignmentError(f"{ANNOTATION} is malformed: 'runtime' needs version 3")
+        return _NO_RUNTIME
+    try:
+        resolved = runtime_binding.load_all(body.get("runtime"), tuple(grants))
+    except RuntimeBindingError as e:
+        raise AssignmentError(f"{ANNOTATION} is malformed: {e}") from e
+    if not resolved:
+        raise AssignmentError(f"{ANNOTATION} is malformed: version 3 without a runtime profile")
+    return MappingProxyType(resolved)
 
 
 def parse(text: str) -> Assignment:

@@ -140,7 +140,7 @@ def tampered(path: tuple[Any, ...], value: Any) -> str:
         pytest.param("[" * 50_000, {}, "not JSON", id="nested-too-deep"),
         pytest.param("[]", {}, "not a JSON object", id="array"),
         pytest.param(" " * (MAX_BYTES + 1), {}, "larger than", id="huge"),
-        pytest.param(resigned({"v": 3}), {}, "version 3", id="version"),
+        pytest.param(resigned({"v": 4}), {}, "version 4", id="version"),
         pytest.param(resigned({"v": 2}), {}, "'kid' must be a str", id="v2-without-kid"),
         pytest.param(resigned({"v": 2, "kid": "../k"}), {}, "is not a key id", id="v2-odd-kid"),
         pytest.param(resigned({"v": True}), {}, "version True", id="bool-version"),
