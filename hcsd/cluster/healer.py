@@ -11,7 +11,8 @@ replica holds the Lease, each round:
    annotated `hcs.io/eviction: never` is left alone (an Event says so, once);
 3. taints the Node when all (or more than the policy's share) of its devices are bad, and
    takes the taint off when they have been good for the quiet period.
-Every action is an Event (on the pod, and on the ComputeNode) and a metric. Nothing is
+Every action is an Event (on the pod, and on the ComputeNode: the reasons are healer_actions'
+tables) and a metric. Nothing is
 remembered across a change of leader but what the API server holds (a pod being deleted, the
 taint, `status.fleet`), so a new leader repeats no eviction and loses none.
 """
@@ -146,15 +147,7 @@ class Healer:
         if not self.is_leader():
             if self._leading:
                 self._forget()
-            for gauge in (
-                self.metrics.leader,
-                self.metrics.tainted,
-                self.metrics.blocked,
-                self.metrics.throttled,
-                self.metrics.circuit_open,
-            ):
-                gauge.set(0)  # the leader's figures; a standby's would count them twice
-            self.metrics.slow.set(0)
+            self.metrics.standby()
             return
         self._leading = True
         self.metrics.leader.set(1)
@@ -214,7 +207,7 @@ class Healer:
             return 1 if attempts else 0
         try:
             pod = act.get_pod(self.kube, target.namespace, target.name)
-            result = self._evict(pod, target)
+            result = self._evict(node, pod, target)
         except KubeError as e:
             self.metrics.errors.labels("evict").inc()
             self._back_off(target.uid, attempts)
@@ -234,20 +227,20 @@ class Healer:
             if attempts == 0:
                 log.info("%s: eviction blocked by a PodDisruptionBudget; retrying", target.key)
                 self._event(pod, "EvictionBlocked", f"a PodDisruptionBudget blocks it: {message}")
+                why = f"a PodDisruptionBudget blocks evicting {target.key}: {message}"
+                self._node_event(node, "PodEvictionBlocked", why)
             log.debug("%s: still blocked; next try in %.1fs", target.key, delay)
             return 1
         self._done.add(target.uid)
         self._restore_reason(pod, fault.reason, message)
         log.info("%s: evicted: %s", target.key, message)
         self._event(pod, "Evicted", f"evicted by hcs-controller: {message}")
-        self._event(
-            act.compute_node_ref(_name(node), str((node.get("metadata") or {}).get("uid", ""))),
-            "PodEvicted",
-            f"evicted {target.key}: {message}",
-        )
+        self._node_event(node, "PodEvicted", f"evicted {target.key}: {message}")
         return 0
 
-    def _evict(self, pod: Mapping[str, Any] | None, target: Target) -> act.Eviction | None:
+    def _evict(
+        self, node: Mapping[str, Any], pod: Mapping[str, Any] | None, target: Target
+    ) -> act.Eviction | None:
         """The condition, then the eviction; None when there is nothing to do: the pod is
         gone, another pod of that name, not bound to the node that named it, being
         deleted, or opted out (said once; a pod that drops the annotation later is evicted
@@ -266,6 +259,8 @@ class Healer:
             self.metrics.evictions.labels("opted_out", fault.reason).inc()
             log.info("%s: not evicted (%s): %s", target.key, ANNOTATION_EVICTION, message)
             self._event(pod, "EvictionSkipped", f"{ANNOTATION_EVICTION}: never; {message}")
+            why = f"{target.key} opted out ({ANNOTATION_EVICTION}: never): {message}"
+            self._node_event(node, "PodEvictionSkipped", why)
             return None
         if self.limits.dry_run:
             self.metrics.evictions.labels("dry_run", fault.reason).inc()
@@ -301,13 +296,23 @@ class Healer:
         self._retry[uid] = (attempts + 1, self.clock() + delay)
         return float(delay)
 
-    def _event(self, involved: Mapping[str, Any], reason: str, message: str) -> None:
+    def _event(
+        self, involved: Mapping[str, Any], reason: str, message: str, *, warning: bool = True
+    ) -> None:
         """An Event; one that fails is logged and counted, never retried (the action stands)."""
         try:
-            act.post_event(self.kube, involved, reason, message)
+            act.post_event(self.kube, involved, reason, message, warning=warning)
         except KubeError as e:
             self.metrics.errors.labels("event").inc()
             log.warning("failed to record event %s: %s", reason, e)
+
+    def _node_event(
+        self, node: Mapping[str, Any], reason: str, message: str, *, warning: bool = True
+    ) -> None:
+        """An Event on the ComputeNode (hcs.io), where `kubectl describe computenode` shows
+        what was done about its devices."""
+        uid = str((node.get("metadata") or {}).get("uid", ""))
+        self._event(act.compute_node_ref(_name(node), uid), reason, message, warning=warning)
 
     # --- nodes ------------------------------------------------------------------------------
 
@@ -364,10 +369,11 @@ class Healer:
         verb = "tainted" if action == "taint" else "untainted"
         effect = self.policy.taint_effect
         log.info("node %s %s %s:%s: %s", name, verb, TAINT_UNHEALTHY, effect, why)
-        self._event(
-            act.compute_node_ref(name, str((node.get("metadata") or {}).get("uid", ""))),
+        self._node_event(
+            node,
             "NodeTainted" if action == "taint" else "NodeUntainted",
             f"Node {name} {verb} {TAINT_UNHEALTHY}:{effect}: {why}",
+            warning=action == "taint",
         )
 
     # --- the fleet --------------------------------------------------------------------------
@@ -388,10 +394,12 @@ class Healer:
                 continue
             summary = (wanted or {}).get("summary", "no slow devices")
             log.info("ComputeNode %s: fleet: %s", name, summary)
-            self._event(
-                act.compute_node_ref(name, str((node.get("metadata") or {}).get("uid", ""))),
+            self.metrics.fleet_marks.labels("mark" if wanted else "clear").inc()
+            self._node_event(
+                node,
                 "SlowDevices" if wanted else "SlowDevicesCleared",
                 str(summary),
+                warning=bool(wanted),
             )
 
 

@@ -4,7 +4,8 @@ Each is exactly one RBAC rule of packaging/helm/hcs/templates/rbac-controller.ya
 patch pods/status (the DisruptionTarget condition), create pods/eviction, patch nodes (our
 taint only: a JSON patch of its own entry, guarded by a test, so other taints are never
 written; the Node is read from the answer to an empty patch, as get is not granted), patch
-computenodes/status (`status.fleet`), create events.
+computenodes/status (`status.fleet`), create events. The Events it may write are the two
+tables below, which admission-controller.yaml's policy on events repeats (a test compares them).
 """
 
 from __future__ import annotations
@@ -17,10 +18,19 @@ from typing import Any
 
 from hcsd.cluster.kube import Kube, KubeError, paths_for
 from hcsd.cluster.timefmt import rfc3339
-from hcsd.contract.names import API_VERSION, COMPUTE_NODE_KIND, COMPUTE_NODES, TAINT_UNHEALTHY
+from hcsd.contract.names import (
+    API_VERSION,
+    COMPUTE_NODE_KIND,
+    COMPUTE_NODES,
+    REASON_DEVICE_DEGRADED,
+    REASON_DEVICE_FAILED,
+    TAINT_UNHEALTHY,
+)
 
 __all__ = [
+    "COMPUTE_NODE_EVENTS",
     "EVENT_NAMESPACE",
+    "POD_EVENTS",
     "Eviction",
     "compute_node_ref",
     "evict",
@@ -39,6 +49,24 @@ DISRUPTION_TARGET = "DisruptionTarget"
 # Events about cluster-scoped objects (ComputeNodes) live here, as the Node's do.
 EVENT_NAMESPACE = "default"
 COMPONENT = "hcs-controller"
+#: The reasons of the Events on a pod: why it goes (the device's fault), evicted, or not
+#: (a PodDisruptionBudget refused, for now; the pod opted out).
+POD_EVENTS = frozenset(
+    {REASON_DEVICE_FAILED, REASON_DEVICE_DEGRADED, "Evicted", "EvictionBlocked", "EvictionSkipped"}
+)
+#: The reasons of the Events on a ComputeNode: what was done about its pods, its Node's taint,
+#: its devices' standing against the fleet.
+COMPUTE_NODE_EVENTS = frozenset(
+    {
+        "PodEvicted",
+        "PodEvictionBlocked",
+        "PodEvictionSkipped",
+        "NodeTainted",
+        "NodeUntainted",
+        "SlowDevices",
+        "SlowDevicesCleared",
+    }
+)
 
 
 def pod_path(namespace: str, name: str) -> str:
@@ -180,7 +208,11 @@ def post_event(
     warning: bool = True,
 ) -> None:
     """A core/v1 Event about `involved` (a pod, or a ComputeNode: in EVENT_NAMESPACE), as
-    `kubectl describe` shows them."""
+    `kubectl describe` shows them. A reason outside the tables is a bug here, refused before
+    the admission policy would refuse it."""
+    kind = involved.get("kind", "Pod")
+    if reason not in (COMPUTE_NODE_EVENTS if kind == COMPUTE_NODE_KIND else POD_EVENTS):
+        raise ValueError(f"no {kind} Event has the reason {reason!r} (healer_actions' tables)")
     meta = involved.get("metadata") or {}
     namespace = str(meta.get("namespace") or EVENT_NAMESPACE)
     stamp = rfc3339(time.time())
@@ -190,7 +222,7 @@ def post_event(
         "metadata": {"name": f"{meta.get('name')}.{time.time_ns():x}", "namespace": namespace},
         "involvedObject": {
             "apiVersion": involved.get("apiVersion", "v1"),
-            "kind": involved.get("kind", "Pod"),
+            "kind": kind,
             "name": meta.get("name"),
             "uid": meta.get("uid"),
             **({"namespace": meta["namespace"]} if meta.get("namespace") else {}),

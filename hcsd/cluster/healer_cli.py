@@ -1,8 +1,10 @@
 """`hcs-controller`: the isolation controller (hcsd/cluster/healer.py), leader-elected.
 
 Replicas elect a leader on the Lease `hcs-controller`; only the leader acts, the others keep
-their caches warm. One plain-HTTP port serves /healthz (alive), /readyz (caches synced) and
-/metrics for the kubelet and Prometheus. `python -m hcsd.cluster.healer_cli` runs it without
+their caches warm. On SIGTERM the leader gives the Lease back, so a standby (or a rolling
+update's new replica) takes over at once rather than after `--lease-seconds`. One plain-HTTP
+port serves /healthz (alive), /readyz (caches synced) and /metrics for the kubelet and
+Prometheus. `python -m hcsd.cluster.healer_cli` runs it without
 the installed entry point.
 """
 
@@ -209,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     server.serve_forever()
     healer.stop()
-    elector.stop()
+    elector.release()  # a rolling update's new replica leads now, not after the Lease expires
     return 0
 
 

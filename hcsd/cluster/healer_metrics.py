@@ -68,6 +68,13 @@ class HealerMetrics:
             "1 while this replica holds the controller's Lease and acts",
             registry=self.registry,
         )
+        self.fleet_marks = Counter(
+            "hcs_controller_fleet_marks",
+            "Writes of a ComputeNode's status.fleet: slow devices marked (mark), or the last "
+            "one recovered (clear)",
+            ["action"],
+            registry=self.registry,
+        )
         self.errors = Counter(
             "hcs_controller_api_errors",
             "Requests to the API server that failed (retried), by action",
@@ -84,5 +91,14 @@ class HealerMetrics:
             self.conditions.labels(reason)
         for action in ("taint", "untaint"):
             self.taints.labels(action)
+        for action in ("mark", "clear"):
+            self.fleet_marks.labels(action)
         for action in ("evict", "condition", "event", "taint", "fleet"):
             self.errors.labels(action)
+
+    def standby(self) -> None:
+        """The leader's gauges at 0 on a replica that does not lead: summed across replicas,
+        a standby's copy would count them twice."""
+        for gauge in (self.leader, self.tainted, self.blocked, self.throttled, self.circuit_open,
+                      self.slow):  # fmt: skip
+            gauge.set(0)

@@ -1,10 +1,13 @@
-"""Leader election on a coordination.k8s.io Lease, for the extender's replicas.
+"""Leader election on a coordination.k8s.io Lease, for the extender's and hcs-controller's
+replicas.
 
 Only the leader binds (its assume cache is what makes binds race-free) and only the leader is
 ready, so the Service sends kube-scheduler to it; a standby takes over when the leader's Lease
 has not been renewed for `duration` seconds. The same protocol as client-go's leaderelection:
 acquire when the Lease is free or expired, renew every `renew` seconds, give up on a failed
-renewal past the deadline.
+renewal past the deadline. A replica that stops (SIGTERM: a rolling update) gives the Lease
+back (`release`, client-go's ReleaseOnCancel: no holder, a one-second duration), so a standby
+takes over at its next try instead of waiting out the duration.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class LeaderElector:
         self.clock = clock
         self._leading_until = 0.0  # monotonic
         self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def is_leader(self) -> bool:
         return time.monotonic() < self._leading_until
@@ -52,8 +56,40 @@ class LeaderElector:
         self._stopping.set()
 
     def start(self) -> LeaderElector:
-        threading.Thread(target=self._run, name="leader-election", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
+        self._thread.start()
         return self
+
+    def release(self, timeout: float = 5.0) -> bool:
+        """Stop leading and renewing, and give the Lease back if this replica still holds it;
+        True when it was given back. Leadership ends first (the caller's loop sees it at
+        once); the Lease is written only after the renewing thread has ended (a renewal in
+        flight would take it again), and only over the version read (a standby that took
+        it meanwhile keeps it: 409, nothing done)."""
+        self._leading_until = 0.0
+        self.stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("leader election: still renewing after %.0fs; Lease %s left to "
+                            "expire", timeout, self.name)  # fmt: skip
+                return False
+        self._leading_until = 0.0
+        try:
+            lease = self.kube.get(self.path)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                return False
+            stamp = micro_time(self.clock())
+            lease["spec"] = {**self._spec(stamp, stamp, int(spec.get("leaseTransitions") or 0)),
+                             "holderIdentity": "", "leaseDurationSeconds": 1}  # fmt: skip
+            self.kube.replace(self.path, lease)
+        except KubeError as e:
+            log.warning("leader election: failed to release Lease %s: %s; it expires in "
+                        "%.0fs", self.name, e, self.duration)  # fmt: skip
+            return False
+        log.info("%s released Lease %s", self.identity, self.name)
+        return True
 
     def _run(self) -> None:
         while not self._stopping.is_set():

@@ -152,6 +152,17 @@ class Sim:
         ).get("items", [])
         return [(e["reason"], e["message"]) for e in items]
 
+    def node_events(self, node: str) -> list[tuple[str, str, str]]:
+        """The Events on the ComputeNode (not the Node of that name): reason, message, type."""
+        items = self.admin.get(
+            "/api/v1/namespaces/default/events",
+            [("fieldSelector", f"involvedObject.name={node},involvedObject.kind=ComputeNode")],
+        ).get("items", [])
+        for e in items:
+            assert e["involvedObject"]["apiVersion"] == "hcs.io/v1alpha1", e
+            assert e["source"]["component"] == "hcs-controller", e
+        return [(e["reason"], e["message"], e["type"]) for e in items]
+
     def taints(self, node: str) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self.admin.get(f"/api/v1/nodes/{node}")["spec"].get(
             "taints", []
@@ -236,7 +247,8 @@ def test_a_failed_device_gets_its_pods_condition_and_eviction_once(
         assert "HCSDeviceFailed" in reasons and "Evicted" in reasons
         (message,) = [m for r, m in sim.events(name) if r == "HCSDeviceFailed"]
         assert f"device {bad} on node {node} is unhealthy: xid 79" in message
-        assert any(r == "PodEvicted" and name in m for r, m in sim.events(node))
+        wait("the ComputeNode's event", lambda: any(
+            r == "PodEvicted" and name in m for r, m, _ in sim.node_events(node)))  # fmt: skip
         # the opted-out pod: not evicted, no condition, said once
         kept_name = kept["metadata"]["name"]
         wait(
@@ -247,6 +259,8 @@ def test_a_failed_device_gets_its_pods_condition_and_eviction_once(
         assert kept_now is not None and not kept_now["metadata"].get("deletionTimestamp")
         assert condition(kept_now) is None
         assert [r for r, _ in sim.events(kept_name)].count("EvictionSkipped") == 1
+        skipped = [m for r, m, _ in sim.node_events(node) if r == "PodEvictionSkipped"]
+        assert len(skipped) == 1 and f"default/{kept_name} opted out" in skipped[0]
         # the pod on the healthy device is untouched; one eviction in all, rounds later too
         spared_now = sim.get_pod(spared["metadata"]["name"])
         assert spared_now is not None and not spared_now["metadata"].get("deletionTimestamp")
@@ -372,6 +386,8 @@ def test_a_disruption_budget_holds_the_eviction_back_and_it_is_retried(
         assert condition(held) is None
         assert [r for r, _ in sim.events(name)].count("EvictionBlocked") == 1
         assert [r for r, _ in sim.events(name)].count("HCSDeviceFailed") == 1
+        blocked = [m for r, m, _ in sim.node_events(node) if r == "PodEvictionBlocked"]
+        assert len(blocked) == 1 and f"blocks evicting default/{name}" in blocked[0]
         assert healer.metrics.blocked._value.get() == 1
         # the disruption controller's word: one disruption allowed now
         current = sim.admin.get(f"/apis/policy/v1/namespaces/default/poddisruptionbudgets/{app}")
@@ -406,13 +422,15 @@ def test_a_node_with_every_device_down_is_tainted_until_they_recover(
         sim.health(node, {a: "unhealthy", b: "lost"})
         wait("the taint", lambda: ours in sim.taints(node))
         assert FOREIGN_TAINT in sim.taints(node)
-        assert any(r == "NodeTainted" for r, _ in sim.events(node))
+        wait("the taint's event", lambda: ("NodeTainted", "Warning")
+             in [(r, t) for r, _, t in sim.node_events(node)])  # fmt: skip
         sim.health(node, {a: "healthy", b: "healthy"})
         recovered = time.monotonic()
         wait("the untaint", lambda: ours not in sim.taints(node))
         assert time.monotonic() - recovered >= 0.6  # the quiet period (0.8 s) held it
         assert sim.taints(node) == [FOREIGN_TAINT]
-        assert any(r == "NodeUntainted" for r, _ in sim.events(node))
+        wait("the untaint's event (posted after the patch)", lambda: ("NodeUntainted", "Normal")
+             in [(r, t) for r, _, t in sim.node_events(node)])  # fmt: skip
         assert count(healer, "hcs_controller_taints_total", action="taint") == 1
         assert count(healer, "hcs_controller_taints_total", action="untaint") == 1
     finally:
@@ -520,8 +538,19 @@ def test_a_slow_device_is_marked_against_the_fleet_and_isolated_by_policy(
         wait("the eviction", lambda: (sim.get_pod(name) or {}).get("metadata", {})
              .get("deletionTimestamp"))  # fmt: skip
         assert any(r == "HCSDeviceDegraded" for r, _ in sim.events(name))
-        assert any(r == "SlowDevices" for r, _ in sim.events(slow_node))
+        assert ("SlowDevices", "Warning") in [(r, t) for r, _, t in sim.node_events(slow_node)]
         assert count(healer, "hcs_controller_slow_devices") == 1
+        assert count(healer, "hcs_controller_fleet_marks_total", action="mark") == 1
+        # the card comes back to the fleet's median: unmarked, said, counted
+        spec = sim.admin.get(f"{CN}/{slow_node}")["spec"]
+        spec["devices"][0]["measured"]["tflopsFP16"] = 302.0
+        sim.admin.patch(f"{CN}/{slow_node}", {"spec": spec})
+        wait("status.fleet cleared", lambda: "fleet" not in
+             (sim.admin.get(f"{CN}/{slow_node}").get("status") or {}))  # fmt: skip
+        wait("the cleared event", lambda: ("SlowDevicesCleared", "Normal") in
+             [(r, t) for r, _, t in sim.node_events(slow_node)])  # fmt: skip
+        assert count(healer, "hcs_controller_fleet_marks_total", action="clear") == 1
+        assert count(healer, "hcs_controller_slow_devices") == 0
     finally:
         healer.stop()
 
@@ -567,3 +596,34 @@ def test_the_command_leads_serves_its_probes_and_metrics_and_acts(
         process.terminate()
         process.wait(10)
         log.close()
+
+
+def test_the_command_gives_its_lease_back_on_sigterm(plane: ControlPlane, sim: Sim) -> None:
+    """A rolling update: the old replica's SIGTERM frees the Lease, so the new one leads at
+    once instead of after --lease-seconds (a minute here)."""
+    lease = f"/apis/coordination.k8s.io/v1/namespaces/hcs-system/leases/{CONTROLLER_LEASE}"
+    port = free_port()
+    log = open(plane.work / f"controller-term-{sim.tag}.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hcsd.cluster.healer_cli",
+         "--kubeconfig", str(plane.config_for("controller")), "--identity", f"old-{sim.tag}",
+         "--probe-listen", f"127.0.0.1:{port}", "--lease-seconds", "60",
+         "--renew-seconds", "0.3"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait("the old replica leading", lambda: sim.admin.get(lease)["spec"].get("holderIdentity")
+             == f"old-{sim.tag}", timeout=15)  # fmt: skip
+        process.terminate()  # SIGTERM, to the process this test started
+        assert process.wait(10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+    spec = sim.admin.get(lease)["spec"]
+    assert spec["holderIdentity"] == "" and spec["leaseDurationSeconds"] == 1
+    new = LeaderElector(plane.kube("controller"), "hcs-system", CONTROLLER_LEASE,
+                        f"new-{sim.tag}", duration=60)  # fmt: skip
+    assert new.try_acquire() and new.is_leader()
+    assert new.release()  # and the next test's replicas need not wait a minute either

@@ -211,3 +211,64 @@ def test_on_a_compute_node_only_the_fleet_may_change(
     assert patch(plane, status, {"status": {"fleet": None}}) == 200
     assert patch(plane, status, {"status": {"phase": "NotReady"}}) == 403
     assert patch(plane, status, {"status": {"devices": []}}) == 403
+
+
+def post_event(plane: ControlPlane, namespace: str, about: dict[str, Any], reason: str,
+               component: str = "hcs-controller") -> int:  # fmt: skip
+    """An Event as hcs-controller writes them (healer_actions.post_event's shape)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    body = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{about['name']}.{time.time_ns():x}", "namespace": namespace},
+        "involvedObject": about, "reason": reason, "message": "m", "type": "Warning",
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        "source": {"component": component}, "reportingComponent": component,
+        "reportingInstance": "test", "action": reason,
+    }  # fmt: skip
+    kube = plane.kube("controller")
+    try:
+        kube.create(f"/api/v1/namespaces/{namespace}/events", body)
+        return 201
+    except KubeError as e:
+        return e.status
+    finally:
+        kube.close()
+
+
+def test_events_only_about_its_objects_with_its_reasons(
+    plane: ControlPlane, objects: dict[str, str]
+) -> None:
+    until_enforced(plane, objects)
+    pod = {"apiVersion": "v1", "kind": "Pod", "namespace": "default",
+           "name": objects["pod"].rsplit("/", 1)[1]}  # fmt: skip
+    node = {"apiVersion": "hcs.io/v1alpha1", "kind": "ComputeNode",
+            "name": objects["cn"].rsplit("/", 1)[1]}  # fmt: skip
+    deadline = time.monotonic() + 30  # the events policy compiles on its own time
+    while post_event(plane, "default", pod, "Forged") != 403:
+        assert time.monotonic() < deadline, "the events policy was never enforced"
+        time.sleep(0.3)
+    for reason in ("HCSDeviceFailed", "HCSDeviceDegraded", "Evicted", "EvictionBlocked",
+                   "EvictionSkipped"):  # fmt: skip
+        assert post_event(plane, "default", pod, reason) == 201, reason
+    for reason in ("PodEvicted", "PodEvictionBlocked", "PodEvictionSkipped", "NodeTainted",
+                   "NodeUntainted", "SlowDevices", "SlowDevicesCleared"):  # fmt: skip
+        assert post_event(plane, "default", node, reason) == 201, reason
+    # a ComputeNode's reason on a pod, and the other way round
+    assert post_event(plane, "default", pod, "NodeTainted") == 403
+    assert post_event(plane, "default", node, "Evicted") == 403
+    # in another component's name
+    assert post_event(plane, "default", pod, "Evicted", component="kubelet") == 403
+    # about other objects: the Node, a Secret
+    assert post_event(plane, "default", {**node, "apiVersion": "v1", "kind": "Node"},
+                      "NodeTainted") == 403  # fmt: skip
+    secret = {"apiVersion": "v1", "kind": "Secret", "namespace": "default", "name": "x"}
+    assert post_event(plane, "default", secret, "Evicted") == 403
+    # a ComputeNode's Event in a tenant's namespace (where `kubectl describe` never looks), a
+    # pod's in another: the API server's own validation refuses them before the policy does
+    admin = plane.kube()
+    with contextlib.suppress(KubeError):
+        admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                            "metadata": {"name": "tenant-ev"}})  # fmt: skip
+    admin.close()
+    assert post_event(plane, "tenant-ev", node, "NodeTainted") == 422
+    assert post_event(plane, "tenant-ev", pod, "Evicted") == 422

@@ -108,3 +108,26 @@ def test_running_replicas_never_lead_together_and_hand_over(
     assert f"{leader} acquired leadership" in caplog.text
     assert f"{new.identity} acquired leadership" in caplog.text
     assert spec(plane, "running")["holderIdentity"] == new.identity
+
+
+def test_a_replica_that_stops_gives_the_lease_back_and_a_standby_takes_it_at_once(
+    plane: ControlPlane,
+) -> None:
+    a = elector(plane, "released", "a", duration=60, renew=0.2).start()
+    b = elector(plane, "released", "b", duration=60)
+    deadline = time.monotonic() + 10
+    while not a.is_leader():
+        assert time.monotonic() < deadline, "a never led"
+        time.sleep(0.05)
+    assert not b.try_acquire()  # held for a minute
+    assert a.release() and not a.is_leader()
+    free = spec(plane, "released")
+    assert free["holderIdentity"] == "" and free["leaseDurationSeconds"] == 1
+    assert b.try_acquire() and b.is_leader()  # no minute's wait
+    taken = spec(plane, "released")
+    assert (taken["holderIdentity"], taken["leaseTransitions"]) == ("b", 1)
+    time.sleep(0.5)  # a's renewing thread has ended: it does not take the Lease back
+    assert spec(plane, "released")["holderIdentity"] == "b"
+    # a replica that does not hold the Lease leaves it as it is
+    assert not a.release()
+    assert spec(plane, "released")["holderIdentity"] == "b"
