@@ -7,6 +7,7 @@ times carried over from the previous status), or every resync would be a write.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,8 @@ from hcsd.contract.names import API_VERSION, COMPUTE_NODE_KIND, NODE_LABEL
 from hcsd.model import Device, Grant, HealthState, Link, LinkKind, Vendor
 from hcsd.profiles.database import default_database
 from hcsd.quantity import format_bytes
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "NodeView",
@@ -49,6 +52,13 @@ MESSAGE_MAX = 65536  # status.conditions[].message maxLength
 FABRIC_PORTS_MAX = 64  # crds/computenodes.yaml: spec.fabric.ports maxItems
 FABRIC_NOTES_MAX = 8  # spec.fabric.notes maxItems
 FABRIC_LINE_MAX = 256  # spec.fabric.ports[] maxLength
+#: crds/computenodes.yaml: spec.devices[].measured's figures, (minimum, maximum). Past them a
+#: figure is a broken timing; the API server would refuse the whole spec, so it is left out.
+MEASURED_BOUNDS = {
+    "tflopsFP16": (0.0, 10_000.0),
+    "ratio": (0.0, 10.0),
+    "memoryBandwidthGBps": (0.0, 100_000.0),
+}
 
 
 def fingerprint_of(device: pb.Device) -> str:
@@ -61,7 +71,8 @@ def fingerprint_of(device: pb.Device) -> str:
 def measured_of(device: pb.Device) -> dict[str, Any] | None:
     """The node's own measurement of the device (hcsd.benchmarks' attributes), or None: its FP16
     TFLOPS, the ratio to the profile's figure (the sub-health check's input), its memory
-    bandwidth, and when."""
+    bandwidth, and when. A figure that is not a number or lies outside MEASURED_BOUNDS is left
+    out (warned about once): the API server would refuse the node's whole spec for it."""
     attributes = device.attributes
     if "measured_tflops_fp16" not in attributes:
         return None
@@ -72,10 +83,20 @@ def measured_of(device: pb.Device) -> dict[str, Any] | None:
         ("measured_bandwidth_gbps", "memoryBandwidthGBps"),
     ):
         try:
-            found[name] = round(float(attributes[key]), 4)
+            value = round(float(attributes[key]), 4)
         except (KeyError, ValueError):
             continue
+        low, high = MEASURED_BOUNDS[name]
+        if low <= value <= high:  # NaN compares false: left out too
+            found[name] = value
+        elif (device.uuid, name, attributes[key]) not in _refused:
+            _refused.add((device.uuid, name, attributes[key]))
+            log.warning("%s: measured %s %s outside [%g, %g]; not published", device.uuid,
+                        name, attributes[key], low, high)  # fmt: skip
     return found
+
+
+_refused: set[tuple[str, str, str]] = set()  # (uuid, field, text) warned about
 
 
 def acu(tflops_fp16: float) -> float:

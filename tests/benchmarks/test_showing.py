@@ -48,6 +48,33 @@ def test_the_compute_node_carries_it_and_the_extender_reads_it() -> None:
     assert [d.tflops_fp16 for d in view.devices] == [296.4, 312.0]
 
 
+@pytest.mark.parametrize(
+    ("figures", "published"),
+    [
+        ((296.4, 0.95, 1650.0),
+         {"tflopsFP16": 296.4, "ratio": 0.95, "memoryBandwidthGBps": 1650.0}),
+        ((12000.0, 0.95, 1650.0), {"ratio": 0.95, "memoryBandwidthGBps": 1650.0}),
+        ((296.4, 11.0, 1650.0), {"tflopsFP16": 296.4, "memoryBandwidthGBps": 1650.0}),
+        ((296.4, 0.95, 1e6), {"tflopsFP16": 296.4, "ratio": 0.95}),
+        ((float("nan"), -0.5, float("inf")), {}),
+    ],
+    ids=["in bounds", "tflops too high", "ratio too high", "bandwidth too high",
+         "nan, negative, inf"],
+)  # fmt: skip
+def test_a_figure_outside_the_crds_bounds_is_left_out(
+    figures: tuple[float, float, float], published: dict[str, float]
+) -> None:
+    """The API server would refuse the node's whole spec for one figure past the CRD's
+    bounds (tests/cluster/test_crd_bounds.py): the syncer leaves that figure out."""
+    tflops, ratio, bandwidth = figures
+    attributes = {"fingerprint": "measured", "measured_tflops_fp16": str(tflops),
+                  "measured_ratio": str(ratio), "measured_bandwidth_gbps": str(bandwidth),
+                  "measured_at": "2023-11-14T22:13:20Z"}  # fmt: skip
+    device = pb.Device(uuid="GPU-bounds", vendor="nvidia", model="A100", attributes=attributes)
+    (found,) = node_spec(pb.Node(name="n1", version="1"), [device])["devices"]
+    assert found["measured"] == {**published, "at": "2023-11-14T22:13:20Z"}
+
+
 def test_hcsctl_devices_shows_it() -> None:
     lines = tables.devices_table(pb_devices()).splitlines()
     column = lines[0].index("MEASURED")

@@ -25,7 +25,8 @@ from hcsd.cluster.cluster_reader import VIEWER_PODS_ROLE, VIEWER_ROLE
 from hcsd.cluster.commands import extender_main, syncer_main
 from hcsd.cluster.compute_quota import Amounts
 from hcsd.cluster.endpoints import PROBE_PORT
-from hcsd.cluster.objects import compute_node, node_spec, node_status
+from hcsd.cluster.healer_actions import COMPUTE_NODE_EVENTS, POD_EVENTS
+from hcsd.cluster.objects import MEASURED_BOUNDS, compute_node, node_spec, node_status
 from hcsd.contract import names, paths
 from hcsd.quantity import QuantityError, parse_quantity
 
@@ -924,3 +925,35 @@ def test_the_controllers_compute_node_policy_names_every_status_field_but_fleet(
     expression = " ".join(v["expression"] for v in policy["spec"]["validations"])
     named = set(re.findall(r"object\.status\.\?(\w+) == oldObject\.status\.\?\1", expression))
     assert named == fields
+
+
+def test_the_controllers_events_policy_allows_exactly_the_reasons_it_writes() -> None:
+    """admission-controller.yaml lists the Events' reasons by the object they are about; the
+    controller's tables (healer_actions) are what it writes: the two must be the same."""
+    (policy,) = [
+        d
+        for d in yaml.safe_load_all((ROOT / "admission-controller.yaml").read_text())
+        if d and d["metadata"]["name"] == "hcs-controller-events"
+        and d["kind"] == "ValidatingAdmissionPolicy"
+    ]  # fmt: skip
+    expression = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    pod, node = expression.split("||")
+    assert "'Pod'" in pod and "'ComputeNode'" in node
+    for part, table in ((pod, POD_EVENTS), (node, COMPUTE_NODE_EVENTS)):
+        (listed,) = re.findall(r"in\s*\[([^\]]*)\]", part)
+        assert set(re.findall(r"'(\w+)'", listed)) == table
+
+
+def test_the_measured_figures_bounds_are_the_syncers() -> None:
+    """crds/computenodes.yaml bounds spec.devices[].measured; the syncer leaves out a figure
+    past them (objects.MEASURED_BOUNDS) rather than have the whole spec refused."""
+    (crd,) = [d for d in yaml.safe_load_all((ROOT / "crds" / "computenodes.yaml").read_text()) if d]
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    device = schema["properties"]["spec"]["properties"]["devices"]["items"]
+    measured = device["properties"]["measured"]["properties"]
+    bounds = {
+        name: (field["minimum"], field["maximum"])
+        for name, field in measured.items()
+        if field["type"] == "number"
+    }
+    assert bounds == MEASURED_BOUNDS
