@@ -246,7 +246,7 @@ class Cluster:
         self.plane.wait_ready("extender", f"{self.probe_url}/readyz", 60)
 
     def stop_extender(self) -> None:
-        """SIGTERM, as a Deployment's pod is stopped; the Lease stays with "extender-0"."""
+        """SIGTERM, as a Deployment's pod is stopped; "extender-0" gives its Lease back."""
         assert self.extender is not None
         self.extender.terminate()
         self.extender.wait(30)

@@ -262,6 +262,23 @@ async def test_an_idle_gpu_is_not_judged_on_its_width(node: Node) -> None:
     assert dict(node.device(0).attributes)["subhealth"] == "pcie-link-width"
 
 
+async def test_the_sm_clock_is_judged_only_under_load(node: Node) -> None:
+    """An idle GPU's SM clock drops by design: `sm-clock-low` is judged from the readings of
+    a poll whose utilization says the GPU works (as during a workload or hcsd's own GEMM);
+    the idle polls in between leave it as it was, never clear it."""
+    node.set(0, util=0, sm_clock_now=300, clock_reasons=0)  # idle: 300 of 1410 MHz is normal
+    await node.poll(HOLD + POLL)
+    assert node.state(0) is HealthState.HEALTHY
+    node.set(0, util=95)  # working, still at 300 MHz and no reason given
+    await node.poll(HOLD + POLL)
+    attributes = dict(node.device(0).attributes)
+    assert attributes["subhealth"] == "sm-clock-low"
+    assert "SM clock 300 of 1410 MHz while busy" in attributes["health_reason"]
+    node.set(0, util=0, sm_clock_now=1410)  # idle again: not evidence of recovery
+    await node.poll(RECOVERY + POLL)
+    assert dict(node.device(0).attributes)["subhealth"] == "sm-clock-low"
+
+
 async def test_missing_evidence_keeps_a_degraded_device_degraded(node: Node) -> None:
     """Idle, then hung (every NVML call fails): neither is the signal gone."""
     node.link(0, 8)
