@@ -21,6 +21,7 @@ from tests.harness.daemon import MIXED_NODE, ROOT
 from tests.harness.images import cluster_image  # noqa: F401 - for every suite
 from tests.harness.kubecluster.fixture import (  # noqa: F401 - for every suite
     bare_kubelet_cluster,
+    healing_kubelet_cluster,
     kubelet_cluster,
     stamped_bare_kubelet_cluster,
 )

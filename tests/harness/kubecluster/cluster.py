@@ -29,6 +29,7 @@ from pathlib import Path
 from hcsd.cluster.kube import Kube
 from tests.cluster.controlplane import CLIENTS, CONTROLLER_MANAGER, ControlPlane, free_port
 from tests.harness import cgroups
+from tests.harness.daemon import Settings
 from tests.harness.kubecluster import hcs
 from tests.harness.kubecluster.node import KubeletNode
 from tests.harness.kubecluster.vendors import ASCEND, NVIDIA, VendorNode, build_fakes
@@ -159,6 +160,9 @@ class KubeletCluster:
     admin: Kube | None = None
     timings: dict[str, float] = field(default_factory=dict)
     extender: hcs.ExtenderPorts = field(default_factory=lambda: hcs.ExtenderPorts(0, 0))
+    # hcsd's settings per node, over hcs.hcsd_settings (health watching, a fake sysfs)
+    hcsd_settings: dict[str, Settings] = field(default_factory=dict)
+    controller_probes: int = 0  # hcs-controller's probe port while it runs (start_controller)
 
     @property
     def kube(self) -> Kube:
@@ -211,6 +215,7 @@ class KubeletCluster:
                 runtime=self.peers.runtime,
                 kube_bin=self.peers.node,
                 address=self.peers.address,
+                settings=self.hcsd_settings.get(name),
             )
             self.nodes[name] = node
             node.start(self.plane.config_for(f"node-{name}"), certs / "ca.crt")
@@ -239,6 +244,21 @@ class KubeletCluster:
         command = hcs.extender_command(self.extender, self.control, self.keys, self.work)
         self.control._spawn("extender", command)
         self.control.wait_ready("extender", hcs.extender_ready_url(self.extender), 60)
+
+    def start_controller(self, flags: list[str]) -> None:
+        """hcs-controller as a host process (hcs.controller_command) with `flags`, once its
+        caches are synced; a running one is stopped first (its Lease goes to the new one)."""
+        self.stop_controller()
+        self.controller_probes = free_port()
+        command = hcs.controller_command(self.control, self.controller_probes, flags)
+        self.control._spawn("controller", command)
+        self.control.wait_ready(
+            "controller", f"http://127.0.0.1:{self.controller_probes}/readyz", 60
+        )
+
+    def stop_controller(self) -> None:
+        self.control.stop_process("controller")
+        self.controller_probes = 0
 
     def _nodes_ready(self) -> bool:
         for name in self.nodes:
@@ -300,6 +320,8 @@ class KubeletCluster:
         """Stop the nodes, then the cluster's processes; restore the kernel settings.
         What could not be cleaned (also logged)."""
         problems: list[str] = []
+        if self.plane is not None:  # first: it would act on the nodes going away
+            self.plane.stop_process("controller")
         for node in self.nodes.values():
             problems += node.close(self.log)
         if self.admin is not None:
@@ -326,9 +348,13 @@ def started(
     *,
     bare: bool = False,
     vendors: dict[str, VendorNode] | None = None,
+    hcsd_settings: dict[str, Settings] | None = None,
 ) -> KubeletCluster:
     """A started cluster; on a failure to start, everything already started is stopped."""
-    cluster = KubeletCluster(peers, work, log, bare=bare, vendors=dict(vendors or NODES))
+    cluster = KubeletCluster(
+        peers, work, log, bare=bare, vendors=dict(vendors or NODES),
+        hcsd_settings=dict(hcsd_settings or {}),
+    )  # fmt: skip
     try:
         return cluster.start()
     except BaseException:

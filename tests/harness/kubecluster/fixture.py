@@ -8,16 +8,23 @@ test asking for it skips, saying why.
 
 `bare_kubelet_cluster`: the same nodes and control plane without HCS's cluster side
 (cluster.py, `bare`), once per module that asks, for tests that deploy HCS themselves.
+
+`healing_kubelet_cluster`: HCS deployed, hcsd watching the kernel through eBPF with short
+clocks, hcs-controller running (healing.py), once per module that asks; it skips, saying
+why, where the eBPF objects cannot be built or loaded.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from hcsd.api.client import Client
+from tests.harness.daemon import Settings
+from tests.harness.kubecluster import healing
 from tests.harness.kubecluster.cluster import (
     NODES,
     KubeletCluster,
@@ -53,16 +60,18 @@ def _cluster(
     bare: bool,
     vendors: dict[str, VendorNode],
     stamped: bool = False,
+    hcsd_settings: dict[str, Settings] | None = None,
+    prepare: Callable[[KubeletCluster], None] | None = None,
 ) -> Iterator[KubeletCluster]:
     """`stamped`: the API server reports the release (helm reads it), see
-    cluster.with_stamped_apiserver."""
+    cluster.with_stamped_apiserver; `prepare`: run on the started cluster (it may skip)."""
     say = _say(pytestconfig)
     peers = find_peers(say)
     if stamped and not isinstance(peers, str):
         peers = with_stamped_apiserver(peers, work, say)
     if isinstance(peers, str):
         pytest.skip(f"SKIP the real-kubelet cluster: {peers}")
-    cluster = started(peers, work, say, bare=bare, vendors=vendors)
+    cluster = started(peers, work, say, bare=bare, vendors=vendors, hcsd_settings=hcsd_settings)
     say(
         "kubelet cluster{bare}: up in {total:.1f} s (control plane {plane:.1f} s)".format(
             bare=" (bare)" if bare else "",
@@ -71,6 +80,8 @@ def _cluster(
         )
     )
     try:
+        if prepare is not None:
+            prepare(cluster)
         yield cluster
     finally:
         problems = cluster.close()
@@ -104,3 +115,35 @@ def stamped_bare_kubelet_cluster(
     for `helm install` on kubelets (tests/kubelet/test_helm_install.py)."""
     yield from _cluster(pytestconfig, tmp_path_factory.mktemp("helm-kubelet"), bare=True,
                         vendors=BARE_NODES, stamped=True)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def healing_kubelet_cluster(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, bpf_objects: Path
+) -> Iterator[KubeletCluster]:
+    """The self-healing cluster (healing.py): nodes `heal-gpu` and `heal-npu` with devices at
+    PCI addresses of their own and a fake sysfs each, hcsd's health watching on (eBPF),
+    hcs-controller running. Stops at the module's end."""
+    work = tmp_path_factory.mktemp("healing-kubelet")
+    nodes = healing.vendors()
+    for name, vendor in nodes.items():
+        healing.make_node_sysfs(work, name, vendor)
+    settings = {name: healing.hcsd_settings(work, name, bpf_objects) for name in nodes}
+    yield from _cluster(pytestconfig, work, bare=False, vendors=nodes, hcsd_settings=settings,
+                        prepare=_watching_the_kernel)  # fmt: skip
+
+
+def _watching_the_kernel(cluster: KubeletCluster) -> None:
+    """Skip (saying why) unless every node's hcsd watches the kernel through eBPF; then start
+    hcs-controller."""
+    for name, node in cluster.nodes.items():
+        assert node.hcsd is not None
+        with Client(node.hcsd.socket) as client:
+            source = client.node().health_source
+        if source != "ebpf":
+            why = [line for line in node.hcsd.logs().splitlines() if "source unavailable" in line]
+            pytest.skip(
+                f"SKIP self-healing: hcsd on {name} cannot watch the kernel through eBPF "
+                f"(health source {source!r}): {' '.join(why) or 'see its log'}"
+            )
+    cluster.start_controller(healing.controller_flags())

@@ -164,6 +164,20 @@ def extender_command(
     ]  # fmt: skip
 
 
+def controller_command(plane: ControlPlane, probes: int, flags: list[str]) -> list[str]:
+    """hcs-controller on the host as its Deployment runs it: as its service account (the
+    plane's client certificate of that name, so the shipped RBAC and the admission policies
+    of admission-controller.yaml hold it), leader-elected on its Lease (a short one: a
+    restart with the same identity takes it over at once), its probes on loopback. `flags`:
+    the policy and the timings of the test (healer_cli's flags)."""
+    return [
+        sys.executable, "-m", "hcsd.cluster.healer_cli",
+        "--kubeconfig", str(plane.config_for("controller")), "--identity", "controller-0",
+        "--probe-listen", f"127.0.0.1:{probes}", "--lease-seconds", "4", "--renew-seconds", "1",
+        *flags,
+    ]  # fmt: skip
+
+
 def extender_url(ports: ExtenderPorts) -> str:
     """kube-scheduler's urlPrefix for the extender: https, so it presents its certificate."""
     return f"https://127.0.0.1:{ports.verbs}/"

@@ -25,7 +25,7 @@ import yaml
 from hcsd.contract import paths
 from tests.cluster.controlplane import free_port
 from tests.harness import cgroups
-from tests.harness.daemon import LIBHCS, Daemon
+from tests.harness.daemon import LIBHCS, Daemon, Settings
 from tests.harness.kubecluster import hcs
 from tests.harness.kubecluster.namespace import Bind, MountNamespace
 from tests.harness.kubecluster.vendors import VendorNode
@@ -81,8 +81,10 @@ class KubeletNode:
         runtime: Binaries,
         kube_bin: Path,
         address: str,
+        settings: Settings | None = None,
     ) -> None:
         self.name = name
+        self.settings = settings or {}  # hcsd's, over hcs.hcsd_settings (a test's cluster)
         self.kube_bin = kube_bin
         self.address = address  # kubelet cannot serve on loopback
         self.vendor = vendor
@@ -151,7 +153,7 @@ class KubeletNode:
         daemon = Daemon(self.dir / "hcsd")
         # Its defaults, which the namespace makes private, and only what a test node needs.
         daemon.settings = {t: dict(k) for t, k in hcs.hcsd_settings(self.name, free_port()).items()}
-        daemon.configure({})
+        daemon.configure(self.settings)
         daemon.socket = str(self.host_path(paths.SOCKET))
         daemon.prefix = self.namespace.enter
         self.hcsd = daemon

@@ -28,12 +28,23 @@ SLEEP = "trap 'exit 0' TERM; sleep 3600 & wait"
 
 
 @dataclass(frozen=True)
+class HostVolume:
+    """A host directory the container mounts read-write (a checkpoint directory)."""
+
+    name: str
+    path: Path  # on the host: both nodes see the host's file systems
+    mount: str  # in the container
+
+
+@dataclass(frozen=True)
 class PodSpec:
     name: str
     vendor: str | None = None  # hcs.io/vendors
     vram: str = "16Gi"
     command: str = SLEEP
     run_as_user: int | None = None
+    annotations: tuple[tuple[str, str], ...] = ()  # besides hcs.io/vendors
+    volumes: tuple[HostVolume, ...] = ()
 
 
 def manifest(spec: PodSpec) -> dict[str, Any]:
@@ -45,7 +56,8 @@ def manifest(spec: PodSpec) -> dict[str, Any]:
         "imagePullPolicy": "Never",
         "command": ["sh", "-c", spec.command],
         "resources": {"limits": {"ai.compute/vram": spec.vram}},
-        "volumeMounts": [{"name": n, "mountPath": inside[n], "readOnly": True} for n in volumes],
+        "volumeMounts": [{"name": n, "mountPath": inside[n], "readOnly": True} for n in volumes]
+        + [{"name": v.name, "mountPath": v.mount} for v in spec.volumes],
     }
     pod: dict[str, Any] = {
         "apiVersion": "v1",
@@ -53,7 +65,8 @@ def manifest(spec: PodSpec) -> dict[str, Any]:
         "metadata": {
             "name": spec.name,
             "namespace": NAMESPACE,
-            "annotations": {"hcs.io/vendors": spec.vendor} if spec.vendor else {},
+            "annotations": ({"hcs.io/vendors": spec.vendor} if spec.vendor else {})
+            | dict(spec.annotations),
         },
         "spec": {
             "hostNetwork": True,
@@ -62,7 +75,7 @@ def manifest(spec: PodSpec) -> dict[str, Any]:
             "containers": [container],
             "volumes": [
                 {"name": n, "hostPath": {"path": str(p), "type": "Directory"}}
-                for n, p in volumes.items()
+                for n, p in [*volumes.items(), *((v.name, v.path) for v in spec.volumes)]
             ],
         },
     }

@@ -43,6 +43,9 @@ class VendorNode:
     fake: Path  # where it is built
     env: tuple[tuple[str, str], ...]  # what the container must get
     oom_code: int  # the API's own code for an allocation that does not fit
+    # The device's PCI address in the node file: what kernel lines name it by (a test that
+    # writes them to the host's /dev/kmsg gives its nodes addresses of their own).
+    pci_bus_id: str = "0000:17:00.0"
 
     def node_file(self) -> str:
         shared = ", ".join(f'"{n}:{NULL_NUMBERS}"' for n in self.shared_nodes)
@@ -50,7 +53,7 @@ class VendorNode:
         return (
             f"[shared_nodes]\n{self.vendor} = [{shared}]\n\n"
             f'[[device]]\nuuid = "{self.uuid}"\nvendor = "{self.vendor}"\n'
-            f'model = "{self.model}"\nindex = 0\npci_bus_id = "0000:17:00.0"\n'
+            f'model = "{self.model}"\nindex = 0\npci_bus_id = "{self.pci_bus_id}"\n'
             f'vram = "{self.vram}"\ntflops_fp16 = {self.tflops}\nnodes = [{nodes}]\n'
         )
 
