@@ -22,10 +22,12 @@ printed; docs/cluster.md, "Self-healing end to end", records them.
 from __future__ import annotations
 
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster.kube import Kube
@@ -80,6 +82,27 @@ def complete_steps(directory: Path) -> list[int]:
     )
 
 
+def events(kube: Kube, kind: str, name: str) -> set[str]:
+    """The reasons of the Events about object `kind`/`name` (a pod, a ComputeNode)."""
+    found = kube.get(
+        "/api/v1/events",
+        query=[("fieldSelector", f"involvedObject.kind={kind},involvedObject.name={name}")],
+    )
+    return {str(e.get("reason")) for e in found.get("items") or []}
+
+
+def controller_metric(cluster: KubeletCluster, sample: str, **labels: str) -> float:
+    """A sample of hcs-controller's /metrics with these labels (0 when absent)."""
+    url = f"http://127.0.0.1:{cluster.controller_probes}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text = answer.read().decode()
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == sample and found.labels == labels:
+                return float(found.value)
+    return 0.0
+
+
 def logs(cluster: KubeletCluster, pod: str) -> list[str]:
     return cluster.kubectl("logs", pod, check=False).splitlines()
 
@@ -94,7 +117,8 @@ def test_a_failed_device_is_isolated_and_its_job_resumes_on_the_other_node(
     cluster = healing_kubelet_cluster
     kube = cluster.kube
     gpu = cluster.nodes[GPU].vendor
-    assert cluster.nodes[GPU].hcsd is not None
+    hcsd = cluster.nodes[GPU].hcsd
+    assert hcsd is not None
     # Private to the test; both nodes' mount namespaces see the host's file systems (only
     # their own directories are bound over), so the replacement on the other node finds it.
     checkpoints = tmp_path / "ckpt"
@@ -111,7 +135,7 @@ def test_a_failed_device_is_isolated_and_its_job_resumes_on_the_other_node(
     )
     times: dict[str, float] = {}
     jobs.create(kube, jobs.manifest(JOB, spec))
-    watch = healing.HealthWatch(cluster.nodes[GPU].hcsd.socket, gpu.uuid)
+    watch = healing.HealthWatch(hcsd.socket, gpu.uuid)
     try:
         first = jobs.wait_running_pod(kube, JOB)
         name = str(first["metadata"]["name"])
@@ -166,6 +190,13 @@ def test_a_failed_device_is_isolated_and_its_job_resumes_on_the_other_node(
              lambda: f"saved step-{newest + 1}" in logs(cluster, replacement), 15, 0.2)  # fmt: skip
         assert f"resume: status=found from=/ckpt/step-{newest}" in logs(cluster, replacement)
         assert jobs.get(kube, JOB)["status"].get("failed", 0) == 0, "Ignored: no backoff spent"
+        # Every action is an Event (on the pod, on the ComputeNode) and a metric.
+        assert {"HCSDeviceFailed", "Evicted"} <= events(kube, "Pod", name)
+        assert {"PodEvicted", "NodeTainted"} <= events(kube, "ComputeNode", GPU)
+        evictions = "hcs_controller_evictions_total"
+        once = {"result": "evicted", "reason": "HCSDeviceFailed"}
+        assert controller_metric(cluster, evictions, **once) == 1  # one pod, evicted once
+        assert controller_metric(cluster, "hcs_controller_taints_total", action="taint") == 1
 
         # hcsd's quiet period passes: the device is healthy, and after the controller's own
         # quiet period the node is untainted.
@@ -185,6 +216,21 @@ def test_a_failed_device_is_isolated_and_its_job_resumes_on_the_other_node(
           "(incomplete) not chosen")  # fmt: skip
 
 
+def everything_healthy(cluster: KubeletCluster) -> None:
+    """Both devices healthy and neither node tainted (the other test may have left the A100
+    in its quiet period): the scores below compare healthy devices with a slow one."""
+    kube = cluster.kube
+
+    def healthy() -> bool:
+        return all(
+            device_status(kube, name, node.vendor.uuid).get("health") == "healthy"
+            and taint(kube, name) is None
+            for name, node in cluster.nodes.items()
+        )
+
+    wait("both devices healthy, no node tainted", healthy, healing.QUIET_PERIOD + 20, 0.2)
+
+
 def probe(name: str) -> pods.PodSpec:
     """A pod any device may take: 8 GiB, no vendor or model named."""
     return pods.PodSpec(name, vram="8Gi")
@@ -196,12 +242,14 @@ def test_a_slow_device_is_scored_down_then_isolated(
     cluster = healing_kubelet_cluster
     kube = cluster.kube
     npu = cluster.nodes[NPU].vendor
-    assert cluster.nodes[NPU].hcsd is not None
+    hcsd = cluster.nodes[NPU].hcsd
+    assert hcsd is not None
     work = cluster.work
     victim, newcomer = "heal-slow", "heal-probe"
     times: dict[str, float] = {}
-    watch = healing.HealthWatch(cluster.nodes[NPU].hcsd.socket, npu.uuid)
+    watch = healing.HealthWatch(hcsd.socket, npu.uuid)
     try:
+        everything_healthy(cluster)
         pods.create(kube, pods.PodSpec(victim, vendor=npu.vendor))
         pod = pods.wait_phase(kube, victim, {"Running"}, 30)
         assert pod["spec"]["nodeName"] == NPU
@@ -245,6 +293,7 @@ def test_a_slow_device_is_scored_down_then_isolated(
         times["--isolate-degraded started -> pod evicted"] = time.monotonic() - mark
         assert npu.uuid in condition["message"], condition
         wait("the taint on the slow device's node", lambda: taint(kube, NPU), 10)
+        assert {"HCSDeviceDegraded", "Evicted"} <= events(kube, "Pod", victim)
 
         mark = time.monotonic()
         healing.set_link_width(work, NPU, npu, 16)
