@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hcsd.api.client import Client
 from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster.kube import Kube
 from hcsd.contract.names import TAINT_UNHEALTHY
@@ -147,6 +148,7 @@ def test_a_failed_device_is_isolated_and_its_job_resumes_on_the_other_node(
         kmsg_writer(healing.xid_line(gpu.pci_bus_id))
         unhealthy, attributes = watch.wait(pb.HEALTH_STATE_UNHEALTHY, fault, 5)
         times["kernel line -> device unhealthy (hcsd API)"] = unhealthy - fault
+        assert unhealthy - fault < 1.0, "sub-second detection"
         assert attributes.get("health_cause") == "xid-79 (fatal)", attributes
         wait(
             "the ComputeNode to say unhealthy",
@@ -162,6 +164,8 @@ def test_a_failed_device_is_isolated_and_its_job_resumes_on_the_other_node(
 
         condition = wait("the pod's DisruptionTarget HCSDeviceFailed", disrupted, 15, 0.02)
         times["-> pod evicted (DisruptionTarget HCSDeviceFailed)"] = time.monotonic() - fault
+        # within seconds: the controller's 1 s debounce (--min-bad-seconds), then a round
+        assert times["-> pod evicted (DisruptionTarget HCSDeviceFailed)"] < healing.MIN_BAD + 4
         assert condition["status"] == "True", condition
         assert gpu.uuid in condition["message"] and GPU in condition["message"], condition
         tainted = wait("the taint on the failed node", lambda: taint(kube, GPU), 10)
@@ -172,6 +176,8 @@ def test_a_failed_device_is_isolated_and_its_job_resumes_on_the_other_node(
         # newer step that never completed (a save cut short) must not be chosen.
         pods.wait_phase(kube, name, {"Failed"}, 30)
         times["-> evicted pod ended"] = time.monotonic() - fault
+        with Client(hcsd.socket) as client:  # hcsd freed its grant on the failed device
+            wait("the evicted pod's allocation released", lambda: not client.allocations(), 10)
         newest = complete_steps(checkpoints)[-1]
         torn = checkpoints / f"step-{newest + 100}"
         torn.mkdir()
