@@ -34,6 +34,7 @@ from hcsd.cluster.healer_policy import (
     PodRef,
     Policy,
     Target,
+    ended,
     faults,
     holders,
     opted_out,
@@ -242,11 +243,11 @@ class Healer:
         self, node: Mapping[str, Any], pod: Mapping[str, Any] | None, target: Target
     ) -> act.Eviction | None:
         """The condition, then the eviction; None when there is nothing to do: the pod is
-        gone, another pod of that name, not bound to the node that named it, being
-        deleted, or opted out (said once; a pod that drops the annotation later is evicted
-        then)."""
+        gone, another pod of that name, not bound to the node that named it, being deleted,
+        ended (named by an allocation not yet released: evicting it would delete the record
+        of its end), or opted out (said once; one that drops the annotation is evicted)."""
         meta = (pod or {}).get("metadata") or {}
-        if pod is None or not target.bound_here(pod) or meta.get("deletionTimestamp"):
+        if pod is None or not target.bound_here(pod) or meta.get("deletionTimestamp") or ended(pod):
             if pod is not None and meta.get("uid") == target.uid and not target.bound_here(pod):
                 log.warning("%s: named by node %s but not bound there; ignored",
                             target.key, target.node)  # fmt: skip

@@ -28,6 +28,7 @@ __all__ = [
     "Policy",
     "Target",
     "device_count",
+    "ended",
     "faults",
     "holders",
     "opted_out",
@@ -125,6 +126,11 @@ class PodRef:
     devices: frozenset[str]
 
 
+def ended(obj: Mapping[str, Any]) -> bool:
+    """The pod's containers have stopped for good (Succeeded, Failed): it holds no device."""
+    return (obj.get("status") or {}).get("phase", "") in ("Succeeded", "Failed")
+
+
 def pod_ref(obj: Mapping[str, Any]) -> PodRef | None:
     """A bound, running pod whose `hcs.io/assignment` names devices, else None.
 
@@ -135,8 +141,7 @@ def pod_ref(obj: Mapping[str, Any]) -> PodRef | None:
     annotations = meta.get("annotations") or {}
     text = annotations.get(ANNOTATION_ASSIGNMENT)
     node = str((obj.get("spec") or {}).get("nodeName") or "")
-    phase = (obj.get("status") or {}).get("phase", "")
-    if not text or not node or phase in ("Succeeded", "Failed") or meta.get("deletionTimestamp"):
+    if not text or not node or ended(obj) or meta.get("deletionTimestamp"):
         return None
     uid = str(meta.get("uid") or "")
     try:

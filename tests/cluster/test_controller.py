@@ -317,6 +317,43 @@ def test_a_node_cannot_get_another_nodes_pods_evicted(plane: ControlPlane, sim: 
         healer.stop()
 
 
+def test_a_pod_that_has_ended_is_not_evicted(plane: ControlPlane, sim: Sim) -> None:
+    """A pod whose container exited as its device failed is Failed (or Succeeded) while
+    hcsd's allocation may still name it in the ComputeNode's status (it is released at the
+    container's stop, the syncer writes within a fraction of a second). It holds nothing:
+    evicting it would only delete the record of its end (its status, its logs) and count an
+    eviction that was not one. The running pod beside it is evicted."""
+    node, (bad,) = sim.node(1)
+    running = sim.pod(node, [bad])
+    ended = sim.pod(node, [bad])
+    name = ended["metadata"]["name"]
+    current = sim.admin.get(f"/api/v1/namespaces/default/pods/{name}")
+    current["status"] = {"phase": "Failed", "conditions": []}
+    sim.admin.replace(f"/api/v1/namespaces/default/pods/{name}/status", current)
+    sim.health(node, {bad: "unhealthy"})
+    status = sim.admin.get(f"{CN}/{node}")
+    status["status"]["allocations"] = [
+        {"containerID": f"c-{name}", "podUID": ended["metadata"]["uid"], "namespace": "default",
+         "pod": name, "container": "main", "source": "assignment",
+         "grants": [{"uuid": bad, "vramBytes": GiB, "compute": 0}]},
+    ]  # fmt: skip
+    sim.admin.replace(f"{CN}/{node}/status", status)
+    healer = controller(plane)
+    try:
+        other = running["metadata"]["name"]
+        wait("the running pod evicted", lambda: (sim.get_pod(other) or {})
+             .get("metadata", {}).get("deletionTimestamp"))  # fmt: skip
+        time.sleep(0.8)  # rounds after it
+        now = sim.get_pod(name)
+        assert now is not None and not now["metadata"].get("deletionTimestamp")
+        assert now["status"]["phase"] == "Failed" and condition(now) is None
+        assert sim.events(name) == []
+        assert count(healer, "hcs_controller_evictions_total", result="evicted",
+                     reason="HCSDeviceFailed") == 1  # fmt: skip
+    finally:
+        healer.stop()
+
+
 def test_the_brakes_dry_run_minimum_bad_time_and_breaker(plane: ControlPlane, sim: Sim) -> None:
     node, (a, b) = sim.node(2)
     other, (c, d) = sim.node(2)
