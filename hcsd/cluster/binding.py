@@ -28,6 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from hcsd.cluster.decisions import Decider, over_quota, plan_amounts
@@ -38,10 +39,12 @@ from hcsd.cluster.kube import Kube, KubeError, paths_for
 from hcsd.cluster.objects import PodHold
 from hcsd.cluster.pending import DEFAULT_SCHEDULERS, scheduler_of
 from hcsd.cluster.planner import Unfit
+from hcsd.cluster.rebinding import Rebinder
 from hcsd.cluster.state import ClusterState
 from hcsd.contract import assignment
 from hcsd.contract.keyring import Keyring, node_key
 from hcsd.contract.names import ANNOTATION_ASSIGNMENT
+from hcsd.contract.runtime_binding import ResolvedRuntime
 from hcsd.model import Grant
 
 __all__ = [
@@ -76,12 +79,21 @@ class BindRequest:
 
 
 def signed_assignment(
-    node: str, pod_uid: str, grants: Mapping[str, tuple[Grant, ...]], keys: Keyring, issued: float
+    node: str,
+    pod_uid: str,
+    grants: Mapping[str, tuple[Grant, ...]],
+    keys: Keyring,
+    issued: float,
+    *,
+    runtime: Mapping[str, ResolvedRuntime] | None = None,
 ) -> str:
-    """The `hcs.io/assignment` annotation: what each container got, signed for hcsd with the
-    node's own key derived from the cluster's signing key, and naming that key's id."""
+    """The `hcs.io/assignment` annotation: what each container got (and, for a pod with a
+    RuntimeProfile, what it runs: version 3), signed for hcsd with the node's own key derived
+    from the cluster's signing key, and naming that key's id."""
     key = node_key(keys.signing_key, node)
-    body = assignment.Assignment(node, pod_uid, issued, grants, keys.signing)
+    body = assignment.Assignment(
+        node, pod_uid, issued, grants, keys.signing, runtime=MappingProxyType(dict(runtime or {}))
+    )
     return assignment.encode(body, key)
 
 
@@ -146,6 +158,7 @@ class Binder:
         self.is_leader = is_leader
         self.clock = clock
         self.seen = SeenPods()
+        self.rebinder = Rebinder(kube, decider)
         self._lock = threading.Lock()  # one bind decides and assumes at a time
 
     def bind(self, request: BindRequest) -> str:
@@ -225,10 +238,19 @@ class Binder:
         reserved = self._reserve(request, demand, job_of(pod))
         if isinstance(reserved, str):
             return reserved
-        grants, token = reserved
+        grants, token, runtime = reserved
         holds = tuple(PodHold(uid, c, namespace, g) for c, g in grants.items())
         try:
-            annotation = signed_assignment(node, uid, grants, self.keys(), self.clock())
+            if runtime:  # the images first (a Binding carries annotations only), at the
+                # version read; the Binding then names the version this patch made
+                binding["metadata"]["resourceVersion"] = self.rebinder.set_images(pod, runtime)
+        except BaseException:  # the pod is not bound: nothing is held
+            self.state.forget(uid, token)
+            raise
+        try:
+            annotation = signed_assignment(
+                node, uid, grants, self.keys(), self.clock(), runtime=runtime
+            )
             binding["metadata"]["annotations"] = {ANNOTATION_ASSIGNMENT: annotation}
             self._write(request, binding)
         except KubeError as e:
@@ -249,10 +271,10 @@ class Binder:
 
     def _reserve(
         self, request: BindRequest, demand: Demand, job: JobKey | None
-    ) -> tuple[Mapping[str, tuple[Grant, ...]], int] | str:
+    ) -> tuple[Mapping[str, tuple[Grant, ...]], int, Mapping[str, ResolvedRuntime]] | str:
         """Decide the pod's grants on the node against the latest state and assume them (with
-        where its `job`'s pod goes), under the lock: (the grants, the reservation's token), or
-        why not."""
+        where its `job`'s pod goes), under the lock: (the grants, the reservation's token,
+        each container's runtime when the pod names a RuntimeProfile), or why not."""
         namespace, node, uid = request.namespace, request.node, request.uid
         with self._lock:
             snapshot = self.state.snapshot()
@@ -265,6 +287,13 @@ class Binder:
                 reason = over_quota(quotas, used, plan_amounts(found))
                 if reason is not None:
                     return reason
+            runtime: Mapping[str, ResolvedRuntime] = {}
+            if demand.cover is not None:
+                devices = snapshot.nodes[node].view.devices
+                resolved = self.rebinder.resolve(demand.cover.profile, found.grants, devices)
+                if isinstance(resolved, str):
+                    return resolved
+                runtime = resolved
             holds = tuple(PodHold(uid, c, namespace, g) for c, g in found.grants.items())
             token = self.state.assume(uid, node, holds, job)
         if token is None:
@@ -272,7 +301,7 @@ class Binder:
                 f"pod {namespace}/{request.name} holds grants already: it is bound, or another "
                 "bind of it is in flight or not settled yet"
             )
-        return found.grants, token
+        return found.grants, token, runtime
 
     def _write(self, request: BindRequest, binding: Mapping[str, Any]) -> None:
         path = paths_for("v1", "pods", request.namespace, request.name) + "/binding"

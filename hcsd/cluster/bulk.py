@@ -137,8 +137,11 @@ def _fit(
     or above the demand's is the allocator's device (see `fleet.py`)."""
     vendors = {v.value for v in demand.vendors}
     models = demand.models
+    cover = demand.cover
     admitted = [
-        (not vendors or vendor in vendors) and (not models or model.lower() in models)
+        (not vendors or vendor in vendors)
+        and (not models or model.lower() in models)
+        and (cover is None or cover.admits(vendor, model))
         for vendor, model in fleet.groups
     ]
     whole = 2 * len(r) >= len(fleet.key)  # most of the fleet: no gather of the 2-D arrays

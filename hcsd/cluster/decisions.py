@@ -37,12 +37,14 @@ from typing import Any, cast
 from hcsd.cluster import planner
 from hcsd.cluster.bulk import Bulk, one_slice
 from hcsd.cluster.compute_quota import Amounts, Quota
-from hcsd.cluster.demand import Demand, demand_of
+from hcsd.cluster.demand import Cover, Demand, DemandError, demand_of
 from hcsd.cluster.extender_metrics import Metrics
 from hcsd.cluster.heartbeats import stale_reason
 from hcsd.cluster.objects import NodeView
 from hcsd.cluster.planner import Plan, Unfit, expand_models, quick_fit
+from hcsd.cluster.runtime_profiles import RuntimeProfile, cover_of, profile_named
 from hcsd.cluster.state import Answer, NodeSnapshot, Snapshot
+from hcsd.contract.names import ANNOTATION_RUNTIME_PROFILE, RUNTIME_PROFILES
 from hcsd.profiles.database import ProfileDatabase
 
 __all__ = ["NOTHING", "Decider", "Verdict", "floor_of", "over_quota", "plan_amounts"]
@@ -52,6 +54,7 @@ _PLANS = 50_000
 _VERDICTS = 256
 _ANSWERS = 64  # per node snapshot
 _DEMANDS = 50_000
+_COVERS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +124,13 @@ class Decider:
         db: ProfileDatabase,
         metrics: Metrics,
         changed_between: Callable[[int, int], set[str] | None],
+        profiles: Callable[[str], RuntimeProfile | None] = lambda name: None,
+        profiles_listed: Callable[[], bool] = lambda: True,
     ) -> None:
         self.db = db
+        self.profiles = profiles  # RuntimeProfiles by name, as the informer keeps them
+        self.profiles_listed = profiles_listed
+        self._covers: dict[tuple[str, str], Cover] = {}
         self.metrics = metrics
         self.changed_between = changed_between  # ClusterState's change log
         self._demand_ids: dict[Demand, int] = {}
@@ -133,11 +141,36 @@ class Decider:
         self._bulk = Bulk()
 
     def demand(self, pod: Mapping[str, Any]) -> Demand | None:
-        """The pod's demand with model aliases resolved; DemandError when malformed."""
+        """The pod's demand with model aliases resolved and its RuntimeProfile's cover;
+        DemandError when malformed or when it names a profile that does not exist."""
         demand = demand_of(pod)
         if demand is not None and demand.models:
             demand = dataclasses.replace(demand, models=expand_models(demand.models, self.db))
+        if demand is not None:
+            name = profile_named(pod)
+            if name is not None:
+                demand = dataclasses.replace(demand, cover=self._cover(name))
         return demand
+
+    def _cover(self, name: str) -> Cover:
+        profile = self.profiles(name)
+        if profile is None:
+            if not self.profiles_listed():
+                raise DemandError(
+                    f"{ANNOTATION_RUNTIME_PROFILE}: the RuntimeProfiles are not listed yet "
+                    f"(is the CRD {RUNTIME_PROFILES}.hcs.io installed?)"
+                )
+            raise DemandError(
+                f"{ANNOTATION_RUNTIME_PROFILE}: RuntimeProfile {name!r} does not exist "
+                f"(kubectl get {RUNTIME_PROFILES})"
+            )
+        key = (name, profile.resource_version)
+        found = self._covers.get(key)
+        if found is None:
+            if len(self._covers) > _COVERS:
+                self._covers.clear()
+            found = self._covers[key] = cover_of(profile, self.db)
+        return found
 
     def demand_id(self, demand: Demand) -> int:
         """A small number per distinct demand: a cheap key for the caches."""

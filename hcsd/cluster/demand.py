@@ -25,7 +25,7 @@ from hcsd.contract.names import (
 from hcsd.model import Request, TopologyPreference, Vendor
 from hcsd.quantity import QuantityError, parse_bytes, parse_quantity
 
-__all__ = ["ContainerDemand", "Demand", "DemandError", "demand_of"]
+__all__ = ["ContainerDemand", "Cover", "Demand", "DemandError", "demand_of"]
 
 MAX_DEVICES = 64
 
@@ -43,6 +43,36 @@ class ContainerDemand:
 
 
 @dataclass(frozen=True, slots=True)
+class Cover:
+    """Which devices a pod's RuntimeProfile has an image for: its entries' (vendor, models),
+    in the profile's order (no models: any model of the vendor; models lower-cased, aliases
+    expanded). A pod with a profile is placed only on devices one entry admits, so its bind
+    always finds an image (hcsd/cluster/runtime_profiles.py)."""
+
+    profile: str
+    entries: tuple[tuple[Vendor, frozenset[str]], ...]
+
+    def entry_for(self, vendor: str, model: str) -> int | None:
+        """The index of the first entry that admits a device of `vendor` (a `Vendor` or its
+        value) and `model`."""
+        lowered = model.lower()
+        for i, (entry_vendor, models) in enumerate(self.entries):
+            if entry_vendor == vendor and (not models or lowered in models):
+                return i
+        return None
+
+    def admits(self, vendor: str, model: str) -> bool:
+        return self.entry_for(vendor, model) is not None
+
+    def describe(self) -> str:
+        """The entries as a user reads them: "nvidia (a100-sxm4-80gb), ascend"."""
+        return ", ".join(
+            f"{vendor.value} ({', '.join(sorted(models))})" if models else vendor.value
+            for vendor, models in self.entries
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Demand:
     """Hashable, so decisions can be cached per (node shape, demand)."""
 
@@ -52,6 +82,9 @@ class Demand:
     models: frozenset[str]
     substitution: bool
     topology: TopologyPreference
+    # The pod's RuntimeProfile's reach (`hcs.io/runtime-profile`), resolved by the Decider;
+    # None: the pod names no profile.
+    cover: Cover | None = None
 
     def request(self, container: ContainerDemand, *, strict: bool = True) -> Request:
         """The allocator's request for one container (allow-lists dropped when not strict)."""

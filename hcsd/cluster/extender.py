@@ -72,7 +72,10 @@ class Extender:
             kube, keys=keys, namespace=namespace, clock=clock, schedulers=schedulers
         )
         self.metrics.pending_copies.set_function(lambda: len(self.state.copies))
-        self.decider = Decider(db, self.metrics, self.state.changed_between)
+        self.decider = Decider(
+            db, self.metrics, self.state.changed_between,
+            profiles=self.state.runtime_profile, profiles_listed=self.state.profiles.synced.is_set,
+        )  # fmt: skip
         self.binder = Binder(
             kube, keys, self.state, self.decider, self.metrics,
             is_leader=is_leader, clock=clock, schedulers=schedulers,

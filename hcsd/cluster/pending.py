@@ -17,6 +17,7 @@ from typing import Any
 
 from hcsd.contract.names import (
     ANNOTATION_MODELS,
+    ANNOTATION_RUNTIME_PROFILE,
     ANNOTATION_SUBSTITUTION,
     ANNOTATION_TOPOLOGY,
     ANNOTATION_VENDORS,
@@ -36,7 +37,13 @@ __all__ = [
 ]
 
 DEFAULT_SCHEDULERS = frozenset({"default-scheduler"})  # a pod's schedulerName when unset
-HINTS = (ANNOTATION_VENDORS, ANNOTATION_MODELS, ANNOTATION_SUBSTITUTION, ANNOTATION_TOPOLOGY)
+HINTS = (
+    ANNOTATION_VENDORS,
+    ANNOTATION_MODELS,
+    ANNOTATION_SUBSTITUTION,
+    ANNOTATION_TOPOLOGY,
+    ANNOTATION_RUNTIME_PROFILE,
+)
 # What `fabric_jobs.job_of` reads: bind records where a job's pod went.
 _JOB_ANNOTATIONS = (JOB, *(key for where, key, _ in JOB_SOURCES if where == "annotation"))
 _JOB_LABELS = (JOB, *(key for where, key, _ in JOB_SOURCES if where == "label"))
@@ -49,7 +56,8 @@ def scheduler_of(pod: Mapping[str, Any]) -> str:
 
 
 def _asked(container: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The container's `ai.compute/*` limits and requests, None when it asks for none."""
+    """The container's `ai.compute/*` limits and requests and its image (what a
+    RuntimeProfile rebinds), None when it asks for none."""
     resources = container.get("resources") or {}
     kept = {
         part: {k: v for k, v in (resources.get(part) or {}).items() if k in MANAGED_RESOURCES}
@@ -57,7 +65,7 @@ def _asked(container: Mapping[str, Any]) -> dict[str, Any] | None:
     }
     if not any(kept.values()):
         return None
-    return {"name": container.get("name"), "resources": kept}
+    return {"name": container.get("name"), "image": container.get("image"), "resources": kept}
 
 
 def bindable(obj: Mapping[str, Any], schedulers: frozenset[str]) -> bool:
@@ -73,8 +81,9 @@ def bindable(obj: Mapping[str, Any], schedulers: frozenset[str]) -> bool:
 def pending_copy(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     """What bind reads of an unbound pod: uid, name, namespace, resourceVersion, the `hcs.io/*`
     hints, the labels and annotations naming its job, the scheduler's name, and the
-    `ai.compute/*` resources of the containers asking for them (all `demand.demand_of` and
-    `fabric_jobs.job_of` look at, and what a Binding's preconditions name); None when it asks
+    `ai.compute/*` resources and images of the containers asking for them (all
+    `demand.demand_of`, `fabric_jobs.job_of` and image rebinding look at, and what a
+    Binding's preconditions name); None when it asks
     for none, or has a hint or job name too long to be one."""
     spec = obj.get("spec") or {}
     containers = [c for c in (_asked(raw) for raw in spec.get("containers") or ()) if c]

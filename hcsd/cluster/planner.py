@@ -94,9 +94,20 @@ def plan(
     usage: Mapping[str, Usage],
     db: ProfileDatabase,
 ) -> Plan | Unfit:
-    """The pod's grants on this node and their score, or why it does not fit."""
+    """The pod's grants on this node and their score, or why it does not fit. A pod with a
+    RuntimeProfile sees only the devices the profile has an image for."""
     if not devices:
         return Unfit("node has no accelerators")
+    cover = demand.cover
+    if cover is not None:
+        covered = [d for d in devices if cover.admits(d.vendor, d.model)]
+        if not covered:
+            kinds = ", ".join(sorted({f"{d.vendor.value} {d.model}" for d in devices}))
+            return Unfit(
+                f"runtime profile {cover.profile} has no image for this node's accelerators "
+                f"({kinds}); it has images for: {cover.describe()}"
+            )
+        devices = covered
     working = dict(usage)
     grants: dict[str, tuple[Grant, ...]] = {}
     models: list[str] = []
@@ -242,9 +253,12 @@ def quick_fit(demand: Demand, summary: Summary) -> tuple[int, str] | None:
     best: tuple[int, int, int, int, int] | None = None
     allowed = []
     vendors = {v.value for v in demand.vendors}
+    cover = demand.cover
     for vendor, model, items in summary.groups:
-        if (vendors and vendor not in vendors) or (
-            demand.models and model.lower() not in demand.models
+        if (
+            (vendors and vendor not in vendors)
+            or (demand.models and model.lower() not in demand.models)
+            or (cover is not None and not cover.admits(vendor, model))
         ):
             continue
         allowed.append((model, items))

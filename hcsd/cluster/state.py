@@ -39,8 +39,15 @@ from hcsd.cluster.kube import Kube, paths_for
 from hcsd.cluster.objects import NodeView, ObjectError, PodHold, node_view
 from hcsd.cluster.pending import DEFAULT_SCHEDULERS, PENDING_COPIES, PendingCopies
 from hcsd.cluster.planner import Summary, shape_of, summarise
+from hcsd.cluster.runtime_profiles import RuntimeProfile, runtime_profile
 from hcsd.contract.keyring import Keyring
-from hcsd.contract.names import API_VERSION, COMPUTE_NODES, COMPUTE_QUOTAS, NAMESPACE
+from hcsd.contract.names import (
+    API_VERSION,
+    COMPUTE_NODES,
+    COMPUTE_QUOTAS,
+    NAMESPACE,
+    RUNTIME_PROFILES,
+)
 from hcsd.model import Grant
 from hcsd.profiles.exchange import share_tflops
 
@@ -139,18 +146,33 @@ class ClusterState:
             name="leases", on_change=self._lease_changed,
         )  # fmt: skip
 
+        # RuntimeProfiles by name: read by decisions and bind (no lock of ours: the informer's
+        # dict is replaced one key at a time). Not waited for at start (`informers`): a
+        # cluster upgraded by helm lacks the CRD until the operator applies it (helm installs
+        # CRDs, never upgrades them), and only pods naming a profile need it.
+        self.profiles: Informer[RuntimeProfile] = Informer(
+            kube, paths_for(API_VERSION, RUNTIME_PROFILES), runtime_profile,
+            name=RUNTIME_PROFILES,
+        )  # fmt: skip
+
     @property
     def informers(self) -> tuple[Informer[Any], ...]:
+        """The informers a decision needs synced: every one but the profiles'."""
         return (self.nodes, self.pods, self.quotas, self.leases)
 
     def start(self) -> ClusterState:
-        for informer in self.informers:
+        for informer in (*self.informers, self.profiles):
             informer.start()
         return self
 
     def stop(self) -> None:
-        for informer in self.informers:
+        for informer in (*self.informers, self.profiles):
             informer.stop()
+
+    def runtime_profile(self, name: str) -> RuntimeProfile | None:
+        """The RuntimeProfile of that name as the informer keeps it (None: none, or not
+        listed yet: `profiles.synced` says which)."""
+        return self.profiles.get(name)
 
     def wait_synced(self, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout

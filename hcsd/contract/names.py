@@ -18,6 +18,9 @@ COMPUTE_NODES = "computenodes"  # cluster-scoped, one per node, named after the 
 COMPUTE_NODE_KIND = "ComputeNode"
 COMPUTE_QUOTAS = "computequotas"  # namespaced
 COMPUTE_QUOTA_KIND = "ComputeQuota"
+# cluster-scoped: base images, env and entrypoints per vendor (docs/runtime-profiles.md)
+RUNTIME_PROFILES = "runtimeprofiles"
+RUNTIME_PROFILE_KIND = "RuntimeProfile"
 NODE_LABEL = f"{GROUP}/node"  # on each ComputeNode: the node's name
 
 # Quota keys in ComputeQuota spec.hard / status.used.
@@ -70,6 +73,10 @@ ANNOTATION_ASSIGNMENT = "hcs.io/assignment"
 # Written by the extender on a pending pod it refused that fits now, so that kube-scheduler
 # retries it (hcsd/cluster/requeue.py): "<time>" only
 ANNOTATION_CAPACITY_FREED = "hcs.io/capacity-freed"
+# The RuntimeProfile a pod runs with: at bind the extender sets the image of each container
+# that holds devices to the profile's image for the chosen vendor (and model), and signs the
+# rest (env, command, args) into the assignment for hcsd (hcsd.contract.runtime_binding).
+ANNOTATION_RUNTIME_PROFILE = f"{GROUP}/runtime-profile"
 # Read by the extender only.
 ANNOTATION_SUBSTITUTION = "hcs.io/allow-substitution"
 # Read by hcs-controller: "never" keeps the pod from being evicted off a failed device: no

@@ -33,6 +33,7 @@ from hcsd.cluster.fleet import WIDTH
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import compute_node, node_spec, node_status, node_view
 from hcsd.cluster.planner import Unfit, plan
+from hcsd.cluster.runtime_profiles import runtime_profile
 from hcsd.cluster.state import Answer, Snapshot
 from hcsd.contract.keyring import Keyring
 from hcsd.profiles.database import ProfileDatabase
@@ -76,7 +77,29 @@ DEMANDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
                             {"hcs.io/models": "A100", "hcs.io/allow-substitution": "true"}),
     "vram-substitution": ({"ai.compute/vram": "16Gi"},
                           {"hcs.io/models": "Z100", "hcs.io/allow-substitution": "true"}),
+    # RuntimeProfiles (PROFILES): only devices an entry has an image for; "a100-or-ascend"
+    # is what hcs.io/vendors and hcs.io/models together cannot say.
+    "profile-a100-or-ascend": ({"ai.compute/vram": "30Gi"},
+                               {"hcs.io/runtime-profile": "a100-or-ascend"}),
+    "profile-and-vendors": ({"ai.compute/vram": "8Gi"},
+                            {"hcs.io/runtime-profile": "a100-or-ascend", "hcs.io/vendors": "ascend"}),
+    "profile-hygon-whole": ({"ai.compute/devices": "1"}, {"hcs.io/runtime-profile": "hygon"}),
+    "profile-hygon-2-devices": ({"ai.compute/devices": "2"}, {"hcs.io/runtime-profile": "hygon"}),
 }  # fmt: skip
+PROFILES = {
+    "a100-or-ascend": [{"vendor": "nvidia", "models": ["A100"], "image": "cuda:1"},
+                       {"vendor": "ascend", "image": "cann:1"}],
+    "hygon": [{"vendor": "hygon", "image": "dtk:1"}],
+}  # fmt: skip
+
+
+def with_profiles(extender: Extender) -> Extender:
+    """The extender's RuntimeProfiles informer, filled with PROFILES."""
+    for name, runtimes in PROFILES.items():
+        obj = {"metadata": {"name": name, "resourceVersion": "1"}, "spec": {"runtimes": runtimes}}
+        extender.state.profiles.apply(name, runtime_profile(obj))
+    extender.state.profiles.synced.set()
+    return extender
 
 
 def random_node(name: str, rng: random.Random, version: int) -> dict[str, Any]:
@@ -220,6 +243,7 @@ def test_the_fast_paths_answer_what_the_allocator_answers(seed: int, quota: str)
     signing = rng.choice(["k", "k", ""])
     # No signing key ("") in use: no node is refused for lacking one.
     extender = Extender(Kube.__new__(Kube), lambda: Keyring({"k": b"k" * 32}, signing), DB)
+    with_profiles(extender)
     hard = QUOTAS[quota]
     if hard is not None:
         obj = {"metadata": {"namespace": "ns", "name": "q"}, "spec": {"hard": hard}}
