@@ -81,8 +81,8 @@ DEMANDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     # is what hcs.io/vendors and hcs.io/models together cannot say.
     "profile-a100-or-ascend": ({"ai.compute/vram": "30Gi"},
                                {"hcs.io/runtime-profile": "a100-or-ascend"}),
-    "profile-and-vendors": ({"ai.compute/vram": "8Gi"},
-                            {"hcs.io/runtime-profile": "a100-or-ascend", "hcs.io/vendors": "ascend"}),
+    "profile-and-vendors": ({"ai.compute/vram": "8Gi"}, {"hcs.io/runtime-profile": "a100-or-ascend",
+                                                         "hcs.io/vendors": "ascend"}),
     "profile-hygon-whole": ({"ai.compute/devices": "1"}, {"hcs.io/runtime-profile": "hygon"}),
     "profile-hygon-2-devices": ({"ai.compute/devices": "2"}, {"hcs.io/runtime-profile": "hygon"}),
 }  # fmt: skip

@@ -55,8 +55,10 @@ RBAC: dict[tuple[str, str], Rules] = {
     ("ClusterRole", names.EXTENDER_ACCOUNT): {
         (names.GROUP, names.COMPUTE_NODES): frozenset({"list", "watch"}),  # informer
         (names.GROUP, names.COMPUTE_QUOTAS): frozenset({"list", "watch"}),  # informer
+        (names.GROUP, names.RUNTIME_PROFILES): frozenset({"list", "watch"}),  # informer
         (names.GROUP, f"{names.COMPUTE_QUOTAS}/status"): frozenset({"patch"}),  # status.used
-        # informer; GET in bind; merge-PATCH of one annotation (requeue.py), narrowed by
+        # informer; GET in bind; merge-PATCH of one annotation (requeue.py) and a patch of the
+        # images of a pod naming a RuntimeProfile (rebinding.py), narrowed by
         # admission-requeue.yaml
         ("", "pods"): frozenset({"get", "list", "watch", "patch"}),
         ("", "pods/binding"): frozenset({"create"}),  # carries the assignment annotation
@@ -89,6 +91,7 @@ RBAC: dict[tuple[str, str], Rules] = {
     ("ClusterRole", VIEWER_ROLE): {
         (names.GROUP, names.COMPUTE_NODES): frozenset({"get", "list", "watch"}),
         (names.GROUP, names.COMPUTE_QUOTAS): frozenset({"get", "list", "watch"}),
+        (names.GROUP, names.RUNTIME_PROFILES): frozenset({"get", "list", "watch"}),
     },
     ("Role", VIEWER_ROLE): {
         ("coordination.k8s.io", "leases"): frozenset({"get", "list"}),
@@ -207,6 +210,7 @@ def test_every_namespaced_object_lives_in_our_namespace() -> None:
     [
         (names.COMPUTE_NODES, names.COMPUTE_NODE_KIND, "Cluster", "cn"),
         (names.COMPUTE_QUOTAS, names.COMPUTE_QUOTA_KIND, "Namespaced", "cq"),
+        (names.RUNTIME_PROFILES, names.RUNTIME_PROFILE_KIND, "Cluster", "rtp"),
     ],
 )
 def test_crd_names_match_the_code(plural: str, kind: str, scope: str, short: str) -> None:
@@ -222,7 +226,10 @@ def test_crd_names_match_the_code(plural: str, kind: str, scope: str, short: str
     }
     (version,) = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == (names.VERSION, True, True)
-    assert version["subresources"] == {"status": {}}  # status written apart from spec
+    if plural == names.RUNTIME_PROFILES:  # written by people only, and no status
+        assert "subresources" not in version
+    else:
+        assert version["subresources"] == {"status": {}}  # status written apart from spec
 
 
 def structural_problems(schema: Mapping[str, Any], where: str = "") -> Iterator[str]:
@@ -242,7 +249,10 @@ def structural_problems(schema: Mapping[str, Any], where: str = "") -> Iterator[
         yield from structural_problems(schema["items"], f"{where}[]")
 
 
-@pytest.mark.parametrize("plural", [names.COMPUTE_NODES, names.COMPUTE_QUOTAS])
+CRDS = [names.COMPUTE_NODES, names.COMPUTE_QUOTAS, names.RUNTIME_PROFILES]
+
+
+@pytest.mark.parametrize("plural", CRDS)
 def test_crd_schemas_are_structural(plural: str) -> None:
     assert list(structural_problems(crd_schema(plural))) == []
 
@@ -251,11 +261,14 @@ def schema_at(schema: Mapping[str, Any], json_path: str) -> Mapping[str, Any] | 
     """The sub-schema a simple `.a.b.c` jsonPath names, or None when the schema lacks it."""
     node: Mapping[str, Any] | None = schema
     for part in json_path.removeprefix(".").split("."):
-        node = (node or {}).get("properties", {}).get(part)
+        name, every = part.removesuffix("[*]"), part.endswith("[*]")  # `a[*]`: a's items
+        node = (node or {}).get("properties", {}).get(name)
+        if every:
+            node = (node or {}).get("items")
     return node
 
 
-@pytest.mark.parametrize("plural", [names.COMPUTE_NODES, names.COMPUTE_QUOTAS])
+@pytest.mark.parametrize("plural", CRDS)
 def test_printer_columns_show_fields_that_exist(plural: str) -> None:
     """A column on a misspelt path is always empty, and kubectl says nothing about it."""
     (version,) = crd(plural)["spec"]["versions"]
