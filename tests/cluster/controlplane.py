@@ -346,7 +346,7 @@ _PLURALS = {
     "DaemonSet": "daemonsets", "Deployment": "deployments", "Service": "services",
     "Node": "nodes", "Pod": "pods", "ComputeQuota": "computequotas", "ComputeNode": "computenodes",
     "NetworkPolicy": "networkpolicies", "ConfigMap": "configmaps",
-    "ResourceQuota": "resourcequotas",
+    "ResourceQuota": "resourcequotas", "RuntimeProfile": "runtimeprofiles",
     "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }  # fmt: skip

@@ -30,11 +30,18 @@ GiB = 2**30
 JOB_LABEL = "hcs.io/job"
 
 
-def simulated_node(kube: Kube, name: str, devices: int = 8) -> None:
-    """A Node, its ComputeNode (`devices` x A100 80G) and a fresh heartbeat, as a syncer
-    would write them."""
+def simulated_node(
+    kube: Kube,
+    name: str,
+    devices: int = 8,
+    *,
+    vendor: str = "nvidia",
+    model: str = "A100-SXM4-80GB",
+) -> None:
+    """A Node, its ComputeNode (`devices` x A100 80G, or another `vendor` and `model` of 80G)
+    and a fresh heartbeat, as a syncer would write them."""
     register_node(kube, name)
-    found = [pb.Device(uuid=f"{name}-gpu{i}", vendor="nvidia", model="A100-SXM4-80GB", index=i,
+    found = [pb.Device(uuid=f"{name}-gpu{i}", vendor=vendor, model=model, index=i,
                        vram_bytes=80 * GiB, tflops_fp16=312, health_score=100,
                        health_state=pb.HEALTH_STATE_HEALTHY) for i in range(devices)]  # fmt: skip
     spec = node_spec(pb.Node(name=name, version="0.1.0"), found)

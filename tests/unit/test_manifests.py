@@ -260,10 +260,11 @@ def test_crd_schemas_are_structural(plural: str) -> None:
 def schema_at(schema: Mapping[str, Any], json_path: str) -> Mapping[str, Any] | None:
     """The sub-schema a simple `.a.b.c` jsonPath names, or None when the schema lacks it."""
     node: Mapping[str, Any] | None = schema
-    for part in json_path.removeprefix(".").split("."):
-        name, every = part.removesuffix("[*]"), part.endswith("[*]")  # `a[*]`: a's items
+    simple = re.sub(r"\[[^\]]*\]", "[]", json_path)  # `a[*]`, `a[?(@.b=="c")]`: a's items
+    for part in simple.removeprefix(".").split("."):
+        name, _, index = part.partition("[")
         node = (node or {}).get("properties", {}).get(name)
-        if every:
+        if index:
             node = (node or {}).get("items")
     return node
 
