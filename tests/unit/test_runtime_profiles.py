@@ -15,11 +15,16 @@ import yaml
 
 from hcsd.cluster.decisions import Decider
 from hcsd.cluster.demand import DemandError
+from hcsd.cluster.extender import Extender
 from hcsd.cluster.extender_metrics import Metrics
+from hcsd.cluster.kube import KubeError
+from hcsd.cluster.rebinding import STRATEGIC_MERGE_PATCH
 from hcsd.cluster.runtime_profiles import RuntimeProfile, cover_of, resolve, runtime_profile
 from hcsd.contract import names, runtime_binding
+from hcsd.contract.assignment import parse
 from hcsd.model import Device, Grant, Vendor
 from hcsd.profiles.database import ProfileDatabase
+from tests.unit.test_bind_reservations import FakeApiServer, bind, cluster, pending, used, watch
 from tests.unit.test_manifests import crd_schema, problems
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,3 +208,107 @@ def test_a_changed_profile_is_read_again() -> None:
     assert second is not None and second.cover is not None
     assert [v for v, _ in first.cover.entries] == [Vendor.NVIDIA, Vendor.NVIDIA, Vendor.ASCEND]
     assert [v for v, _ in second.cover.entries] == [Vendor.ASCEND]
+
+
+# --- bind: the image patch before the Binding ------------------------------------------------
+
+
+class RebindingApiServer(FakeApiServer):
+    """FakeApiServer with the pod's strategic-merge patch of container images: uid and
+    resourceVersion in the patch are preconditions (409), `refuse` answers the next patch
+    instead (the admission policy's 403), the write bumps the version."""
+
+    def __init__(self, *pods: dict[str, Any]) -> None:
+        super().__init__(*pods)
+        self.patches: list[dict[str, Any]] = []
+        self.refuse: KubeError | None = None
+
+    def request(self, method: str, path: str, *, body: Any = None, **kw: Any) -> dict[str, Any]:
+        assert (method, kw.get("content_type")) == ("PATCH", STRATEGIC_MERGE_PATCH)
+        self.patches.append(body)
+        if self.refuse is not None:
+            failure, self.refuse = self.refuse, None
+            raise failure
+        pod = self.pods[path.rsplit("/", 1)[1]]
+        for field in ("uid", "resourceVersion"):
+            if body["metadata"][field] != pod["metadata"][field]:
+                raise KubeError(409, "Conflict", f"Precondition failed: {field}")
+        images = {c["name"]: c["image"] for c in body["spec"]["containers"]}
+        for container in pod["spec"]["containers"]:
+            container["image"] = images.get(container["name"], container["image"])
+        return self.touch(pod["metadata"]["name"], {})
+
+
+def rebinding(*pods: dict[str, Any]) -> tuple[Extender, RebindingApiServer]:
+    e, _ = cluster()
+    server = RebindingApiServer(*pods)
+    e.binder.kube = server  # type: ignore[assignment]
+    e.binder.rebinder.kube = server  # type: ignore[assignment]
+    e.state.profiles.apply("p", MIXED)
+    e.state.profiles.synced.set()
+    for pod in pods:
+        watch(e, pod)
+    return e, server
+
+
+def opted_in(name: str = "q", uid: str = "u1") -> dict[str, Any]:
+    pod = pending(name, uid)
+    pod["metadata"]["annotations"] = {names.ANNOTATION_RUNTIME_PROFILE: "p"}
+    return pod
+
+
+def test_bind_sets_the_image_then_binds_at_the_version_the_patch_made() -> None:
+    e, server = rebinding(opted_in())
+    assert bind(e, "q", "u1") == ""
+    (patch,) = server.patches
+    assert patch == {
+        "metadata": {"uid": "u1", "resourceVersion": "7"},
+        "spec": {"containers": [{"name": "main", "image": "cuda-a100:1"}]},
+    }
+    (binding,) = server.bindings
+    assert binding["metadata"]["resourceVersion"] == "101"  # the patch's
+    text = binding["metadata"]["annotations"][names.ANNOTATION_ASSIGNMENT]
+    body = parse(text)
+    assert (body.runtime["main"].image, body.runtime["main"].argv()) == ("cuda-a100:1", ("a",))
+    assert used(e) == [60, 0]
+
+
+def test_a_refused_image_patch_binds_nothing_and_holds_nothing() -> None:
+    e, server = rebinding(opted_in())
+    server.refuse = KubeError(403, "Forbidden", "denied by hcs-extender-requeue")
+    refused = bind(e, "q", "u1")
+    assert "403" in refused and "hcs-extender-requeue" in refused
+    assert server.bindings == [] and used(e) == [0, 0]
+    assert not server.pods["q"]["spec"].get("nodeName")
+
+
+def test_a_pod_written_since_the_copy_is_patched_again_at_its_version() -> None:
+    e, server = rebinding(opted_in())
+    server.touch("q", {"hcs.io/capacity-freed": "2026-01-01T00:00:00.000Z"})
+    assert bind(e, "q", "u1") == ""
+    assert [p["metadata"]["resourceVersion"] for p in server.patches] == ["7", "101"]
+    assert [b["metadata"]["resourceVersion"] for b in server.bindings] == ["102"]
+    assert used(e) == [60, 0]
+
+
+def test_an_image_already_right_is_not_patched() -> None:
+    pod = opted_in()
+    pod["spec"]["containers"][0]["image"] = "cuda-a100:1"
+    e, server = rebinding(pod)
+    assert bind(e, "q", "u1") == ""
+    assert server.patches == [] and server.bindings[0]["metadata"]["resourceVersion"] == "7"
+
+
+def test_a_profile_gone_before_bind_writes_nothing() -> None:
+    e, server = rebinding(opted_in())
+    e.state.profiles.apply("p", None)
+    assert "RuntimeProfile 'p' does not exist" in bind(e, "q", "u1")
+    assert server.patches == [] and server.bindings == [] and used(e) == [0, 0]
+
+
+def test_a_pod_naming_no_profile_gets_no_patch_and_version_2() -> None:
+    e, server = rebinding(pending("plain", "u2"))
+    assert bind(e, "plain", "u2") == ""
+    assert server.patches == []
+    text = server.bindings[0]["metadata"]["annotations"][names.ANNOTATION_ASSIGNMENT]
+    assert parse(text).runtime == {} and '"v":2' in text
