@@ -7,7 +7,9 @@ The grants are assumed before the Binding is written (and forgotten if the write
 no decision in between can hand them out again.
 
 The API server copies a Binding's annotations onto the pod in the same write, so a pod is
-never bound without its assignment, nor annotated for a node it did not get.
+never bound without its assignment, nor annotated for a node it did not get. A pod naming a
+RuntimeProfile gets its containers' images set by one patch just before (`rebinding.py`: a
+Binding carries annotations only), and its assignment records the resolved profile.
 
 What is signed comes from the API server, never from a caller: bind reads the pod as the
 extender's watch of pods shows it (`pending.pending_copy`; a GET when the watch keeps no copy
