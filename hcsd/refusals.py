@@ -55,6 +55,7 @@ class Reason(enum.StrEnum):
     PREPARE_FAILED = "prepare_failed"  # the container's files could not be prepared
     NOT_INJECTED = "not_injected"  # the runtime left hcsd's devices or quota edits out
     NO_ASSIGNMENT = "no_assignment"  # a pod's local request on a node in cluster mode
+    RUNTIME_PROFILE = "runtime_profile"  # the container cannot run its profile here
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,9 @@ RULES: Mapping[Reason, Rule] = MappingProxyType(
         # The pod may not ask this node directly: only the scheduler's assignment gives it
         # devices (node.mode = "cluster").
         Reason.NO_ASSIGNMENT: Rule(Code.PERMISSION_DENIED, temporary=False),
+        # The image is not the profile's, the runtime cannot replace the command, the code
+        # is not mounted: the pod or the node must change first.
+        Reason.RUNTIME_PROFILE: Rule(Code.FAILED_PRECONDITION, temporary=False),
     }
 )
 

@@ -1,4 +1,5 @@
-"""Container edits as plain data: device nodes, environment, mounts.
+"""Container edits as plain data: device nodes, environment, mounts, and a runtime profile's
+argv (hcsd/runtime/runtime_profile.py).
 
 Each source (the vendor's devices, driver mounts, the libhcs preload, comm settings) returns a
 ContainerEdits; `merge` combines them with duplicates removed and a stable order. The same
@@ -33,16 +34,22 @@ class ContainerEdits:
     env: tuple[tuple[str, str], ...] = ()
     mounts: tuple[MountEdit, ...] = ()
     annotations: tuple[tuple[str, str], ...] = field(default=())
+    # The container's whole command line, or None to keep the runtime's (only NRI sets it)
+    argv: tuple[str, ...] | None = None
 
     @property
     def empty(self) -> bool:
-        return not (self.devices or self.env or self.mounts or self.annotations)
+        return not (
+            self.devices or self.env or self.mounts or self.annotations or self.argv is not None
+        )
 
 
 def merge(parts: Iterable[ContainerEdits]) -> ContainerEdits:
     """One set of edits; for env and mounts a later part wins over an earlier one, except
-    that path lists (`env_merge.PATH_LISTS`) are joined, the earlier part's elements first."""
+    that path lists (`env_merge.PATH_LISTS`) are joined, the earlier part's elements first;
+    the last part that sets an argv gives it."""
     devices: dict[str, DeviceNode] = {}
+    argv: tuple[str, ...] | None = None
     env: dict[str, str] = {}
     mounts: dict[str, MountEdit] = {}
     annotations: dict[str, str] = {}
@@ -54,9 +61,11 @@ def merge(parts: Iterable[ContainerEdits]) -> ContainerEdits:
         for mount in part.mounts:
             mounts[mount.container_path] = mount
         annotations.update(part.annotations)
+        argv = part.argv if part.argv is not None else argv
     return ContainerEdits(
         devices=tuple(devices[p] for p in sorted(devices)),
         env=tuple(sorted(env.items())),
         mounts=tuple(mounts[p] for p in sorted(mounts)),
         annotations=tuple(sorted(annotations.items())),
+        argv=argv,
     )

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field, replace
 
 from hcsd.contract.assignment import ANNOTATION, AssignmentError
 from hcsd.contract.names import container_id_problem
+from hcsd.contract.runtime_binding import ResolvedRuntime
 from hcsd.model import Allocation, Device, FrontEnd, NodeMode, PodRef
 from hcsd.refusals import Reason, Refusal
+from hcsd.runtime import runtime_profile
 from hcsd.runtime.acceptance import Acceptances
 from hcsd.runtime.annotations import RequestError, local_request, requested_keys
 from hcsd.runtime.container_files import ContainerUser, QuotaFiles
@@ -50,6 +52,9 @@ class ContainerInfo:
     user: ContainerUser | None = None
     # Its mounts (NRI says; the other front ends leave it empty): checkpoint resume
     mounts: tuple[ContainerMount, ...] = ()
+    # NRI: whether the runtime applies an argv adjustment (NRI v0.10+), and its name/version
+    argv_adjustable: bool = False
+    runtime_name: str = ""
 
     @property
     def label(self) -> str:
@@ -122,7 +127,7 @@ class Injector:
         Raises Refusal when the container must not start, with a text that begins with the
         container's label; an allocation whose files cannot be prepared is released again.
         """
-        held = self._allocation(info)
+        held, profile = self._allocation(info)
         if held is None:
             return None
         self._ended.discard(info.container_id)  # the same id created again runs again
@@ -135,6 +140,8 @@ class Injector:
                     resume.edits if resume is not None else ContainerEdits(),
                 ]
             )
+            if profile is not None:
+                edits = runtime_profile.apply(edits, profile, info.label)
         except (OSError, ValueError) as e:
             self.service.release(info.container_id)
             # A ValueError is the container's own input (its id, an assignment mixing vendors).
@@ -329,8 +336,23 @@ class Injector:
             )
         return released
 
-    def _allocation(self, info: ContainerInfo) -> Allocation | None:
-        """The allocation now held for this container (in the ledger), or None."""
+    def _check_profile(self, info: ContainerInfo, profile: ResolvedRuntime, granted: bool) -> None:
+        """Refuse, before anything is held, a container that cannot run its profile here."""
+        problem = runtime_profile.problem(
+            profile,
+            granted=granted,
+            image=runtime_profile.image_of(info.container_annotations),
+            mounts=info.mounts,
+            argv_adjustable=info.argv_adjustable,
+            runtime_name=info.runtime_name,
+            nri=info.front_end is FrontEnd.NRI,
+        )
+        if problem is not None:
+            raise self.service.refuse(Refusal(Reason.RUNTIME_PROFILE, f"{info.label}: {problem}"))
+
+    def _allocation(self, info: ContainerInfo) -> tuple[Allocation | None, ResolvedRuntime | None]:
+        """The allocation now held for this container (in the ledger), or None; with the
+        runtime profile its verified assignment resolves for it."""
         text = info.pod_annotations.get(ANNOTATION)
         if text is not None:
             try:
@@ -340,8 +362,11 @@ class Injector:
                     Refusal(Reason.BAD_ASSIGNMENT, f"{info.label}: {e}")
                 ) from e
             grants = assignment.containers.get(info.container_name)
+            profile = assignment.runtime.get(info.container_name)
+            if profile is not None:
+                self._check_profile(info, profile, granted=bool(grants))
             if not grants:
-                return None  # the scheduler gave this container nothing (e.g. a sidecar)
+                return None, None  # the scheduler gave this container nothing (a sidecar)
             self._check_id(info)
             allocation = Allocation(
                 info.container_id,
@@ -353,7 +378,7 @@ class Injector:
                 info.front_end,
             )
             held, _ = self.service.hold(allocation)
-            return held
+            return held, profile
         asked = requested_keys(info.container_annotations, info.pod_annotations)
         if asked and self.settings.mode is NodeMode.CLUSTER and info.pod.uid:
             raise self.service.refuse(
@@ -376,10 +401,10 @@ class Injector:
         except (RequestError, ValueError) as e:
             raise self.service.refuse(Refusal(Reason.INVALID_REQUEST, f"{info.label}: {e}")) from e
         if request is None:
-            return None
+            return None, None
         self._check_id(info)
         held, _, _ = self.service.allocate(replace(request, front_end=info.front_end))
-        return held
+        return held, None
 
     def _check_id(self, info: ContainerInfo) -> None:
         """The id names the container's directory and ledger record: refuse one the contract

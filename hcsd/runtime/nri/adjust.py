@@ -26,8 +26,11 @@ DEVICE_MODE = 0o666
 
 def adjustment(edits: ContainerEdits, container_env: Sequence[str] = ()) -> api.ContainerAdjustment:
     """The adjustment for `edits`; path lists in their env are prepended to the container's
-    own value (`container_env`, from the request), as an NRI env adjustment replaces it."""
+    own value (`container_env`, from the request), as an NRI env adjustment replaces it.
+    A runtime profile's argv becomes `args` (the caller checked that the runtime applies it)."""
     result = api.ContainerAdjustment()
+    if edits.argv is not None:
+        result.args.extend(edits.argv)
     for node in edits.devices:
         result.linux.devices.append(
             api.LinuxDevice(
@@ -54,7 +57,14 @@ def adjustment(edits: ContainerEdits, container_env: Sequence[str] = ()) -> api.
     return result
 
 
-def container_info(pod: api.PodSandbox, container: api.Container) -> ContainerInfo:
+def container_info(
+    pod: api.PodSandbox,
+    container: api.Container,
+    argv_adjustable: bool = False,
+    runtime_name: str = "",
+) -> ContainerInfo:
+    """What the injector needs of an NRI request; `argv_adjustable` and `runtime_name` are
+    what the session's Configure said about the runtime."""
     return ContainerInfo(
         container_id=container.id,
         container_name=container.name,
@@ -64,6 +74,8 @@ def container_info(pod: api.PodSandbox, container: api.Container) -> ContainerIn
         front_end=FrontEnd.NRI,
         user=container_user(container),
         mounts=container_mounts(container),
+        argv_adjustable=argv_adjustable,
+        runtime_name=runtime_name,
     )
 
 

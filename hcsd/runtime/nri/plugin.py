@@ -37,6 +37,7 @@ from hcsd.runtime.nri.adjust import adjustment, container_info, running_containe
 from hcsd.runtime.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux, MuxError
 from hcsd.runtime.nri.ttrpc import Client, Code, Server, TtrpcError
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
+from hcsd.runtime.nri.versions import argv_adjustable, at_least
 from hcsd.runtime.settings import RuntimeSection
 from hcsd.telemetry import Telemetry
 
@@ -65,6 +66,8 @@ class _Session:
     sync_pods: list[api.PodSandbox] = field(default_factory=list)
     sync_containers: list[api.Container] = field(default_factory=list)
     request_timeout_ms: int = 0
+    runtime: str = ""  # name and version, as Configure gave them
+    argv_adjustable: bool = False  # whether it applies ContainerAdjustment.args (versions.py)
 
 
 class NriPlugin:
@@ -268,7 +271,7 @@ class NriPlugin:
         mask = 0
         for event in self.events:
             mask |= 1 << (event - 1)
-        if not _at_least(nri_version, (0, 10)) and mask & ~OLD_RUNTIME_EVENTS:
+        if not at_least(nri_version, (0, 10)) and mask & ~OLD_RUNTIME_EVENTS:
             mask &= OLD_RUNTIME_EVENTS
         return mask
 
@@ -276,13 +279,19 @@ class NriPlugin:
         request = api.ConfigureRequest.FromString(payload)
         session.request_timeout_ms = request.request_timeout
         self.runtime = f"{request.runtime_name} {request.runtime_version}".strip()
+        session.runtime = self.runtime
+        session.argv_adjustable = argv_adjustable(
+            request.NRI_version, request.runtime_name, request.runtime_version
+        )
         mask = self.event_mask(request.NRI_version)
         log.info(
-            "nri: configured by %s (NRI %s, request timeout %d ms); events %#x",
+            "nri: configured by %s (NRI %s, request timeout %d ms); events %#x; runtime "
+            "profiles that replace the command: %s",
             self.runtime,
             request.NRI_version or "unknown",
             request.request_timeout,
             mask,
+            "applied" if session.argv_adjustable else "refused (no NRI args adjustment)",
         )
         return api.ConfigureResponse(events=mask).SerializeToString()
 
@@ -311,7 +320,9 @@ class NriPlugin:
     async def _create_container(self, session: _Session, payload: bytes) -> bytes:
         started = self.clock()
         request = api.ContainerRequest.FromString(payload)
-        info = container_info(request.pod, request.container)
+        info = container_info(
+            request.pod, request.container, session.argv_adjustable, session.runtime
+        )
         # The checkpoint scan first, awaited in its thread (the loop serves other requests
         # meanwhile), at most a quarter of the runtime's wait: the allocation needs the rest.
         timeout_ms = session.request_timeout_ms or DEFAULT_REQUEST_TIMEOUT_MS
@@ -393,12 +404,3 @@ def _timed(
             return await handler(payload)
 
     return handle
-
-
-def _at_least(version: str, minimum: tuple[int, int]) -> bool:
-    """`v0.12.0` >= (0, 10)? An empty or odd version counts as old (the safe side)."""
-    parts = version.lstrip("v").split(".")
-    try:
-        return (int(parts[0]), int(parts[1])) >= minimum
-    except (ValueError, IndexError):
-        return False

@@ -332,7 +332,7 @@ class CDIDevice(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class ContainerAdjustment(_message.Message):
-    __slots__ = ("annotations", "mounts", "env", "hooks", "linux", "CDI_devices")
+    __slots__ = ("annotations", "mounts", "env", "hooks", "linux", "CDI_devices", "args")
     class AnnotationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -346,13 +346,15 @@ class ContainerAdjustment(_message.Message):
     HOOKS_FIELD_NUMBER: _ClassVar[int]
     LINUX_FIELD_NUMBER: _ClassVar[int]
     CDI_DEVICES_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
     annotations: _containers.ScalarMap[str, str]
     mounts: _containers.RepeatedCompositeFieldContainer[Mount]
     env: _containers.RepeatedCompositeFieldContainer[KeyValue]
     hooks: Hooks
     linux: LinuxContainerAdjustment
     CDI_devices: _containers.RepeatedCompositeFieldContainer[CDIDevice]
-    def __init__(self, annotations: _Optional[_Mapping[str, str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., env: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., hooks: _Optional[_Union[Hooks, _Mapping]] = ..., linux: _Optional[_Union[LinuxContainerAdjustment, _Mapping]] = ..., CDI_devices: _Optional[_Iterable[_Union[CDIDevice, _Mapping]]] = ...) -> None: ...
+    args: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, annotations: _Optional[_Mapping[str, str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., env: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., hooks: _Optional[_Union[Hooks, _Mapping]] = ..., linux: _Optional[_Union[LinuxContainerAdjustment, _Mapping]] = ..., CDI_devices: _Optional[_Iterable[_Union[CDIDevice, _Mapping]]] = ..., args: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ContainerUpdate(_message.Message):
     __slots__ = ("container_id", "ignore_failure")
