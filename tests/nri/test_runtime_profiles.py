@@ -8,6 +8,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,9 @@ import pytest
 
 from hcsd.contract.assignment import sign
 from hcsd.discovery import Inventory
-from hcsd.model import NodeMode
-from hcsd.refusals import Reason
+from hcsd.model import FrontEnd, NodeMode, PodRef
+from hcsd.refusals import Reason, Refusal
+from hcsd.runtime.injector import ContainerInfo
 from hcsd.runtime.nri.plugin import NriPlugin
 from hcsd.runtime.nri.ttrpc import Code, TtrpcError
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
@@ -194,3 +196,32 @@ async def test_a_runtime_without_args_adjustment_refuses_a_command_profile(nri_0
     reply = await create(nri_08, request(v3(command=None, args=None)))
     assert not reply.adjust.args
     assert {kv.key: kv.value for kv in reply.adjust.env}["NCCL_DEBUG"] == "INFO"
+
+
+@pytest.mark.parametrize("front_end", [FrontEnd.RUNC_WRAPPER, FrontEnd.OCI_HOOK])
+def test_the_other_front_ends_refuse_a_profile_pod(
+    tmp_path: Path, mixed_inventory: Inventory, front_end: FrontEnd
+) -> None:
+    """hcs-runtime and hcs-oci-hook call the same injector and cannot replace the argv (the
+    hook runs after the config is final): a profile's pod is refused there, with the reason."""
+    node = local_node(tmp_path, mixed_inventory)
+    injector = node.injector(keyring=lambda: {"k1": KEY})
+    info = ContainerInfo(
+        "c1",
+        "main",
+        PodRef("team-a", "trainer", "pod-uid-1"),
+        IMAGE_NAME,
+        {"hcs.io/assignment": v3()},
+        front_end=front_end,
+    )
+    with pytest.raises(Refusal, match="applied only by hcsd's NRI plugin") as refused:
+        injector.create(info)
+    assert refused.value.reason is Reason.RUNTIME_PROFILE
+    assert node.service.allocation("c1") is None
+    # The same pod without a profile (a version 2 assignment) is served as before.
+    body = json.loads(v3())
+    del body["runtime"], body["sig"]
+    body["v"] = 2
+    plain = ContainerInfo("c1", "main", info.pod, {}, {"hcs.io/assignment": sign(body, KEY)})
+    assert injector.create(replace(plain, front_end=front_end)) is not None
+    node.close()
