@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.harness.peers.building import Log
-from tests.harness.peers.runtimes import Binaries, ensure_binaries, ensure_containerd_17
+from tests.harness.peers.runtimes import (
+    Binaries,
+    ensure_binaries,
+    ensure_containerd_17,
+    ensure_containerd_21,
+)
 from tests.runtime.containerd import Containerd
 from tests.runtime.image import ImageError, ensure_busybox_image, ensure_pause_image
 
@@ -54,6 +59,15 @@ def runtime_binaries_17(pytestconfig: pytest.Config, runtime_binaries: Binaries)
 
 
 @pytest.fixture(scope="session")
+def runtime_binaries_21(pytestconfig: pytest.Config, runtime_binaries: Binaries) -> Binaries:
+    """The same peers with containerd 2.1 (NRI v0.8, NRI on by default); optional."""
+    found = ensure_containerd_21(runtime_binaries, _terminal_log(pytestconfig))
+    if isinstance(found, str):
+        pytest.skip(f"containerd 2.1 cannot be had here: {found}")
+    return found
+
+
+@pytest.fixture(scope="session")
 def busybox_image() -> Path:
     """The OCI layout tarball of docker.io/hcs/busybox:test (the pause image is built too)."""
     try:
@@ -83,3 +97,11 @@ def containerd_17(
 ) -> Iterator[Containerd]:
     """A running containerd 1.7 with NRI enabled; NRI listens on `tmp_path/nri/nri.sock`."""
     yield from _launched(runtime_binaries_17, tmp_path)
+
+
+@pytest.fixture
+def containerd_21(
+    runtime_binaries_21: Binaries, busybox_image: Path, tmp_path: Path
+) -> Iterator[Containerd]:
+    """A running containerd 2.1; NRI listens on `tmp_path/nri/nri.sock`."""
+    yield from _launched(runtime_binaries_21, tmp_path)

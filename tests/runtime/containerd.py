@@ -287,9 +287,9 @@ class Containerd:
 
     def _command(self) -> list[str]:
         containerd = [str(self.bin.containerd), "--config", str(self.config)]
-        if self.bin.containerd_major >= 2:
+        if self.bin.shim_dir_configurable:
             return containerd
-        # containerd 1.7 hard-codes /run/containerd/s for shim sockets: give it a private /run.
+        # containerd before 2.3 hard-codes /run/containerd/s for shim sockets: a private /run.
         script = (
             "mount -t tmpfs -o mode=0755 hcs-run /run && mkdir -p /run/containerd && "
             'mount --bind "$1" /run/containerd && shift && exec "$@"'

@@ -150,28 +150,29 @@ def test_a_forged_profile_applies_nothing(containerd: Containerd, hcsd: Daemon, 
     assert allocations(hcsd) == {}
 
 
-def test_containerd_17_refuses_a_command_profile_and_applies_an_env_one(
-    containerd_17: Containerd, tmp_path: Path, code: Path
+@pytest.mark.parametrize("runtime", ["containerd_17", "containerd_21"])
+def test_nri_v08_refuses_a_command_profile_and_applies_an_env_one(
+    request: pytest.FixtureRequest, runtime: str, tmp_path: Path, code: Path
 ) -> None:
-    daemon = keyring_hcsd(tmp_path / "hcsd", containerd_17.nri_socket)
+    """containerd 1.7.35 and 2.1.9 vendor NRI v0.8.0, which has no args adjustment."""
+    old: Containerd = request.getfixturevalue(runtime)
+    daemon = keyring_hcsd(tmp_path / "hcsd", old.nri_socket)
     try:
         assert "runtime profiles that replace the command: refused" in daemon.logs()
-        pod = containerd_17.run_pod(
+        pod = old.run_pod(
             "old", "team-a", "uid-old", annotations={"hcs.io/assignment": assignment("uid-old")}
         )
         with pytest.raises(CrictlError) as refused:
-            containerd_17.create_container(pod, "main", mounts=[(code, "/workspace")])
+            old.create_container(pod, "main", mounts=[(code, "/workspace")])
         assert "replaces the container's command, which containerd" in str(refused.value)
         assert "(refused: runtime_profile)" in str(refused.value)
         assert "(refused: runtime_profile)" in daemon.logs()
         text = assignment("uid-env", command=None)
-        pod = containerd_17.run_pod(
-            "env", "team-a", "uid-env", annotations={"hcs.io/assignment": text}
-        )
-        ctr = containerd_17.create_container(
+        pod = old.run_pod("env", "team-a", "uid-env", annotations={"hcs.io/assignment": text})
+        ctr = old.create_container(
             pod, "main", command=["sh", "-c", REPORT], mounts=[(code, "/workspace")]
         )
-        seen = output(containerd_17, ctr)
+        seen = output(old, ctr)
         assert seen["mode"] == "profile" and seen["code"] == "/workspace"
         assert seen["path"].startswith("/opt/profile/bin:")
     finally:

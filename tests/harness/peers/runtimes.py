@@ -21,6 +21,8 @@ from tests.harness.peers.building import Log, Target, cached, module_build, say
 CONTAINERD_VERSION = os.environ.get("HCS_CONTAINERD_VERSION", "v2.3.7")
 # The newest 1.7 patch: NRI v0.8, off by default. Optional: hcsd must keep working with it.
 CONTAINERD_17_VERSION = os.environ.get("HCS_CONTAINERD_17_VERSION", "v1.7.35")
+# A 2.1 patch: NRI v0.8 on by default (the 2.x lines before NRI's args adjustment). Optional.
+CONTAINERD_21_VERSION = os.environ.get("HCS_CONTAINERD_21_VERSION", "v2.1.9")
 # The proxy refuses to list cri-tools' versions (403) but serves a named one.
 CRICTL_VERSION = os.environ.get("HCS_CRICTL_VERSION", "v1.36.0")
 RUNC = Path("/usr/sbin/runc")
@@ -43,6 +45,13 @@ class Binaries:
     def containerd_major(self) -> int:
         """1 or 2: the config format and plugin names differ between the two lines."""
         return int(self.containerd_version.lstrip("v").split(".")[0])
+
+    @property
+    def shim_dir_configurable(self) -> bool:
+        """containerd 2.3 takes the shim sockets' directory from its config; older ones
+        hard-code /run/containerd/s (they get a private /run)."""
+        major, minor = self.containerd_version.lstrip("v").split(".")[:2]
+        return (int(major), int(minor)) >= (2, 3)
 
 
 def _containerd(module: str, version: str, log: Log, *, as_main_module: bool) -> Path | str:
@@ -111,9 +120,17 @@ def ensure_containerd_17(binaries: Binaries, log: Log = say) -> Binaries | str:
     Go refuses `go install` for 1.7 (its go.mod has an `exclude` directive), so it is built as
     the main module from a copy of its source; a failure is remembered (see `cached`).
     """
-    built = _containerd(
-        "github.com/containerd/containerd", CONTAINERD_17_VERSION, log, as_main_module=True
-    )
+    return _swapped(binaries, "github.com/containerd/containerd", CONTAINERD_17_VERSION, log)
+
+
+def ensure_containerd_21(binaries: Binaries, log: Log = say) -> Binaries | str:
+    """`binaries` with containerd 2.1 swapped in (NRI v0.8, no args adjustment), or why it
+    cannot be had; built as the main module like 1.7 (its go.mod has `exclude` directives)."""
+    return _swapped(binaries, "github.com/containerd/containerd/v2", CONTAINERD_21_VERSION, log)
+
+
+def _swapped(binaries: Binaries, module: str, version: str, log: Log) -> Binaries | str:
+    built = _containerd(module, version, log, as_main_module=True)
     if isinstance(built, str):
         return built
     return dataclasses.replace(
@@ -121,5 +138,5 @@ def ensure_containerd_17(binaries: Binaries, log: Log = say) -> Binaries | str:
         containerd=built / "containerd",
         shim=built / "containerd-shim-runc-v2",
         ctr=built / "ctr",
-        containerd_version=CONTAINERD_17_VERSION,
+        containerd_version=version,
     )
