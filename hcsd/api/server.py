@@ -40,7 +40,8 @@ from hcsd.contract.names import container_id_problem
 from hcsd.model import FrontEnd, PodRef
 from hcsd.refusals import METADATA_KEY, Reason, Refusal
 from hcsd.runtime.container_files import ContainerUser
-from hcsd.runtime.injector import ContainerInfo, Injector
+from hcsd.runtime.container_info import ContainerInfo
+from hcsd.runtime.injector import Injector
 from hcsd.runtime.presence import ContainerView
 from hcsd.service import NodeService, WatchOverflow
 from hcsd.telemetry import Telemetry

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field, replace
 from hcsd.contract.assignment import ANNOTATION, AssignmentError
 from hcsd.contract.names import container_id_problem
 from hcsd.contract.runtime_binding import ResolvedRuntime
-from hcsd.model import Allocation, Device, FrontEnd, NodeMode, PodRef
+from hcsd.model import Allocation, Device, FrontEnd, NodeMode
 from hcsd.refusals import Reason, Refusal
 from hcsd.runtime import runtime_profile
 from hcsd.runtime.acceptance import Acceptances
 from hcsd.runtime.annotations import RequestError, local_request, requested_keys
-from hcsd.runtime.container_files import ContainerUser, QuotaFiles
-from hcsd.runtime.container_mounts import ContainerMount
+from hcsd.runtime.container_files import QuotaFiles
+from hcsd.runtime.container_info import ContainerInfo
 from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.presence import ContainerView, RunningContainer, asks_for_devices, missing_edits
 from hcsd.runtime.resume import Resume, Resumes
@@ -38,30 +38,6 @@ from hcsd.service import NodeService
 __all__ = ["ContainerInfo", "Injector", "InjectorSettings"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerInfo:
-    container_id: str
-    container_name: str
-    pod: PodRef
-    container_annotations: Mapping[str, str] = field(default_factory=dict)
-    pod_annotations: Mapping[str, str] = field(default_factory=dict)
-    front_end: FrontEnd = FrontEnd.UNKNOWN  # who asks: recorded with the allocation
-    # Who its processes run as on the host, when the runtime says (owner of its usage region)
-    user: ContainerUser | None = None
-    # Its mounts (NRI says; the other front ends leave it empty): checkpoint resume
-    mounts: tuple[ContainerMount, ...] = ()
-    # NRI: whether the runtime applies an argv adjustment (NRI v0.10+), and its name/version
-    argv_adjustable: bool = False
-    runtime_name: str = ""
-
-    @property
-    def label(self) -> str:
-        """`ns/pod/container` as log lines about a container start (or the id alone)."""
-        if self.pod.name:
-            return f"{self.pod}/{self.container_name or self.container_id[:12]}"
-        return self.container_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,20 +312,6 @@ class Injector:
             )
         return released
 
-    def _check_profile(self, info: ContainerInfo, profile: ResolvedRuntime, granted: bool) -> None:
-        """Refuse, before anything is held, a container that cannot run its profile here."""
-        problem = runtime_profile.problem(
-            profile,
-            granted=granted,
-            image=runtime_profile.image_of(info.container_annotations),
-            mounts=info.mounts,
-            argv_adjustable=info.argv_adjustable,
-            runtime_name=info.runtime_name,
-            nri=info.front_end is FrontEnd.NRI,
-        )
-        if problem is not None:
-            raise self.service.refuse(Refusal(Reason.RUNTIME_PROFILE, f"{info.label}: {problem}"))
-
     def _allocation(self, info: ContainerInfo) -> tuple[Allocation | None, ResolvedRuntime | None]:
         """The allocation now held for this container (in the ledger), or None; with the
         runtime profile its verified assignment resolves for it."""
@@ -363,8 +325,9 @@ class Injector:
                 ) from e
             grants = assignment.containers.get(info.container_name)
             profile = assignment.runtime.get(info.container_name)
-            if profile is not None:
-                self._check_profile(info, profile, granted=bool(grants))
+            refusal = runtime_profile.refusal(info, profile, granted=bool(grants))
+            if refusal is not None:
+                raise self.service.refuse(refusal)
             if not grants:
                 return None, None  # the scheduler gave this container nothing (a sidecar)
             self._check_id(info)

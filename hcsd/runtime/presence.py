@@ -21,7 +21,7 @@ from hcsd.runtime.annotations import requested_keys
 from hcsd.runtime.edits import ContainerEdits
 
 if TYPE_CHECKING:  # the injector imports this module
-    from hcsd.runtime.injector import ContainerInfo
+    from hcsd.runtime.container_info import ContainerInfo
 
 __all__ = ["ContainerView", "RunningContainer", "asks_for_devices", "missing_edits"]
 

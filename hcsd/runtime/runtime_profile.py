@@ -32,6 +32,9 @@ import posixpath
 from collections.abc import Mapping, Sequence
 
 from hcsd.contract.runtime_binding import ResolvedRuntime
+from hcsd.model import FrontEnd
+from hcsd.refusals import Reason, Refusal
+from hcsd.runtime.container_info import ContainerInfo
 from hcsd.runtime.container_mounts import ContainerMount
 from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.env_merge import PATH_LISTS
@@ -43,6 +46,7 @@ __all__ = [
     "image_of",
     "normalized_image",
     "problem",
+    "refusal",
     "reserved",
 ]
 
@@ -99,6 +103,25 @@ def same_image(expected: str, actual: str) -> bool:
     if want[2] and have[2]:
         return want[0] == have[0] and want[2] == have[2]
     return want == have
+
+
+def refusal(
+    info: ContainerInfo, runtime: ResolvedRuntime | None, *, granted: bool
+) -> Refusal | None:
+    """The refusal of a container that cannot run its verified profile here (checked before
+    anything is held for it); None when it can, or has no profile."""
+    if runtime is None:
+        return None
+    why = problem(
+        runtime,
+        granted=granted,
+        image=image_of(info.container_annotations),
+        mounts=info.mounts,
+        argv_adjustable=info.argv_adjustable,
+        runtime_name=info.runtime_name,
+        nri=info.front_end is FrontEnd.NRI,
+    )
+    return None if why is None else Refusal(Reason.RUNTIME_PROFILE, f"{info.label}: {why}")
 
 
 def problem(

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from hcsd.model import FrontEnd, PodRef
 from hcsd.runtime.container_files import ContainerUser
+from hcsd.runtime.container_info import ContainerInfo
 from hcsd.runtime.container_mounts import ContainerMount
 from hcsd.runtime.edits import ContainerEdits
 from hcsd.runtime.env_merge import merged_env
-from hcsd.runtime.injector import ContainerInfo
 from hcsd.runtime.nri.v1alpha1 import api_pb2 as api
 from hcsd.runtime.presence import ContainerView, RunningContainer
 
