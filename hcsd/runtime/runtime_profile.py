@@ -3,8 +3,9 @@
 The extender rebinds the container's image to the profile's image for the vendor it chose and
 records the profile's env, command and code mount in the assignment (hcsd.contract.
 runtime_binding). hcsd applies them only from a verified assignment, and only to the image
-they were resolved for: `problem` says why a container must not run with its profile here,
-`apply` adds the profile to hcsd's own edits.
+they were resolved for: `refusal` (the text from `problem`) stops a container that must
+not run with its profile here before anything is held for it, `apply` adds the profile to
+hcsd's own edits.
 
 Refused (the container is not created; the text says why):
 - the image the runtime is creating the container from is not the profile's image (the pod's
