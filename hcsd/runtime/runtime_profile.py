@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 CODE_DIR_ENV = "HCS_CODE_DIR"
 # The annotation in which the runtime names the image it creates the container from: the name
-# the pod spec gave when the kubelet passes it (containerd ≥ 1.7 with kubelet ≥ 1.29), else
+# the pod spec gave when the kubelet passes it (CRI user_specified_image), else
 # the runtime's image record's name. containerd's first, then CRI-O's.
 IMAGE_ANNOTATIONS = ("io.kubernetes.cri.image-name", "io.kubernetes.cri-o.ImageName")
 _RESERVED = frozenset({"LD_PRELOAD", "LD_AUDIT"})
