@@ -169,6 +169,7 @@ class FrontEnd(enum.StrEnum):
     RUNC_WRAPPER = "hcs-runtime"
     OCI_HOOK = "hcs-oci-hook"
     API = "api"  # hcsctl and other API clients calling Allocate
+    DRA = "dra"  # the kubelet DRA plugin's PrepareClaim: a ResourceClaim's devices
     UNKNOWN = "unknown"
 
     @classmethod

@@ -77,6 +77,13 @@ class Client:
         request = pb.InstallKeysRequest(keyring=keyring)
         return self._call(self._stub.InstallKeys, request)  # type: ignore[no-any-return]
 
+    def prepare_claim(self, request: pb.PrepareClaimRequest) -> pb.PrepareClaimResponse:
+        return self._call(self._stub.PrepareClaim, request)  # type: ignore[no-any-return]
+
+    def unprepare_claim(self, claim_uid: str) -> pb.UnprepareClaimResponse:
+        request = pb.UnprepareClaimRequest(claim_uid=claim_uid)
+        return self._call(self._stub.UnprepareClaim, request)  # type: ignore[no-any-return]
+
     def measure(self, uuids: list[str], *, timeout: float) -> list[pb.MeasureResult]:
         """Measure now; `timeout` rather than the client's: a pass takes seconds per device."""
         try:

@@ -6,6 +6,7 @@ validation and the same error text for the same bad input.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TypeVar
 
 from hcsd.api.v1 import hcsd_pb2 as pb
@@ -24,11 +25,13 @@ from hcsd.model import (
     VramViolation,
 )
 from hcsd.quantity import QuantityError, parse_bytes, parse_quantity
+from hcsd.runtime.claims import ClaimDevice
 from hcsd.service import DeviceStatus, Event, EventKind
 
 __all__ = [
     "InvalidRequest",
     "allocation_to_pb",
+    "claim_devices_from_pb",
     "device_to_pb",
     "event_to_pb",
     "outcome_to_pb",
@@ -105,6 +108,35 @@ def request_from_pb(message: pb.AllocateRequest) -> Request:
         raise
     except (QuantityError, ValueError) as e:
         raise InvalidRequest(str(e)) from e
+
+
+def claim_devices_from_pb(devices: Sequence[pb.ClaimDevice]) -> list[ClaimDevice]:
+    """A claim's allocation results as sent: memory in bytes, compute a whole percent."""
+    if len(devices) > _MAX_LIST:
+        raise InvalidRequest(f"devices: at most {_MAX_LIST} entries")
+    parsed = []
+    for d in devices:
+        for field, text in (("request", d.request), ("device", d.device), ("pool", d.pool)):
+            if len(text) > _MAX_NAME:
+                raise InvalidRequest(f"{field} is longer than {_MAX_NAME} characters")
+        try:
+            memory = parse_bytes(d.memory, what="memory") if d.memory else None
+            compute = parse_quantity(d.compute) if d.compute else None
+        except QuantityError as e:
+            raise InvalidRequest(f"device {d.device!r}: {e}") from e
+        if compute is not None and (compute != int(compute) or not 0 <= compute <= 100):
+            raise InvalidRequest(f"device {d.device!r}: compute must be 0-100, got {d.compute!r}")
+        parsed.append(
+            ClaimDevice(
+                request=d.request,
+                device=d.device,
+                pool=d.pool,
+                share_id=d.share_id[:_MAX_NAME],
+                memory_bytes=memory,
+                compute_percent=None if compute is None else int(compute),
+            )
+        )
+    return parsed
 
 
 def _bounded(items: object, what: str) -> list[str]:

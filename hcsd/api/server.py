@@ -15,13 +15,13 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from hcsd import __version__
+from hcsd.api.claim_methods import ClaimMethods
+from hcsd.api.dispatch import grpc_code, handlers
 from hcsd.api.messages import (
     InvalidRequest,
     allocation_to_pb,
@@ -38,7 +38,7 @@ from hcsd.contract.keyring_files import write_keyring
 from hcsd.contract.keys import AssignmentKeyError
 from hcsd.contract.names import container_id_problem
 from hcsd.model import FrontEnd, PodRef
-from hcsd.refusals import METADATA_KEY, Reason, Refusal
+from hcsd.refusals import Reason, Refusal
 from hcsd.runtime.container_files import ContainerUser
 from hcsd.runtime.container_info import ContainerInfo
 from hcsd.runtime.injector import Injector
@@ -51,27 +51,22 @@ __all__ = ["ApiServer", "HcsdServicer", "SocketInUse", "grpc_code"]
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 4 * 1024 * 1024
-_GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
 # The front ends that call PrepareContainer; anything else is recorded as unknown.
 _CONTAINER_FRONT_ENDS = (FrontEnd.RUNC_WRAPPER, FrontEnd.OCI_HOOK)
-
-
-def grpc_code(refusal: Refusal) -> grpc.StatusCode:
-    """The refusal's code from the table, as grpc names it (the numbers are gRPC's own)."""
-    return _GRPC_CODES[refusal.code.value]
 
 
 class SocketInUse(Exception):
     """Another process is serving on the socket path."""
 
 
-class HcsdServicer(pb_grpc.HcsdServicer):  # type: ignore[misc]
+class HcsdServicer(ClaimMethods, pb_grpc.HcsdServicer):  # type: ignore[misc]
     def __init__(
         self, service: NodeService, injector: Injector | None = None, measure: Measure | None = None
     ) -> None:
         self.service = service
         self.injector = injector
         self.measure = measure
+        ClaimMethods.__init__(self, service, injector)
 
     async def GetNode(self, request: pb.GetNodeRequest, context: object) -> pb.Node:
         s = self.service
@@ -282,82 +277,6 @@ def _view(spec: pb.ContainerSpec) -> ContainerView:
     )
 
 
-async def _abort_refused(context: grpc.aio.ServicerContext, refusal: Refusal) -> None:
-    await context.abort(
-        grpc_code(refusal),
-        str(refusal),
-        trailing_metadata=((METADATA_KEY, refusal.reason.value),),
-    )
-
-
-def _handlers(servicer: HcsdServicer, telemetry: Telemetry | None) -> grpc.GenericRpcHandler:
-    """Method handlers that decode requests themselves.
-
-    grpc's own decoding answers a corrupt frame with UNKNOWN and a Python exception text; here
-    it is INVALID_ARGUMENT with the message type named, like any other bad input.
-    """
-    descriptor = pb.DESCRIPTOR.services_by_name["Hcsd"]
-    handlers = {}
-    for method in descriptor.methods:
-        request_type = getattr(pb, method.input_type.name)
-        implementation = getattr(servicer, method.name)
-        if method.server_streaming:
-            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _decoding_stream(implementation, request_type),
-                response_serializer=_serialize,
-            )
-        else:
-            if telemetry is not None:  # every method's series from the start: rates see 0 → 1
-                telemetry.api.labels(method.name)
-            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _decoding_unary(implementation, request_type, method.name, telemetry),
-                response_serializer=_serialize,
-            )
-    return grpc.method_handlers_generic_handler(descriptor.full_name, handlers)
-
-
-def _serialize(message: Any) -> bytes:
-    data: bytes = message.SerializeToString()
-    return data
-
-
-async def _decode(data: bytes, request_type: Any, context: grpc.aio.ServicerContext) -> Any:
-    try:
-        return request_type.FromString(data)
-    except DecodeError as e:
-        await context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"malformed {request_type.DESCRIPTOR.name}: {e}",
-        )
-
-
-def _decoding_unary(
-    implementation: Callable[..., Awaitable[Any]],
-    request_type: Any,
-    name: str,
-    telemetry: Telemetry | None,
-) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Any]]:
-    async def handle(data: bytes, context: grpc.aio.ServicerContext) -> Any:
-        request = await _decode(data, request_type, context)
-        with telemetry.timed(telemetry.api, name) if telemetry else contextlib.nullcontext():
-            try:
-                return await implementation(request, context)
-            except Refusal as e:
-                await _abort_refused(context, e)
-
-    return handle
-
-
-def _decoding_stream(
-    implementation: Callable[..., AsyncIterator[Any]], request_type: Any
-) -> Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[Any]]:
-    async def handle(data: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        async for item in implementation(await _decode(data, request_type, context), context):
-            yield item
-
-    return handle
-
-
 class ApiServer:
     """grpc.aio server bound to one unix socket."""
 
@@ -379,7 +298,7 @@ class ApiServer:
             ]
         )
         self._server.add_generic_rpc_handlers(
-            (_handlers(HcsdServicer(service, injector, measure), telemetry),)
+            (handlers(HcsdServicer(service, injector, measure), telemetry),)
         )
 
     async def start(self) -> None:

@@ -31,7 +31,9 @@ from hcsd.service import EventKind, NodeService, WatchOverflow
 
 __all__ = [
     "CDI_KIND",
+    "CDI_VERSION",
     "SPEC_NAME",
+    "cdi_edits",
     "keep_spec_current",
     "publish_spec",
     "render_spec",
@@ -46,7 +48,8 @@ SPEC_NAME = names.CDI_SPEC_NAME
 SPEC_MODE = 0o600  # operator-only: see the module's text
 
 
-def _container_edits(edits: ContainerEdits) -> dict[str, Any]:
+def cdi_edits(edits: ContainerEdits) -> dict[str, Any]:
+    """A CDI `containerEdits` object (device nodes, env, mounts) of merged edits."""
     result: dict[str, Any] = {
         "deviceNodes": [
             {
@@ -75,7 +78,7 @@ def render_spec(
     """The spec; `preload` (libhcs and the preload file's mounts) goes into every entry."""
     entries = []
     for device in devices:
-        edits = _container_edits(
+        edits = cdi_edits(
             merge([vendor_edits([device], driver_paths), preload or ContainerEdits()])
         )
         for name in (device.uuid, f"{device.vendor.value}-{device.index}"):

@@ -62,9 +62,13 @@ class ContainerUser:
 
 
 class QuotaFiles:
-    def __init__(self, run_dir: str, libhcs_path: str) -> None:
+    def __init__(self, run_dir: str, libhcs_path: str, kind: str = "containers") -> None:
+        """`kind`: the directory under `run_dir` holding one directory per holder
+        (`containers`; `claims` for DRA claims, kept apart so that the NRI reconcile, which
+        removes the directories of containers the runtime no longer has, never sees them)."""
         self.run_dir = run_dir
-        self.root = os.path.join(run_dir, "containers")
+        self.kind = kind
+        self.root = os.path.join(run_dir, kind)
         self.libhcs_path = libhcs_path
         self.preload_file = os.path.join(run_dir, "ld.so.preload")
 
@@ -99,7 +103,7 @@ class QuotaFiles:
         os.makedirs(self.run_dir, mode=0o755, exist_ok=True)
         with (
             opened_dir(self.run_dir, follow=True) as run_fd,
-            opened_dir("containers", run_fd, create=DIRECTORY) as root_fd,
+            opened_dir(self.kind, run_fd, create=DIRECTORY) as root_fd,
             opened_dir(container_id, root_fd, create=DIRECTORY) as fd,
         ):
             write_file(fd, QUOTA_FILE, text, mode=READABLE)
@@ -180,7 +184,7 @@ class QuotaFiles:
         try:
             with (
                 opened_dir(self.run_dir, follow=True) as run_fd,
-                opened_dir("containers", run_fd) as root_fd,
+                opened_dir(self.kind, run_fd) as root_fd,
             ):
                 problems = remove_tree(root_fd, container_id)
         except FileNotFoundError:
@@ -201,7 +205,7 @@ class QuotaFiles:
         with (
             contextlib.suppress(OSError),
             opened_dir(self.run_dir, follow=True) as run_fd,
-            opened_dir("containers", run_fd) as fd,
+            opened_dir(self.kind, run_fd) as fd,
         ):
             return sorted(n for n in os.listdir(fd) if CONTAINER_ID.fullmatch(n))
         return []

@@ -20,6 +20,66 @@ HEALTH_STATE_DEGRADED: HealthState
 HEALTH_STATE_UNHEALTHY: HealthState
 HEALTH_STATE_LOST: HealthState
 
+class ClaimDevice(_message.Message):
+    __slots__ = ("request", "device", "pool", "share_id", "memory", "compute")
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    SHARE_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_FIELD_NUMBER: _ClassVar[int]
+    request: str
+    device: str
+    pool: str
+    share_id: str
+    memory: str
+    compute: str
+    def __init__(self, request: _Optional[str] = ..., device: _Optional[str] = ..., pool: _Optional[str] = ..., share_id: _Optional[str] = ..., memory: _Optional[str] = ..., compute: _Optional[str] = ...) -> None: ...
+
+class PrepareClaimRequest(_message.Message):
+    __slots__ = ("claim", "devices")
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    claim: PodRef
+    devices: _containers.RepeatedCompositeFieldContainer[ClaimDevice]
+    def __init__(self, claim: _Optional[_Union[PodRef, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[ClaimDevice, _Mapping]]] = ...) -> None: ...
+
+class PreparedDevice(_message.Message):
+    __slots__ = ("request", "device", "pool", "share_id", "cdi_device_ids")
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    SHARE_ID_FIELD_NUMBER: _ClassVar[int]
+    CDI_DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
+    request: str
+    device: str
+    pool: str
+    share_id: str
+    cdi_device_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request: _Optional[str] = ..., device: _Optional[str] = ..., pool: _Optional[str] = ..., share_id: _Optional[str] = ..., cdi_device_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PrepareClaimResponse(_message.Message):
+    __slots__ = ("devices", "created", "allocation")
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.RepeatedCompositeFieldContainer[PreparedDevice]
+    created: bool
+    allocation: Allocation
+    def __init__(self, devices: _Optional[_Iterable[_Union[PreparedDevice, _Mapping]]] = ..., created: _Optional[bool] = ..., allocation: _Optional[_Union[Allocation, _Mapping]] = ...) -> None: ...
+
+class UnprepareClaimRequest(_message.Message):
+    __slots__ = ("claim_uid",)
+    CLAIM_UID_FIELD_NUMBER: _ClassVar[int]
+    claim_uid: str
+    def __init__(self, claim_uid: _Optional[str] = ...) -> None: ...
+
+class UnprepareClaimResponse(_message.Message):
+    __slots__ = ("released",)
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    def __init__(self, released: _Optional[bool] = ...) -> None: ...
+
 class MeasureRequest(_message.Message):
     __slots__ = ("device_uuids",)
     DEVICE_UUIDS_FIELD_NUMBER: _ClassVar[int]

@@ -84,6 +84,16 @@ class HcsdStub:
                 request_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureRequest.SerializeToString,
                 response_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureResponse.FromString,
                 _registered_method=True)
+        self.PrepareClaim = channel.unary_unary(
+                '/hcsd.v1.Hcsd/PrepareClaim',
+                request_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareClaimRequest.SerializeToString,
+                response_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareClaimResponse.FromString,
+                _registered_method=True)
+        self.UnprepareClaim = channel.unary_unary(
+                '/hcsd.v1.Hcsd/UnprepareClaim',
+                request_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.UnprepareClaimRequest.SerializeToString,
+                response_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.UnprepareClaimResponse.FromString,
+                _registered_method=True)
 
 
 class HcsdServicer:
@@ -169,6 +179,24 @@ class HcsdServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PrepareClaim(self, request, context):
+        """DRA mode (the kubelet plugin in hcs-syncer asks): hold the devices the scheduler
+        allocated to a ResourceClaim, in the ledger under the claim's uid, and write the claim's
+        CDI spec (kind compute.hcs.io/claim) with everything a container of the claim needs.
+        Idempotent by claim uid: the same claim prepared again returns the same answer; a
+        different allocation under the same uid is a conflict.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnprepareClaim(self, request, context):
+        """Release a claim's devices and remove its files; one never prepared is not an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HcsdServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -221,6 +249,16 @@ def add_HcsdServicer_to_server(servicer, server):
                     servicer.Measure,
                     request_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureRequest.FromString,
                     response_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureResponse.SerializeToString,
+            ),
+            'PrepareClaim': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareClaim,
+                    request_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareClaimRequest.FromString,
+                    response_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareClaimResponse.SerializeToString,
+            ),
+            'UnprepareClaim': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnprepareClaim,
+                    request_deserializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.UnprepareClaimRequest.FromString,
+                    response_serializer=hcsd_dot_api_dot_v1_dot_hcsd__pb2.UnprepareClaimResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -493,6 +531,60 @@ class Hcsd:
             '/hcsd.v1.Hcsd/Measure',
             hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureRequest.SerializeToString,
             hcsd_dot_api_dot_v1_dot_hcsd__pb2.MeasureResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareClaim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hcsd.v1.Hcsd/PrepareClaim',
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareClaimRequest.SerializeToString,
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.PrepareClaimResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnprepareClaim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hcsd.v1.Hcsd/UnprepareClaim',
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.UnprepareClaimRequest.SerializeToString,
+            hcsd_dot_api_dot_v1_dot_hcsd__pb2.UnprepareClaimResponse.FromString,
             options,
             channel_credentials,
             insecure,
