@@ -44,18 +44,24 @@ test-quick: $(STAMP)
 ## make proto: regenerate hcsd/api/v1 from proto/hcsd/api/v1/hcsd.proto
 PROTO := proto/hcsd/api/v1/hcsd.proto
 NRI_PROTOS := proto/hcsd/runtime/nri/ttrpc.proto proto/hcsd/runtime/nri/v1alpha1/api.proto
-GENERATED := hcsd/api/v1/hcsd_pb2.py hcsd/api/v1/hcsd_pb2.pyi hcsd/api/v1/hcsd_pb2_grpc.py \
+KUBELET_PROTOS := proto/hcsd/cluster/kubeletplugin/wire/dra_v1.proto \
+	proto/hcsd/cluster/kubeletplugin/wire/dra_v1beta1.proto \
+	proto/hcsd/cluster/kubeletplugin/wire/registration_v1.proto
+GENERATED := $(patsubst proto/%.proto,%_pb2.py,$(KUBELET_PROTOS)) \
+	$(patsubst proto/%.proto,%_pb2.pyi,$(KUBELET_PROTOS)) \
+	hcsd/api/v1/hcsd_pb2.py hcsd/api/v1/hcsd_pb2.pyi hcsd/api/v1/hcsd_pb2_grpc.py \
 	hcsd/runtime/nri/ttrpc_pb2.py hcsd/runtime/nri/ttrpc_pb2.pyi \
 	hcsd/runtime/nri/v1alpha1/api_pb2.py hcsd/runtime/nri/v1alpha1/api_pb2.pyi
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. $(PROTO)
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. $(NRI_PROTOS)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. $(NRI_PROTOS) $(KUBELET_PROTOS)
 
 proto-check: $(STAMP)
 	@tmp=$$(mktemp -d) && \
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=$$tmp --pyi_out=$$tmp \
 		--grpc_python_out=$$tmp $(PROTO) && \
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=$$tmp --pyi_out=$$tmp $(NRI_PROTOS) && \
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=$$tmp --pyi_out=$$tmp $(NRI_PROTOS) \
+		$(KUBELET_PROTOS) && \
 	for f in $(GENERATED); do \
 		cmp -s $$tmp/$$f $$f || { echo "$$f is stale: run make proto"; rm -rf $$tmp; exit 1; }; \
 	done; rm -rf $$tmp; echo "generated code matches the .proto files"

@@ -26,6 +26,7 @@ from hcsd.cluster.endpoints import (
 from hcsd.cluster.extender import Extender
 from hcsd.cluster.httpserver import BoundedServer
 from hcsd.cluster.kube import Kube
+from hcsd.cluster.kubeletplugin.plugin import KUBELET_DIR, KubeletPlugin, PluginPaths
 from hcsd.cluster.leader import LeaderElector
 from hcsd.cluster.node_keys import ClusterKeys, NodeKeys, syncer_user
 from hcsd.cluster.node_keys_http import serve_node_keys
@@ -89,6 +90,18 @@ def syncer_main(argv: Sequence[str] | None = None) -> int:
         help="projected service-account token with audience hcs-node-keys",
     )
     parser.add_argument("--keys-seconds", type=float, default=60.0, help="fetch interval")
+    parser.add_argument(
+        "--kubelet-plugin",
+        action="store_true",
+        help="DRA mode: serve kubelet's DRA plugin for driver compute.hcs.io (docs/dra.md)",
+    )
+    parser.add_argument("--kubelet-dir", default=KUBELET_DIR, help="kubelet's root directory")
+    parser.add_argument(
+        "--pod-uid",
+        default=os.environ.get("POD_UID", ""),
+        help="this syncer pod's uid (default: $POD_UID): names the plugin's sockets so that "
+        "a new syncer pod registers beside the old one in a rolling update; empty: fixed names",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     _logging(args.verbose)
@@ -110,7 +123,16 @@ def syncer_main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: syncer.stop())
     log.info("hcs-syncer %s for node %s (hcsd at %s)", __version__, args.node_name, args.socket)
-    syncer.run()
+    plugin = None
+    if args.kubelet_plugin:  # its own client: its calls never wait behind the syncer's
+        paths_ = PluginPaths.of(args.kubelet_dir, args.pod_uid)
+        plugin = KubeletPlugin(_connect(args.kubeconfig), args.socket, paths_)
+        plugin.start()
+    try:
+        syncer.run()
+    finally:
+        if plugin is not None:
+            plugin.stop()
     return 0
 
 

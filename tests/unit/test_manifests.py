@@ -47,6 +47,8 @@ RBAC: dict[tuple[str, str], Rules] = {
         # GET at start, POST when absent, merge-PATCH of spec
         (names.GROUP, names.COMPUTE_NODES): frozenset({"get", "create", "patch"}),
         (names.GROUP, f"{names.COMPUTE_NODES}/status"): frozenset({"update"}),  # PUT status
+        # the kubelet DRA plugin (hcsd/cluster/kubeletplugin/claims.py) reads each claim
+        ("resource.k8s.io", "resourceclaims"): frozenset({"get"}),
     },
     ("Role", names.SYNCER_ACCOUNT): {
         # the heartbeat Lease: GET, POST when absent, PUT to renew

@@ -1,0 +1,1 @@
+"""kubelet's plugin APIs as generated code (proto/hcsd/cluster/kubeletplugin/wire; make proto)."""
