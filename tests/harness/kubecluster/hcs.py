@@ -125,6 +125,7 @@ def syncer_command(
         "--node-keys-url", f"https://127.0.0.1:{ports.node_keys}/node-keys",
         "--node-keys-ca", str(certs / "ca.crt"), "--token-file", str(token),
         "--keys-seconds", "2",
+        "--kubelet-plugin",  # DRA: kubelet's plugin for compute.hcs.io (tests/kubelet/test_dra.py)
     ]  # fmt: skip
 
 
