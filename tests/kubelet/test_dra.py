@@ -203,3 +203,114 @@ def test_a_claimed_share_reaches_the_container(
     assert not node.host_path(f"{CDI_DIR}/compute.hcs.io-claim_{uid}.json").exists()
     assert not node.host_path(f"{hcs.RUN_DIR}/claims/claim-{uid}").exists()
     _delete(kube, f"{CLAIMS}/{name}")
+
+
+def respawn(node: KubeletNode, name: str, *, kill: bool) -> None:
+    """Stop one of the node's processes this cluster started (SIGKILL or as it stops) and
+    start it again with the same command."""
+    process = node.processes[name]
+    command = [str(a) for a in process.args][len(node.namespace.enter) :]  # type: ignore[union-attr]
+    if kill:
+        process.kill()
+        process.wait()
+        node.processes.pop(name)
+    else:
+        node.stop_process(name)
+    node.spawn(name, command)
+
+
+def registrations(node: KubeletNode) -> int:
+    return (node.dir / "syncer.log").read_text().count("kubelet registered the DRA plugin")
+
+
+def run_claim_pod(cluster: KubeletCluster, name: str, memory: str) -> tuple[str, dict[str, Any]]:
+    """A claim of `memory` and 10% and a pod using it, Running; (claim uid, pod)."""
+    kube = cluster.kube
+    uid = kube.create(CLAIMS, claim(name, memory, "10"))["metadata"]["uid"]
+    kube.create(f"/api/v1/namespaces/{pods.NAMESPACE}/pods", claim_pod(name, name, None))
+    pod = pods.wait_phase(kube, name, {"Running", "Failed", "Succeeded"}, timeout=120)
+    assert pod["status"]["phase"] == "Running", pod["status"]
+    return uid, pod
+
+
+def held_claims(node: KubeletNode) -> dict[str, Any]:
+    with Client(str(node.host_path(paths.SOCKET))) as client:
+        return {a.container_id: a for a in client.allocations() if a.source == "claim"}
+
+
+def finish(cluster: KubeletCluster, node: KubeletNode, name: str, uid: str) -> None:
+    pods.delete(cluster.kube, name, grace=0)
+    wait_for(lambda: f"claim-{uid}" not in held_claims(node), "hcsd released the claim", timeout=60)
+    _delete(cluster.kube, f"{CLAIMS}/{name}")
+
+
+def test_kill_9_of_the_plugin_around_prepare(
+    kubelet_cluster: KubeletCluster, offered: KubeletNode
+) -> None:
+    """The syncer dies with kill -9 just after the pod is made (before, during or after
+    kubelet's prepare); started again, it replaces its stale sockets, kubelet registers it
+    again, and the pod runs with its claim held once."""
+    node, name = offered, "dra-kill-plugin"
+    before = registrations(node)
+    kube = kubelet_cluster.kube
+    uid = kube.create(CLAIMS, claim(name, "8Gi", "10"))["metadata"]["uid"]
+    kube.create(f"/api/v1/namespaces/{pods.NAMESPACE}/pods", claim_pod(name, name, USER))
+    time.sleep(1.0)
+    at_kill = "held" if f"claim-{uid}" in held_claims(node) else "not yet held"
+    respawn(node, "syncer", kill=True)
+    print(f"{name}: the syncer was killed with the claim {at_kill}")
+    try:
+        pod = pods.wait_phase(kube, name, {"Running", "Failed", "Succeeded"}, timeout=120)
+        assert pod["status"]["phase"] == "Running", pod["status"]
+        wait_for(lambda: registrations(node) > before, "kubelet registered the new syncer")
+        (grant,) = held_claims(node)[f"claim-{uid}"].grants
+        assert (grant.vram_bytes, grant.compute_percent) == (8 * GiB, 10)
+        quota = kubelet_cluster.kubectl("exec", name, "--", "cat", "/run/hcs/quota.conf")
+        assert f"container=claim-{uid}" in quota
+    finally:
+        finish(kubelet_cluster, node, name, uid)
+
+
+def test_kill_9_of_hcsd_before_prepare(
+    kubelet_cluster: KubeletCluster, offered: KubeletNode
+) -> None:
+    """hcsd is down (kill -9) when kubelet prepares: the pod waits, kubelet retries, and
+    once hcsd is back the pod runs; a claim prepared before the kill is still held."""
+    node, kube = offered, kubelet_cluster.kube
+    kept_uid, _ = run_claim_pod(kubelet_cluster, "dra-kept", "4Gi")
+    assert node.hcsd is not None and node.hcsd.process is not None
+    node.hcsd.process.kill()
+    node.hcsd.process.wait()
+    name = "dra-kill-hcsd"
+    failures = (node.dir / "syncer.log").read_text().count("failed to prepare")
+    uid = kube.create(CLAIMS, claim(name, "4Gi", "10"))["metadata"]["uid"]
+    try:
+        kube.create(f"/api/v1/namespaces/{pods.NAMESPACE}/pods", claim_pod(name, name, None))
+        wait_for(
+            lambda: (node.dir / "syncer.log").read_text().count("failed to prepare") > failures,
+            "kubelet's prepare failed while hcsd was down",
+            timeout=60,
+        )
+        assert (pods.get(kube, name) or {})["status"].get("phase") == "Pending"
+        node.hcsd.start()
+        pod = pods.wait_phase(kube, name, {"Running", "Failed", "Succeeded"}, timeout=180)
+        assert pod["status"]["phase"] == "Running", pod["status"]
+        assert {f"claim-{uid}", f"claim-{kept_uid}"} <= set(held_claims(node))
+    finally:
+        finish(kubelet_cluster, node, name, uid)
+        finish(kubelet_cluster, node, "dra-kept", kept_uid)
+
+
+def test_kubelet_restart_registers_the_plugin_again(
+    kubelet_cluster: KubeletCluster, offered: KubeletNode
+) -> None:
+    """A restarted kubelet finds the registration socket again; the running pod's claim is
+    unprepared through the plugin when the pod goes."""
+    node, name = offered, "dra-kubelet-restart"
+    uid, _ = run_claim_pod(kubelet_cluster, name, "4Gi")
+    before = registrations(node)
+    respawn(node, "kubelet", kill=False)
+    wait_for(lambda: registrations(node) > before, "the restarted kubelet registered the plugin",
+             timeout=90)  # fmt: skip
+    assert f"claim-{uid}" in held_claims(node)
+    finish(kubelet_cluster, node, name, uid)
