@@ -145,3 +145,29 @@ def test_a_bad_uid_is_refused(daemon: Daemon) -> None:
     with Client(daemon.socket) as client, pytest.raises(ApiError) as refused:
         client.prepare_claim(request(uid="../../etc"))
     assert "not a Kubernetes uid" in str(refused.value)
+
+
+def test_two_devices_and_two_shares_of_one(daemon: Daemon) -> None:
+    """Each device has its own nodes; the selection env names both; two results on one
+    device (two shares in one claim) add up to one grant."""
+    message = request()
+    message.devices.add(request="gpu2", device="nvidia-1", memory="8Gi", compute="20")
+    message.devices.add(request="more", device="nvidia-0", memory="4Gi", compute="10")
+    with Client(daemon.socket) as client:
+        answer = client.prepare_claim(message)
+        ids = [list(d.cdi_device_ids) for d in answer.devices]
+        assert ids == [
+            [f"{dra.CDI_CLAIM_KIND}={UID}-nvidia-0"],
+            [f"{dra.CDI_CLAIM_KIND}={UID}-nvidia-1"],
+            [f"{dra.CDI_CLAIM_KIND}={UID}-nvidia-0"],
+        ]
+        grants = [(g.vram_bytes, g.compute_percent) for g in answer.allocation.grants]
+        assert grants == [(20 * GIB, 40), (8 * GIB, 20)]
+        uuids = [g.device_uuid for g in answer.allocation.grants]
+    written = spec(daemon)
+    nodes = {d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]]
+             for d in written["devices"]}  # type: ignore[attr-defined]  # fmt: skip
+    assert nodes == {f"{UID}-nvidia-0": ["/dev/nvidia0"], f"{UID}-nvidia-1": ["/dev/nvidia1"]}
+    env = dict(e.split("=", 1) for e in written["containerEdits"]["env"])  # type: ignore[index]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(uuids)
+    assert env["CUDA_VISIBLE_DEVICES"] == ",".join(uuids)

@@ -244,18 +244,19 @@ def finish(cluster: KubeletCluster, node: KubeletNode, name: str, uid: str) -> N
     _delete(cluster.kube, f"{CLAIMS}/{name}")
 
 
+@pytest.mark.parametrize("delay", [0.0, 1.0], ids=["at-once", "after-1s"])
 def test_kill_9_of_the_plugin_around_prepare(
-    kubelet_cluster: KubeletCluster, offered: KubeletNode
+    kubelet_cluster: KubeletCluster, offered: KubeletNode, delay: float
 ) -> None:
     """The syncer dies with kill -9 just after the pod is made (before, during or after
-    kubelet's prepare); started again, it replaces its stale sockets, kubelet registers it
-    again, and the pod runs with its claim held once."""
-    node, name = offered, "dra-kill-plugin"
+    kubelet's prepare: the test prints which); started again, it replaces its stale sockets,
+    kubelet registers it again, and the pod runs with its claim held once."""
+    node, name = offered, f"dra-kill-plugin-{int(delay)}"
     before = registrations(node)
     kube = kubelet_cluster.kube
     uid = kube.create(CLAIMS, claim(name, "8Gi", "10"))["metadata"]["uid"]
     kube.create(f"/api/v1/namespaces/{pods.NAMESPACE}/pods", claim_pod(name, name, USER))
-    time.sleep(1.0)
+    time.sleep(delay)
     at_kill = "held" if f"claim-{uid}" in held_claims(node) else "not yet held"
     respawn(node, "syncer", kill=True)
     print(f"{name}: the syncer was killed with the claim {at_kill}")
