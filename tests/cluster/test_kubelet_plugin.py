@@ -140,11 +140,13 @@ def hcsd(tmp_path: Path) -> Iterator[Daemon]:
 def syncer(plane: ControlPlane, hcsd: Daemon, tmp_path: Path) -> Iterator[Syncer]:
     kubelet_dir = Path(tempfile.mkdtemp(prefix="hcs-kl-", dir="/tmp"))  # short socket paths
     running = Syncer(plane, hcsd, kubelet_dir, tmp_path / "syncer.log")
-    running.start()
-    yield running
-    if running.process is not None and running.process.poll() is None:
-        running.stop()
-    shutil.rmtree(kubelet_dir, ignore_errors=True)
+    try:
+        running.start()
+        yield running
+    finally:
+        if running.process is not None and running.process.poll() is None:
+            running.stop()
+        shutil.rmtree(kubelet_dir, ignore_errors=True)
 
 
 @pytest.fixture
