@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hcsd import __version__
 from hcsd.cluster.binding import DEFAULT_SCHEDULERS
+from hcsd.cluster.dra_slices import TAINT_EFFECTS
 from hcsd.cluster.endpoints import (
     Endpoints,
     Settings,
@@ -33,6 +34,7 @@ from hcsd.cluster.node_keys_http import serve_node_keys
 from hcsd.cluster.syncer import SYNCER_TOKEN_FILE, Syncer, SyncerSettings
 from hcsd.cluster.tls import TLSSetupError
 from hcsd.contract import paths
+from hcsd.contract.dra import MODE_DRA, MODE_EXTENDER
 from hcsd.contract.keys import AssignmentKeyError
 from hcsd.contract.names import LEADER_LEASE, NAMESPACE
 from hcsd.profiles.database import ProfileDatabase, ProfileError
@@ -102,6 +104,19 @@ def syncer_main(argv: Sequence[str] | None = None) -> int:
         help="this syncer pod's uid (default: $POD_UID): names the plugin's sockets so that "
         "a new syncer pod registers beside the old one in a rolling update; empty: fixed names",
     )
+    parser.add_argument(
+        "--mode",
+        choices=(MODE_EXTENDER, MODE_DRA),
+        default=MODE_EXTENDER,
+        help="dra: also publish this node's ResourceSlice, and the extender offers none of its "
+        "devices (docs/dra.md)",
+    )
+    parser.add_argument(
+        "--device-taint-effect",
+        choices=TAINT_EFFECTS,
+        default="NoSchedule",
+        help="in dra mode, the effect of the taint on a device hcsd reports unhealthy",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     _logging(args.verbose)
@@ -118,6 +133,8 @@ def syncer_main(argv: Sequence[str] | None = None) -> int:
         keys_ca=args.node_keys_ca,
         token_file=args.token_file,
         keys_every=args.keys_seconds,
+        mode=args.mode,
+        device_taint_effect=args.device_taint_effect,
     )
     syncer = Syncer(settings, _connect(args.kubeconfig))
     for signum in (signal.SIGTERM, signal.SIGINT):

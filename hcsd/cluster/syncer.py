@@ -13,6 +13,9 @@ list, so the object never equals the body sent; a part whose body is unchanged a
 stored copy is what the server kept of it is not written again, and the pruned fields are
 logged once (apply the CRDs before upgrading the syncers). Failures back off
 exponentially with jitter, so an API server outage is not met with a storm on its return.
+In DRA mode (`mode="dra"`) it also keeps the node's ResourceSlice (slice_publisher.py), under
+the same discipline, and labels the ComputeNode `hcs.io/mode: dra`: the extender then offers
+none of the node's devices, which kube-scheduler allocates through the slice instead.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from hcsd.api.client import ApiError, Client
+from hcsd.api.v1 import hcsd_pb2 as pb
 from hcsd.cluster.key_fetch import KeyFetcher
 from hcsd.cluster.kube import Kube, KubeError, lease_object, paths_for
 from hcsd.cluster.objects import compute_node, node_spec, node_status
+from hcsd.cluster.slice_publisher import SlicePublisher
 from hcsd.cluster.timefmt import micro_time, rfc3339
 from hcsd.contract import paths
+from hcsd.contract.dra import MODE_DRA, MODE_EXTENDER, MODE_LABEL
 from hcsd.contract.names import API_VERSION, COMPUTE_NODES, NAMESPACE, NODE_LEASE_PREFIX
 
 __all__ = ["SYNCER_TOKEN_FILE", "Syncer", "SyncerSettings"]
@@ -56,6 +62,8 @@ class SyncerSettings:
     keys_ca: str = ""
     token_file: str = SYNCER_TOKEN_FILE
     keys_every: float = 60.0
+    mode: str = MODE_EXTENDER  # dra: publish a ResourceSlice; the extender offers nothing here
+    device_taint_effect: str = "NoSchedule"  # on unhealthy devices in the slice; or NoExecute
 
 
 class Syncer:
@@ -82,6 +90,12 @@ class Syncer:
         self._lease: dict[str, Any] | None = None
         self._hcsd_up = False
         self._failures = 0
+        self._devices: list[pb.Device] = []  # as last read from hcsd
+        self.slices = (
+            SlicePublisher(kube, settings.node_name, taint_effect=settings.device_taint_effect)
+            if settings.mode == MODE_DRA
+            else None
+        )
         self.synced = threading.Event()  # set after each pass that left the object current
         self.keys = (
             KeyFetcher(
@@ -119,6 +133,7 @@ class Syncer:
             now = time.monotonic()
             if now >= next_resync:
                 self._written = None  # read back and compare: catches edits by others
+                self._forget_slice()
                 self._dirty = True
                 next_resync = now + self.settings.resync
             try:
@@ -132,6 +147,7 @@ class Syncer:
             except (KubeError, ApiError) as e:
                 self._dirty = True
                 self._written = None
+                self._forget_slice()
                 self._lease = None
                 self._failures += 1
                 # Capped well inside the Lease, so a short API outage does not age the heartbeat.
@@ -189,6 +205,7 @@ class Syncer:
             node = hcsd.node()
             devices = hcsd.devices()
             allocations = hcsd.allocations()
+        self._devices = list(devices)
         previous = (self._written or {}).get("status") or {}
         spec = node_spec(node, devices)
         spec["nodeName"] = self.settings.node_name  # the Kubernetes name wins over hcsd's
@@ -254,7 +271,28 @@ class Syncer:
             )
             self._kept("status", status)
             self.writes["status"] += 1
+        self._mark_mode()
+        if self.slices is not None:
+            self.slices.publish(self._devices)
         self.synced.set()
+
+    def _forget_slice(self) -> None:
+        if self.slices is not None:
+            self.slices.forget()
+
+    def _mark_mode(self) -> None:
+        """The ComputeNode's `hcs.io/mode` label: `dra` while this node's devices go through
+        its ResourceSlice (the extender skips the node); absent means extender mode, so an
+        extender-mode syncer writes it only to take a node back from DRA mode."""
+        assert self._written is not None
+        labels = (self._written.get("metadata") or {}).get("labels") or {}
+        if labels.get(MODE_LABEL, MODE_EXTENDER) == self.settings.mode:
+            return
+        self._written = self.kube.patch(
+            self.node_path, {"metadata": {"labels": {MODE_LABEL: self.settings.mode}}}
+        )
+        self.writes["mode"] += 1
+        log.info("ComputeNode %s is in %s mode", self.settings.node_name, self.settings.mode)
 
     def _differs(self, part: str, body: Any) -> bool:
         """Whether `part` must be written: the object holds neither `body` nor what the

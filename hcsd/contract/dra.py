@@ -50,6 +50,14 @@ def vendor_class(vendor: str) -> str:
     return f"{vendor}.{DRIVER}"
 
 
+def model_class(vendor: str, model: str) -> str:
+    """The DeviceClass selecting one model's devices: `a100-sxm4-80gb.nvidia.compute.hcs.io`
+    (the model in lower case, every run of other characters a dash, cut to a DNS label)."""
+    slug = "".join(c if c.isascii() and c.isalnum() else "-" for c in model.lower())
+    slug = "-".join(part for part in slug.split("-") if part)[:63].strip("-")
+    return f"{slug}.{vendor_class(vendor)}"
+
+
 # --- claims on the node ---------------------------------------------------------------------------
 #: The name of the pod's `spec.resourceClaims` entry the webhook adds for `ai.compute/*`.
 POD_CLAIM_NAME: Final = "hcs-accelerator"

@@ -349,6 +349,8 @@ _PLURALS = {
     "ResourceQuota": "resourcequotas", "RuntimeProfile": "runtimeprofiles",
     "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+    "DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices",
+    "ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates",
 }  # fmt: skip
 
 
