@@ -81,7 +81,10 @@ def test_the_crds_are_the_kustomize_trees_byte_for_byte() -> None:
 @pytest.mark.parametrize(
     ("values", "reason"),
     [
-        (["--set", "mode=dra"], "mode: dra is reserved for Dynamic Resource Allocation"),
+        (
+            ["--set", "mode=dra", "--set", "dra.deviceTaintEffect=PreferNoSchedule"],
+            "dra.deviceTaintEffect must be NoSchedule or NoExecute",
+        ),
         (["--set", "mode=other"], 'mode: "other" is not a mode'),
         (["--set", "webhook.failurePolicy=Maybe"], "webhook.failurePolicy must be Fail or Ignore"),
         (["--set", "scheduler.enabled=false"], "which scheduler.enabled=false does not run"),
@@ -92,7 +95,7 @@ def test_the_crds_are_the_kustomize_trees_byte_for_byte() -> None:
         ),
     ],
     ids=[
-        "dra",
+        "dra device taint effect",
         "unknown mode",
         "failure policy",
         "webhook without scheduler",

@@ -29,10 +29,11 @@ hcs-scheduler-extender.{{ .Release.Namespace }}.svc
 
 {{/* Fails the render for values that cannot work, before anything is installed. */}}
 {{- define "hcs.validate" -}}
-{{- if eq .Values.mode "dra" -}}
-{{- fail "mode: dra is reserved for Dynamic Resource Allocation, which HCS does not implement yet: use mode: extender" -}}
-{{- else if ne .Values.mode "extender" -}}
-{{- fail (printf "mode: %q is not a mode (extender; dra is reserved)" .Values.mode) -}}
+{{- if not (has .Values.mode (list "extender" "dra")) -}}
+{{- fail (printf "mode: %q is not a mode (extender or dra)" .Values.mode) -}}
+{{- end -}}
+{{- if and (eq .Values.mode "dra") (not (has .Values.dra.deviceTaintEffect (list "NoSchedule" "NoExecute"))) -}}
+{{- fail (printf "dra.deviceTaintEffect must be NoSchedule or NoExecute, not %q" .Values.dra.deviceTaintEffect) -}}
 {{- end -}}
 {{- if and .Values.webhook.enabled (not .Values.scheduler.enabled) -}}
 {{- fail "webhook.enabled sends pods to scheduler.name, which scheduler.enabled=false does not run" -}}

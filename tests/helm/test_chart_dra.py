@@ -1,0 +1,97 @@
+"""The chart's `mode: dra` with the real `helm`, no cluster: the DeviceClasses (names and
+selectors spelt as hcsd.contract.dra spells them, one per model of the profile database),
+the syncers' flags, and that the extender mode renders none of it.
+tests/cluster/test_dra_slices.py applies the same objects to a real API server."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import pytest
+
+from hcsd.cluster.commands import syncer_main
+from hcsd.contract import dra
+from hcsd.profiles.database import default_database
+from tests.helm.test_chart import helm, template
+
+__all__ = ["helm"]  # the fixture, shared with test_chart
+
+DRA = ("--set", "mode=dra")
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def syncer_args(docs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> argparse.Namespace:
+    """The DaemonSet's command through hcs-syncer's own parser."""
+    (daemonset,) = by_kind(docs, "DaemonSet").values()
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert container["command"][0] == "hcs-syncer"
+    parsed: list[argparse.Namespace] = []
+    original = argparse.ArgumentParser.parse_args
+
+    def stop(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> argparse.Namespace:
+        parsed.append(original(self, *args, **kwargs))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
+    with pytest.raises(SystemExit):
+        syncer_main(container["command"][1:])
+    monkeypatch.undo()
+    return parsed[0]
+
+
+def test_one_class_per_model_of_the_profile_database_per_vendor_and_for_any(helm: str) -> None:
+    classes = by_kind(template(helm, *DRA), "DeviceClass")
+    profiles = default_database().profiles
+    vendors = {str(p.vendor) for p in profiles}
+    want = (
+        {dra.CLASS_ANY}
+        | {dra.vendor_class(v) for v in vendors}
+        | {dra.model_class(str(p.vendor), p.model) for p in profiles}
+    )
+    assert set(classes) == want
+    attributes = f'device.attributes["{dra.DRIVER}"]'
+    assert classes[dra.CLASS_ANY]["spec"]["selectors"] == [
+        {"cel": {"expression": f'device.driver == "{dra.DRIVER}"'}}
+    ]
+    (nvidia,) = classes[dra.vendor_class("nvidia")]["spec"]["selectors"]
+    assert nvidia["cel"]["expression"] == (
+        f'device.driver == "{dra.DRIVER}" && {attributes}.{dra.ATTR_VENDOR} == "nvidia"'
+    )
+    (a100,) = classes[dra.model_class("nvidia", "A100-SXM4-80GB")]["spec"]["selectors"]
+    assert a100["cel"]["expression"].endswith(
+        f'&& {attributes}.{dra.ATTR_MODEL} == "A100-SXM4-80GB"'
+    )
+
+
+def test_the_syncers_publish_slices_with_the_taint_effect_asked_for(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = syncer_args(template(helm, *DRA), monkeypatch)
+    assert (args.mode, args.device_taint_effect) == (dra.MODE_DRA, "NoSchedule")
+    docs = template(helm, *DRA, "--set", "dra.deviceTaintEffect=NoExecute")
+    assert syncer_args(docs, monkeypatch).device_taint_effect == "NoExecute"
+
+
+def test_the_syncer_may_manage_resource_slices_only_in_dra_mode(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extender = template(helm)
+    assert not by_kind(extender, "DeviceClass")
+    assert "hcs-syncer-resourceslices" not in by_kind(extender, "ClusterRole")
+    assert "hcs-syncer-own-slice" not in by_kind(extender, "ValidatingAdmissionPolicy")
+    assert syncer_args(extender, monkeypatch).mode == dra.MODE_EXTENDER
+    docs = template(helm, *DRA)
+    (rule,) = by_kind(docs, "ClusterRole")["hcs-syncer-resourceslices"]["rules"]
+    assert rule == {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceslices"],
+        "verbs": ["get", "create", "update"],  # what slice_publisher.py calls
+    }
+    policy = by_kind(docs, "ValidatingAdmissionPolicy")["hcs-syncer-own-slice"]
+    binding = by_kind(docs, "ValidatingAdmissionPolicyBinding")["hcs-syncer-own-slice"]
+    assert binding["spec"] == {"policyName": "hcs-syncer-own-slice", "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
