@@ -44,6 +44,7 @@ from hcsd.cluster.objects import NodeView
 from hcsd.cluster.planner import Plan, Unfit, expand_models, quick_fit
 from hcsd.cluster.runtime_profiles import RuntimeProfile, cover_of, profile_named
 from hcsd.cluster.state import Answer, NodeSnapshot, Snapshot
+from hcsd.contract.dra import MODE_DRA, MODE_LABEL
 from hcsd.contract.names import ANNOTATION_RUNTIME_PROFILE, RUNTIME_PROFILES
 from hcsd.profiles.database import ProfileDatabase
 
@@ -101,6 +102,11 @@ def unusable(snapshot: Snapshot, name: str, now: float) -> str | None:
     stale = stale_reason(snapshot.heartbeats.get(name), now)
     if stale is not None:
         return stale
+    if node.view.mode == MODE_DRA:
+        return (
+            f"node is in DRA mode ({MODE_LABEL}={MODE_DRA}): its accelerators are allocated "
+            "through ResourceClaims, not by the extender"
+        )
     if node.view.phase == "NotReady":
         return "ComputeNode is NotReady (no healthy accelerator)"
     return None
@@ -337,7 +343,7 @@ class Decider:
             node is None
             or beat is None
             or now - beat.renewed > beat.duration
-            or node.view.phase == "NotReady"
+            or not node.view.offered
         ):
             return 0, unusable(snapshot, name, now) or "node is not usable", NOTHING
         answer = node.answers.get(demand_id)

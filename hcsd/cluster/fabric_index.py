@@ -33,6 +33,8 @@ _ROOMS = 256  # demands whose rooms are kept for the current version
 
 def _buckets(node: NodeSnapshot) -> tuple[Bucket, ...]:
     found = []
+    if not node.view.offered:  # DRA mode: none of its devices is the extender's
+        return ()
     for device in node.view.devices:
         if not device.health_state.schedulable:
             continue

@@ -66,7 +66,7 @@ class FleetIndex:
     group: npt.NDArray[np.int16]  # id into `groups` (-1 where key is -1)
     renewed: Floats  # [row]: the heartbeat's renewal (monotonic); NaN: no heartbeat
     duration: Floats  # [row]: the heartbeat's duration
-    ready: Bools  # [row]: a ComputeNode whose phase is not NotReady
+    ready: Bools  # [row]: a ComputeNode the extender may use (NodeView.offered)
     whole: Bools  # [row]: the slots hold the node; False: decide it node by node
     keyset: npt.NDArray[np.int32]  # [row]: id into `keysets`
     signature: Ints  # [row]: the reason signature's id
@@ -180,7 +180,7 @@ class FleetRows:
         keyset = self._keysets.take(view.key_ids)
         groups = self._fill(row, view, usage)
         self._held[row] = (keyset, groups)
-        self._row["ready"][row] = view.phase != "NotReady"
+        self._row["ready"][row] = view.offered  # Ready or Degraded, and not in DRA mode
         self._row["keyset"][row] = keyset
         signature = _signature(view, usage)
         found = self._signatures.get(signature)

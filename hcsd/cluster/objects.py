@@ -21,6 +21,7 @@ from hcsd.cluster.health_status import (
     node_subhealth,
     why,
 )
+from hcsd.contract.dra import MODE_DRA, MODE_EXTENDER, MODE_LABEL
 from hcsd.contract.names import API_VERSION, COMPUTE_NODE_KIND, NODE_LABEL
 from hcsd.model import Device, Grant, HealthState, Link, LinkKind, Vendor
 from hcsd.profiles.database import default_database
@@ -307,6 +308,13 @@ class NodeView:
     models: frozenset[str] = field(default_factory=frozenset)
     key_ids: frozenset[str] | None = None  # status.assignmentKeys; None: not reported
     fabric: str = ""  # spec.fabric.domain: the RDMA fabric domain; "": none reported
+    mode: str = MODE_EXTENDER  # label hcs.io/mode: dra, its devices go through ResourceSlices
+
+    @property
+    def offered(self) -> bool:
+        """Whether the extender may place pods here: Ready or Degraded, and in extender mode
+        (a DRA-mode node's devices are kube-scheduler's to allocate, never both)."""
+        return self.phase != "NotReady" and self.mode != MODE_DRA
 
     def usage(self, extra: Iterable[PodHold] = ()) -> dict[str, Usage]:
         """Per-device usage from holds, local allocations and `extra` (assumed, not yet seen)."""
@@ -407,6 +415,9 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         models=frozenset(d.model.lower() for d in devices),
         key_ids=_key_ids(status),
         fabric=str((spec.get("fabric") or {}).get("domain") or ""),
+        mode=str(
+            ((obj.get("metadata") or {}).get("labels") or {}).get(MODE_LABEL) or MODE_EXTENDER
+        ),
     )
 
 

@@ -21,6 +21,7 @@ from hcsd.cluster.kube import Kube
 from hcsd.cluster.objects import compute_node, node_spec, node_status, node_view
 from hcsd.cluster.planner import Plan, plan, quick_fit, summarise
 from hcsd.cluster.timefmt import micro_time
+from hcsd.contract.dra import MODE_DRA, MODE_LABEL
 from hcsd.contract.keyring import Keyring
 from hcsd.model import HealthState
 from hcsd.profiles.database import ProfileDatabase
@@ -243,6 +244,27 @@ def test_filter_names_every_refusal(extender: Extender) -> None:
     }
     bad = filter_(extender, {"Pod": pod({"ai.compute/vram": "many"}), "NodeNames": ["fresh"]})
     assert "invalid quantity 'many'" in bad["FailedNodes"]["fresh"]
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{"ai.compute/vram": "16Gi"}, {"ai.compute/devices": "2"}],
+    ids=["one slice (all nodes at once)", "whole devices (node by node)"],
+)
+def test_the_extender_offers_nothing_on_a_node_in_dra_mode(
+    extender: Extender, limits: dict[str, str]
+) -> None:
+    """A ComputeNode labelled hcs.io/mode=dra (its syncer publishes a ResourceSlice): its
+    devices are kube-scheduler's to allocate, so the extender never places pods there too."""
+    obj = _node_object("dra")
+    obj["metadata"]["labels"][MODE_LABEL] = MODE_DRA
+    extender.state.nodes.apply("dra", node_view(obj))
+    extender.state.leases.apply(
+        "hcs-system/hcs-node-dra", NodeLease("dra", micro_time(time.time()), 40)
+    )
+    answer = filter_(extender, {"Pod": pod(limits), "NodeNames": ["fresh", "dra"]})
+    assert answer["NodeNames"] == ["fresh"]
+    assert answer["FailedNodes"]["dra"].startswith("node is in DRA mode (hcs.io/mode=dra)")
     scores = json.loads(host_priorities(extender.prioritize(pod({"ai.compute/vram": "16Gi"}),
                                                             ["fresh"])))  # fmt: skip
     assert (
