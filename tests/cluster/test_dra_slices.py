@@ -64,7 +64,7 @@ def device(
     model: str,
     vram: int,
     *,
-    health: int = pb.HEALTH_STATE_HEALTHY,
+    health: pb.HealthState = pb.HEALTH_STATE_HEALTHY,
     peers: tuple[str, ...] = (),
     link: str = "",
 ) -> pb.Device:
@@ -156,6 +156,76 @@ def test_the_syncer_publishes_hcsd_devices_once_and_labels_its_compute_node(
         assert dict(syncer.slices.writes) == {"create": 1}
         assert syncer.writes["mode"] == 1
         assert admin.get(SLICES + slice_name(node))["spec"]["pool"]["generation"] == 1
+    finally:
+        syncer.stop()
+        thread.join(10)
+        hcsd.close()
+        admin.close()
+
+
+NODE = """
+[[device]]
+uuid = "GPU-dra-0"
+vendor = "nvidia"
+model = "A100-SXM4-80GB"
+index = 0
+pci_bus_id = "0000:17:00.0"
+vram = "80Gi"
+nodes = ["/dev/nvidia0:195:0"]
+counters = {{ ecc_uncorrectable = {errors} }}
+
+[[device]]
+uuid = "GPU-dra-1"
+vendor = "nvidia"
+model = "A100-SXM4-80GB"
+index = 1
+pci_bus_id = "0000:18:00.0"
+vram = "80Gi"
+nodes = ["/dev/nvidia1:195:1"]
+"""
+
+
+def test_a_device_hcsd_finds_unhealthy_is_tainted_until_it_recovers(
+    cluster: ControlPlane, tmp_path: Path
+) -> None:
+    """The whole path: a fatal ECC count on the simulated device, hcsd's health watcher marks
+    it unhealthy, the syncer's next pass taints it in the slice; quiet for `quiet_period`,
+    hcsd calls it healthy again and the taint goes."""
+    node_file = tmp_path / "node.toml"
+    node_file.write_text(NODE.format(errors=0))
+    hcsd = Daemon(
+        tmp_path / "hcsd",
+        node_file=node_file,
+        settings={
+            "health": {"quiet_period": 3.0, "tick_interval": 0.2, "aer_poll_interval": 0.2},
+        },
+    )
+    hcsd.start()
+    node = "dra-ecc"
+    syncer = Syncer(
+        SyncerSettings(
+            node_name=node, socket_path=hcsd.socket, mode=dra.MODE_DRA, lease_seconds=3,
+            renew=0.3, settle=0.1,
+        ),
+        cluster.syncer_kube(node),
+    )  # fmt: skip
+    thread = threading.Thread(target=syncer.run, daemon=True)
+    thread.start()
+    admin = cluster.kube()
+
+    def tainted() -> list[str]:
+        spec = admin.get(SLICES + slice_name(node))["spec"]
+        return [t["value"] for d in spec["devices"] for t in d.get("taints") or ()]
+
+    try:
+        assert syncer.synced.wait(15) and tainted() == []
+        node_file.write_text(NODE.format(errors=1))
+        wait_for(lambda: tainted() == ["unhealthy"], timeout=20, what="nvidia-0 tainted")
+        spec = admin.get(SLICES + slice_name(node))["spec"]
+        assert [bool(d.get("taints")) for d in spec["devices"]] == [True, False]
+        wait_for(lambda: tainted() == [], timeout=20, what="the taint gone on recovery")
+        assert syncer.slices is not None
+        assert dict(syncer.slices.writes) == {"create": 1, "update": 2}
     finally:
         syncer.stop()
         thread.join(10)
