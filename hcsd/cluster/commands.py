@@ -262,6 +262,12 @@ def _extender_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--quota-status-seconds", type=float, default=5.0)
     parser.add_argument(
+        "--count-claims",
+        action="store_true",
+        help="DRA mode: count the allocated ResourceClaims of compute.hcs.io devices in "
+        "ComputeQuota usage (needs list and watch of resourceclaims)",
+    )
+    parser.add_argument(
         "--no-requeue",
         dest="requeue",
         action="store_false",
@@ -305,6 +311,7 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         schedulers=frozenset(args.scheduler_name) or DEFAULT_SCHEDULERS,
         requeue=args.requeue,
         own_pod=_own_pod(),
+        claims=args.count_claims,
     )
     try:
         node_keys = _open_node_keys(parser, args, kube, keys) if args.node_keys_listen else None

@@ -64,12 +64,13 @@ class Extender:
         schedulers: frozenset[str] = DEFAULT_SCHEDULERS,
         requeue: bool = True,
         own_pod: tuple[str, str] | None = None,
+        claims: bool = False,
     ) -> None:
         self.is_leader = is_leader
         self.keys = keys
         self.metrics = Metrics(is_leader)
         self.state = ClusterState(
-            kube, keys=keys, namespace=namespace, clock=clock, schedulers=schedulers
+            kube, keys=keys, namespace=namespace, clock=clock, schedulers=schedulers, claims=claims
         )
         self.metrics.pending_copies.set_function(lambda: len(self.state.copies))
         self.decider = Decider(

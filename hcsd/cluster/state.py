@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hcsd.allocator import Usage
+from hcsd.cluster.claim_usage import ClaimUsage
 from hcsd.cluster.compute_quota import Amounts, Quota, quota_of
 from hcsd.cluster.fabric_jobs import JobIndex, JobKey
 from hcsd.cluster.fleet import FleetIndex, FleetRows
@@ -105,6 +106,7 @@ class ClusterState:
         clock: Callable[[], float] = time.time,
         schedulers: frozenset[str] = DEFAULT_SCHEDULERS,
         pending_copies: int = PENDING_COPIES,
+        claims: bool = False,
     ) -> None:
         self._lock = threading.Lock()
         # --- guarded by _lock ---
@@ -145,6 +147,8 @@ class ClusterState:
             kube, paths_for("coordination.k8s.io/v1", "leases", namespace), node_lease,
             name="leases", on_change=self._lease_changed,
         )  # fmt: skip
+        # DRA mode: the allocated ResourceClaims count in ComputeQuota usage too
+        self.claims = ClaimUsage(kube) if claims else None
 
         # RuntimeProfiles by name: read by decisions and bind (no lock of ours: the informer's
         # dict is replaced one key at a time). Not waited for at start (`informers`): a
@@ -158,7 +162,8 @@ class ClusterState:
     @property
     def informers(self) -> tuple[Informer[Any], ...]:
         """The informers a decision needs synced: every one but the profiles'."""
-        return (self.nodes, self.pods, self.quotas, self.leases)
+        extra = (self.claims.informer,) if self.claims is not None else ()
+        return (self.nodes, self.pods, self.quotas, self.leases, *extra)
 
     def start(self) -> ClusterState:
         for informer in (*self.informers, self.profiles):
@@ -365,6 +370,8 @@ class ClusterState:
         total = Amounts()
         for view, hold in found:
             total = total + amounts_of(view, hold.grants)
+        if self.claims is not None:  # a NodeView is never changed, only replaced
+            total = total + self.claims.namespace_amounts(namespace, self._views.get)
         return total
 
     def counts(self) -> tuple[int, int]:

@@ -17,11 +17,16 @@ import yaml
 
 from hcsd.api.client import Client
 from hcsd.api.v1 import hcsd_pb2 as pb
+from hcsd.cluster.compute_quota import Amounts
 from hcsd.cluster.dra_slices import slice_name
 from hcsd.cluster.kube import Kube, KubeError
+from hcsd.cluster.objects import compute_node, node_spec
+from hcsd.cluster.quota_status import QuotaStatusWriter
 from hcsd.cluster.slice_publisher import SlicePublisher
+from hcsd.cluster.state import ClusterState
 from hcsd.cluster.syncer import Syncer, SyncerSettings
 from hcsd.contract import dra
+from hcsd.contract.keyring import Keyring
 from hcsd.quantity import parse_quantity
 from tests.cluster.conftest import _requirements, kustomized
 from tests.cluster.controlplane import REPO, ControlPlane, manifests, register_node
@@ -36,6 +41,7 @@ CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 PODS = "/api/v1/namespaces/default/pods"
 NODES = "/apis/hcs.io/v1alpha1/computenodes/"
 DRA_TREE = REPO / "packaging" / "kubernetes-dra"
+KEYS = Keyring({"k1": b"0" * 32}, "k1")
 
 
 def dra_objects() -> list[dict[str, Any]]:
@@ -396,6 +402,10 @@ def fleet(cluster: ControlPlane) -> Kube:
     ):
         register_node(admin, node)
         SlicePublisher(cluster.syncer_kube(node), node).publish(devices)
+        # its ComputeNode, as a DRA-mode syncer keeps it: where quotas read TFLOPS from
+        body = compute_node(node, node_spec(pb.Node(name=node), devices))
+        body["metadata"]["labels"][dra.MODE_LABEL] = dra.MODE_DRA
+        admin.create(NODES.rstrip("/"), body)
     return admin
 
 
@@ -440,3 +450,44 @@ def test_a_tainted_device_is_avoided(fleet: Kube) -> None:
         wait_for(lambda n=name: bound(fleet, n), timeout=30, what=f"{name} bound")  # type: ignore[misc]
     assert {results(fleet, n)[0]["device"] for n in names} == {"nvidia-1"}
     assert {bound(fleet, n) for n in names} == {"dra-gpu"}
+
+
+def test_compute_quota_counts_what_the_allocated_claims_consumed(
+    cluster: ControlPlane, fleet: Kube
+) -> None:
+    """The extender with --count-claims, as its service account (the DRA overlay's RBAC):
+    the namespace's usage is the claims' consumed memory, their reserved compute share in
+    FP16 TFLOPS of the device, and one device each; the ComputeQuota's status says so."""
+    fleet.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                        "metadata": {"name": "dra-quota"}})  # fmt: skip
+    fleet.create(
+        "/apis/hcs.io/v1alpha1/namespaces/dra-quota/computequotas",
+        {"apiVersion": "hcs.io/v1alpha1", "kind": "ComputeQuota",
+         "metadata": {"name": "team", "namespace": "dra-quota"},
+         "spec": {"hard": {"ai.compute/vram": "100Gi"}}},
+    )  # fmt: skip
+    for name, memory, compute in (("q-half", "8Gi", 50), ("q-share", "16Gi", None)):
+        body = claim(name, dra.vendor_class("nvidia"), memory, compute)
+        body["metadata"]["namespace"] = "dra-quota"
+        fleet.create(CLAIMS.replace("/default/", "/dra-quota/"), body)
+        pod = pod_with(name, name)
+        pod["metadata"]["namespace"] = "dra-quota"
+        fleet.create(PODS.replace("/default/", "/dra-quota/"), pod)
+    pods = PODS.replace("/default/", "/dra-quota/")
+    for name in ("q-half", "q-share"):
+        wait_for(lambda n=name: fleet.get(f"{pods}/{n}")["spec"].get("nodeName"), timeout=30,  # type: ignore[misc]
+                 what=f"{name} bound")  # fmt: skip
+    extender = cluster.kube("extender")
+    state = ClusterState(extender, keys=lambda: KEYS, claims=True).start()
+    try:
+        assert state.wait_synced(30)
+        wait_for(lambda: state.namespace_usage("dra-quota").devices == 2, what="both claims")
+        used = state.namespace_usage("dra-quota")
+        # nvidia-1 (312 TFLOPS): half of it reserved by one claim, none by the other
+        assert used == Amounts(vram=24 * GiB, tflops=156.0, devices=2)
+        assert QuotaStatusWriter(extender, state).write_changed() >= 1
+        status = fleet.get("/apis/hcs.io/v1alpha1/namespaces/dra-quota/computequotas/team")
+        assert status["status"]["used"] == used.as_status()
+    finally:
+        state.stop()
+        extender.close()

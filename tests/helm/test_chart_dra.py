@@ -91,6 +91,24 @@ def test_the_syncer_may_manage_resource_slices_only_in_dra_mode(
         "resources": ["resourceslices"],
         "verbs": ["get", "create", "update"],  # what slice_publisher.py calls
     }
+    (rule,) = by_kind(docs, "ClusterRole")["hcs-scheduler-extender-resourceclaims"]["rules"]
+    assert rule == {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims"],
+        "verbs": ["list", "watch"],  # claim_usage.py's informer
+    }
+    extender_command = by_kind(docs, "Deployment")["hcs-scheduler-extender"]["spec"]["template"][
+        "spec"
+    ]["containers"][0]["command"]
+    assert "--count-claims" in extender_command
+    assert (
+        "--count-claims"
+        not in (
+            by_kind(extender, "Deployment")["hcs-scheduler-extender"]["spec"]["template"]["spec"][
+                "containers"
+            ][0]["command"]
+        )
+    )
     policy = by_kind(docs, "ValidatingAdmissionPolicy")["hcs-syncer-own-slice"]
     binding = by_kind(docs, "ValidatingAdmissionPolicyBinding")["hcs-syncer-own-slice"]
     assert binding["spec"] == {"policyName": "hcs-syncer-own-slice", "validationActions": ["Deny"]}
