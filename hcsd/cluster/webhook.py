@@ -28,7 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hcsd.cluster.fabric_jobs import valid_job_name
+from hcsd.cluster.webhook_dra import Ensure, Refused, dra_patch
+from hcsd.contract.dra import MODE_DRA, MODE_EXTENDER
 from hcsd.contract.names import JOB, MANAGED_RESOURCES, SCHEDULER_NAME, WEBHOOK_OPT_OUT_LABEL
+from hcsd.profiles.database import ProfileDatabase
 
 __all__ = [
     "DEFAULT_SCHEDULER",
@@ -54,9 +57,19 @@ class ReviewError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """What the webhook does: the scheduler name it sets."""
+    """What the webhook does: the scheduler name it sets (extender mode), or the claim
+    template it makes sure of and refers to (DRA mode: `ensure` is required)."""
 
     scheduler: str = SCHEDULER_NAME
+    mode: str = MODE_EXTENDER
+    ensure: Ensure | None = None
+    profiles: ProfileDatabase | None = None  # None: the one shipped
+
+    def __post_init__(self) -> None:
+        if self.mode not in (MODE_EXTENDER, MODE_DRA):
+            raise ValueError(f"mode {self.mode!r} is not {MODE_EXTENDER} or {MODE_DRA}")
+        if self.mode == MODE_DRA and self.ensure is None:
+            raise ValueError("DRA mode needs a way to make sure of claim templates")
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -129,6 +142,8 @@ def answer(request: Mapping[str, Any], rule: Rule) -> dict[str, Any]:
     if request.get("operation") != "CREATE" or request.get("subResource"):
         return response
     obj = _mapping(request.get("object"), "request.object")
+    if rule.mode == MODE_DRA:
+        return _answer_dra(request, obj, rule, response)
     patch = _patch_for(obj, rule)
     refused = bad_job_name(obj) if patch is not None else ""
     if refused:
@@ -137,6 +152,33 @@ def answer(request: Mapping[str, Any], rule: Rule) -> dict[str, Any]:
     elif patch is not None:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return response
+
+
+def _answer_dra(
+    request: Mapping[str, Any], pod: Mapping[str, Any], rule: Rule, response: dict[str, Any]
+) -> dict[str, Any]:
+    metadata = _optional_mapping(pod, "metadata", "request.object")
+    labels = _optional_mapping(metadata, "labels", "request.object.metadata")
+    spec = _mapping(pod.get("spec"), "request.object.spec")
+    if labels.get(OPT_OUT_LABEL) == OPT_OUT_VALUE or not asks_for_compute(spec):
+        return response
+    namespace = request.get("namespace") or metadata.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        raise ReviewError("request.namespace is missing")
+    assert rule.ensure is not None  # Rule checks it
+    try:
+        outcome = dra_patch(
+            pod, namespace, rule.ensure, dry_run=request.get("dryRun") is True, db=rule.profiles
+        )
+    except Refused as e:
+        response["allowed"] = False
+        reason = "BadRequest" if e.code == 400 else "InternalError"
+        response["status"] = {"code": e.code, "reason": reason, "message": str(e)}
+        return response
+    response["patchType"] = "JSONPatch"
+    response["patch"] = base64.b64encode(json.dumps(outcome.patch).encode()).decode()
+    response["auditAnnotations"] = {"claim-template": outcome.template}
     return response
 
 

@@ -36,12 +36,17 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from hcsd import __version__
+from hcsd.cluster.claim_templates import Templates
 from hcsd.cluster.httpserver import DEFAULT_LIMITS, BoundedHandler, BoundedServer, Limits
+from hcsd.cluster.kube import Kube
 from hcsd.cluster.tls import CertificateFiles, TLSSetupError
 from hcsd.cluster.webhook import ReviewError, Rule, review
+from hcsd.contract.dra import MODE_DRA, MODE_EXTENDER
+from hcsd.profiles.database import ProfileDatabase, ProfileError
 
 __all__ = [
     "MUTATE_PATH",
@@ -171,9 +176,14 @@ class _Handler(BoundedHandler):
             self._reply(500, b"the webhook failed: see its log\n")
             return
         response = answer["response"]
-        if "patch" in response:
+        template = (response.get("auditAnnotations") or {}).get("claim-template")
+        if template:
+            log.info("review %s: claim from ResourceClaimTemplate %s", response["uid"], template)
+        elif "patch" in response:
             log.info("review %s: spec.schedulerName set to %s", response["uid"],
                      self.server.rule.scheduler)  # fmt: skip
+        elif not response["allowed"]:
+            log.info("review %s: refused: %s", response["uid"], response["status"]["message"])
         self._reply(200, json.dumps(answer).encode(), "application/json")
 
     def _not_allowed(self) -> None:
@@ -199,6 +209,17 @@ def serve_webhook(
     return server
 
 
+def _rule(args: argparse.Namespace) -> Rule:
+    """The Rule for the command line; in DRA mode, with an API client (the webhook's service
+    account, or --kubeconfig) that gives up quickly: the API server waits for the webhook
+    for timeoutSeconds (5 s in the chart) in all."""
+    if args.mode != MODE_DRA:
+        return Rule(args.scheduler_name)
+    db = ProfileDatabase.load(Path(args.profiles) if args.profiles else None)
+    kube = Kube.connect(args.kubeconfig or None, timeout=2.0)
+    return Rule(args.scheduler_name, mode=MODE_DRA, ensure=Templates(kube).ensure, profiles=db)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="hcs-admission-webhook",
@@ -215,6 +236,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--scheduler-name", default=Rule().scheduler, help="the spec.schedulerName to set"
     )
     parser.add_argument("--max-body-bytes", type=int, default=WEBHOOK_LIMITS.max_body)
+    parser.add_argument(
+        "--mode",
+        choices=(MODE_EXTENDER, MODE_DRA),
+        default=MODE_EXTENDER,
+        help="extender: set spec.schedulerName; dra: ResourceClaimTemplates (docs/dra.md)",
+    )
+    parser.add_argument(
+        "--kubeconfig", default="", help="DRA mode: kubeconfig (default: the service account)"
+    )
+    parser.add_argument("--profiles", default="", help="profile database (default: built in)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -231,16 +262,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hcs-admission-webhook: {e}", file=sys.stderr)
         return 2
     limits = replace(WEBHOOK_LIMITS, max_body=args.max_body_bytes)
-    server = serve_webhook(host or "0.0.0.0", int(port), tls, Rule(args.scheduler_name), limits)  # noqa: S104
+    try:
+        rule = _rule(args)
+    except (ProfileError, OSError, ValueError) as e:
+        print(f"hcs-admission-webhook: {e}", file=sys.stderr)
+        return 2
+    server = serve_webhook(host or "0.0.0.0", int(port), tls, rule, limits)  # noqa: S104
 
     def stop(*_: object) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
-    log.info("hcs-admission-webhook %s on %s:%d: pods asking for ai.compute/* get "
-             "spec.schedulerName %s", __version__, *server.server_address[:2],
-             args.scheduler_name)  # fmt: skip
+    what = (
+        "a ResourceClaimTemplate" if rule.mode == MODE_DRA
+        else f"spec.schedulerName {args.scheduler_name}"
+    )  # fmt: skip
+    log.info("hcs-admission-webhook %s on %s:%d: pods asking for ai.compute/* get %s",
+             __version__, *server.server_address[:2], what)  # fmt: skip
     server.serve_forever()
     return 0
 

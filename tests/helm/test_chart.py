@@ -240,6 +240,53 @@ def test_the_webhook_runs_with_flags_its_program_knows(
     assert pod["automountServiceAccountToken"] is False  # it calls no API
 
 
+def test_in_dra_mode_the_webhook_may_get_and_create_claim_templates_and_nothing_else(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mode: dra gives the webhook `--mode dra`, a token, and a ClusterRole with get and
+    create on resourceclaimtemplates only; its configuration says NoneOnDryRun."""
+    docs = template(helm, "--set", "mode=dra")
+    (deployment,) = [
+        d
+        for d in docs
+        if (d["kind"], d["metadata"]["name"]) == ("Deployment", "hcs-admission-webhook")
+    ]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
+    parsed: list[argparse.Namespace] = []
+    original = argparse.ArgumentParser.parse_args
+
+    def stop(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> argparse.Namespace:
+        parsed.append(original(self, *args, **kwargs))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
+    with pytest.raises(SystemExit):
+        webhook_main(pod["containers"][0]["command"][1:])
+    assert parsed[0].mode == "dra"
+    (role,) = [
+        d
+        for d in docs
+        if (d["kind"], d["metadata"]["name"]) == ("ClusterRole", "hcs-admission-webhook")
+    ]
+    assert role["rules"] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"],
+         "verbs": ["get", "create"]}
+    ]  # fmt: skip
+    (binding,) = [
+        d
+        for d in docs
+        if (d["kind"], d["metadata"]["name"]) == ("ClusterRoleBinding", "hcs-admission-webhook")
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "hcs-admission-webhook", "namespace": "hcs-system"}
+    ]
+    (config,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    assert config["webhooks"][0]["sideEffects"] == "NoneOnDryRun"
+    extender = template(helm)
+    assert ("ClusterRole", "hcs-admission-webhook") not in kinds(extender)
+
+
 def controller_args(
     helm: str, monkeypatch: pytest.MonkeyPatch, *values: str
 ) -> tuple[argparse.Namespace, dict[str, Any]]:
