@@ -1,0 +1,229 @@
+"""The webhook in DRA mode (hcsd/cluster/webhook_dra.py, claim_templates.py): the patch that
+turns `ai.compute/*` into a claim, the refusals, dry runs, and making sure of the template
+under races (an in-memory API standing in for the API server's answers; the real one is in
+tests/cluster/test_webhook_dra.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from hcsd.cluster.claim_templates import TemplateConflict, Templates, TemplateUnavailable
+from hcsd.cluster.kube import KubeError
+from hcsd.cluster.webhook import Rule, review
+
+TEMPLATE = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaimtemplates"
+
+
+class Api:
+    """What the API server answers for templates: 404, 409, or `fail` for every call."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.fail = fail
+        self.created: list[str] = []
+        self.before_create: dict[str, Any] | None = None  # another replica's, made first
+
+    def get(self, path: str) -> dict[str, Any]:
+        if self.fail:
+            raise KubeError(self.fail, "InternalError", "etcd is away")
+        if path not in self.objects:
+            raise KubeError(404, "NotFound", path)
+        return self.objects[path]
+
+    def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        where = f"{path}/{body['metadata']['name']}"
+        if self.before_create is not None:
+            self.objects[where], self.before_create = self.before_create, None
+        if where in self.objects:
+            raise KubeError(409, "AlreadyExists", where)
+        self.objects[where] = copy.deepcopy(dict(body))
+        self.created.append(where)
+        return self.objects[where]
+
+
+def pod(containers: list[dict[str, Any]], **annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "annotations": annotations},
+        "spec": {"containers": containers},
+    }  # fmt: skip
+
+
+def container(name: str = "main", **limits: str) -> dict[str, Any]:
+    names = {k.replace("_", "-"): v for k, v in limits.items()}
+    return {"name": name, "resources": {"limits": {f"ai.compute/{k}": v for k, v in names.items()},
+                                        "requests": {"cpu": "1"}}}  # fmt: skip
+
+
+def call(api: Api, obj: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    body = {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "operation": "CREATE", "namespace": "team", "object": obj, **extra},
+    }  # fmt: skip
+    rule = Rule(mode="dra", ensure=Templates(api).ensure)
+    response: dict[str, Any] = review(json.dumps(body).encode(), rule)["response"]
+    return response
+
+
+def apply(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 `add` and `remove` (all the webhook writes)."""
+    result = copy.deepcopy(document)
+    for op in patch:
+        *parents, last = [
+            t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]
+        ]
+        target: Any = result
+        for token in parents:
+            target = target[int(token)] if isinstance(target, list) else target[token]
+        if op["op"] == "remove":
+            del target[last]
+        elif last == "-":
+            target.append(op["value"])
+        else:
+            target[last] = op["value"]
+    return result
+
+
+def patched(response: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+    assert response["allowed"] is True, response
+    assert response["patchType"] == "JSONPatch"
+    return apply(obj, json.loads(base64.b64decode(response["patch"])))
+
+
+def test_a_vram_request_becomes_a_claim_on_a_template_made_once() -> None:
+    api = Api()
+    obj = pod([container(vram="16Gi"), {"name": "sidecar"}, container("second", devices="2")])
+    out = patched(call(api, obj), obj)
+    (entry,) = out["spec"]["resourceClaims"]
+    assert entry["name"] == "hcs-accelerator"
+    first, sidecar, second = out["spec"]["containers"]
+    assert first["resources"] == {
+        "limits": {}, "requests": {"cpu": "1"},
+        "claims": [{"name": "hcs-accelerator", "request": "r0"}],
+    }  # fmt: skip
+    assert second["resources"]["claims"] == [{"name": "hcs-accelerator", "request": "r1"}]
+    assert sidecar == {"name": "sidecar"}
+    assert out["spec"].get("schedulerName") is None  # kube-scheduler's own DRA allocator
+    assert api.created == [f"{TEMPLATE}/{entry['resourceClaimTemplateName']}"]
+    template = api.objects[api.created[0]]
+    assert template["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "hcs-admission-webhook"
+    }
+    requests = template["spec"]["spec"]["devices"]["requests"]
+    assert [r["name"] for r in requests] == ["r0", "r1"]
+    # A second pod of the shape: the same template, nothing created.
+    again = patched(call(api, obj), obj)
+    assert again["spec"]["resourceClaims"] == [entry] and len(api.created) == 1
+
+
+def test_claims_and_claim_entries_the_pod_has_are_kept() -> None:
+    obj = pod([container(vram="1Gi")])
+    obj["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": "nic"}]
+    obj["spec"]["containers"][0]["resources"]["claims"] = [{"name": "nic"}]
+    out = patched(call(Api(), obj), obj)
+    assert [c["name"] for c in out["spec"]["resourceClaims"]] == ["nic", "hcs-accelerator"]
+    assert out["spec"]["containers"][0]["resources"]["claims"] == [
+        {"name": "nic"}, {"name": "hcs-accelerator", "request": "r0"}
+    ]  # fmt: skip
+
+
+def test_a_dry_run_creates_no_template() -> None:
+    api = Api()
+    obj = pod([container(vram="16Gi")])
+    out = patched(call(api, obj, dryRun=True), obj)
+    assert out["spec"]["resourceClaims"] and api.created == []
+
+
+def test_opted_out_and_plain_pods_are_left_alone() -> None:
+    api = Api()
+    opted = pod([container(vram="16Gi")])
+    opted["metadata"]["labels"] = {"hcs.io/webhook": "disabled"}
+    plain = pod([{"name": "main", "resources": {"limits": {"cpu": "1"}}}])
+    for obj in (opted, plain):
+        response = call(api, obj)
+        assert response["allowed"] is True and "patch" not in response
+    assert api.created == []
+
+
+REFUSALS = {
+    "bad quantity": ([container(vram="16Zi")], {}, "container main: "),
+    "unknown vendor": (
+        [container(vram="16Gi")], {"hcs.io/vendors": "intel"}, "unknown vendor 'intel'"
+    ),
+    "vram over any device": (
+        [container(vram="1Ti")], {}, "more than any allowed device has"
+    ),
+    "conflicting annotations": (
+        [container(vram="8Gi")],
+        {"hcs.io/vendors": "nvidia", "hcs.io/models": "Ascend910B3"},
+        "hcs.io/models and hcs.io/vendors allow no model together",
+    ),
+    "unknown resource": (
+        [container(vram="8Gi", fp64="1")], {}, "ai.compute/fp64 is not a resource HCS knows"
+    ),
+    "bad substitution flag": (
+        [container(vram="8Gi")], {"hcs.io/allow-substitution": "yes"},
+        'hcs.io/allow-substitution must be "true" or "false"',
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("containers", "annotations", "message"), REFUSALS.values(),
+                         ids=REFUSALS.keys())  # fmt: skip
+def test_malformed_requests_are_refused_with_the_reason(
+    containers: list[dict[str, Any]], annotations: dict[str, str], message: str
+) -> None:
+    api = Api()
+    response = call(api, pod(containers, **annotations))
+    assert response["allowed"] is False and "patch" not in response
+    assert response["status"]["code"] == 400
+    assert message in response["status"]["message"]
+    assert api.created == []  # nothing left behind
+
+
+def test_init_containers_and_a_taken_claim_name_are_refused() -> None:
+    obj = pod([{"name": "main"}])
+    obj["spec"]["initContainers"] = [container(vram="1Gi")]
+    assert "init container" in call(Api(), obj)["status"]["message"]
+    obj = pod([container(vram="1Gi")])
+    obj["spec"]["resourceClaims"] = [{"name": "hcs-accelerator", "resourceClaimName": "x"}]
+    assert "already has an entry named hcs-accelerator" in call(Api(), obj)["status"]["message"]
+
+
+def test_the_api_server_away_refuses_with_a_retryable_reason() -> None:
+    response = call(Api(fail=500), pod([container(vram="1Gi")]))
+    assert response["allowed"] is False and response["status"]["code"] == 500
+    assert "failed to read ResourceClaimTemplate" in response["status"]["message"]
+
+
+SPEC = {"devices": {"requests": [{"name": "r0", "exactly": {"deviceClassName": "ai.compute"}}]}}
+
+
+def test_a_race_lost_to_another_replica_is_success_when_the_spec_matches() -> None:
+    api = Api()
+    theirs = {"metadata": {"name": "hcs-x"}, "spec": {"spec": copy.deepcopy(SPEC)}}
+    theirs["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 1  # a default
+    api.before_create = theirs
+    assert Templates(api).ensure("team", "hcs-x", SPEC) is False
+    assert api.created == []
+
+
+def test_a_template_of_the_name_with_another_spec_is_refused_not_used() -> None:
+    api = Api()
+    other = copy.deepcopy(SPEC)
+    other["devices"]["requests"][0]["exactly"]["deviceClassName"] = "something-else"
+    api.before_create = {"metadata": {"name": "hcs-x"}, "spec": {"spec": other}}
+    with pytest.raises(TemplateConflict, match="exists with another spec"):
+        Templates(api).ensure("team", "hcs-x", SPEC)
+    with pytest.raises(TemplateConflict):  # and found by the read next time
+        Templates(api).ensure("team", "hcs-x", SPEC)
+    with pytest.raises(TemplateUnavailable):
+        Templates(Api(fail=503)).ensure("team", "hcs-x", SPEC)
