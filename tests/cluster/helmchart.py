@@ -169,9 +169,10 @@ def secret_files(kube: Kube, name: str, directory: Path) -> Path:
     return directory
 
 
-def start_webhook(helm: Helm, directory: Path) -> subprocess.Popen[bytes]:
+def start_webhook(helm: Helm, directory: Path, *extra: str) -> subprocess.Popen[bytes]:
     """hcs-admission-webhook with the release's certificate, behind the release's Service
-    (its endpoints name this host); registered as plane process "webhook"."""
+    (its endpoints name this host), with `extra` flags; registered as plane process
+    "webhook"."""
     kube = helm.plane.kube()
     tls = secret_files(kube, "hcs-admission-webhook-tls", directory)
     port = free_port()
@@ -180,7 +181,7 @@ def start_webhook(helm: Helm, directory: Path) -> subprocess.Popen[bytes]:
     log = open(directory / "webhook.log", "ab")  # noqa: SIM115 - as long as the process
     process = subprocess.Popen(
         [sys.executable, "-m", "hcsd.cluster.webhook_server", "--listen", f"0.0.0.0:{port}",
-         "--tls-cert", str(tls / "tls.crt"), "--tls-key", str(tls / "tls.key")],
+         "--tls-cert", str(tls / "tls.crt"), "--tls-key", str(tls / "tls.key"), *extra],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     helm.plane.processes["webhook"] = process

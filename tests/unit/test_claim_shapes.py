@@ -47,6 +47,7 @@ def exactly(cls: str, count: int, requests: dict[str, str], selector: str = "") 
 
 
 MODEL_A100 = 'has(a.model) && a.model.lowerAscii() in ["a100", "a100-sxm4-80gb"]'
+ONLY_A100 = 'has(a.model) && a.model.lowerAscii() in ["a100-sxm4-80gb"]'
 UUID = {"distinctAttribute": "compute.hcs.io/uuid"}
 LINK = {"matchAttribute": "compute.hcs.io/linkDomain"}
 
@@ -91,7 +92,7 @@ CASES = {
         demand({"ai.compute/vram": "16Gi", "ai.compute/tflops-fp16": "100"}, models="A100"),
         {"requests": [{"name": "r0", "exactly": exactly(
             "nvidia.compute.hcs.io", 1, {"compute": "33", "memory": "16Gi"},
-            'has(a.model) && a.model.lowerAscii() in ["a100-sxm4-80gb"]')}]},
+            ONLY_A100)}]},
     ),
     "100 TFLOPS without VRAM: whole devices": (
         demand({"ai.compute/tflops-fp16": "100"}, models="MLU370-X8"),
@@ -106,7 +107,7 @@ CASES = {
         {"requests": [{"name": "r0", "firstAvailable": [
             {"name": "alt0", **exactly("nvidia.compute.hcs.io", 1,
                                        {"compute": "33", "memory": "16Gi"},
-                                       'has(a.model) && a.model.lowerAscii() in ["a100-sxm4-80gb"]')},
+                                       ONLY_A100)},
             {"name": "alt1", **exactly("ascend.compute.hcs.io", 1,
                                        {"compute": "32", "memory": "16Gi"},
                                        'has(a.model) && a.model.lowerAscii() in ["ascend910b3"]')},

@@ -1,0 +1,209 @@
+"""The admission webhook in DRA mode, registered by the chart (`mode: dra`), called by the
+real kube-apiserver 1.36.
+
+`helm install --set mode=dra` makes the certificate, the Service, the configuration and the
+webhook's ClusterRole; the webhook runs here as a process with the Secret's files and a token
+of its own service account (what the Deployment mounts), so RBAC is the chart's. Then: a pod
+asking for `ai.compute/vram: 16Gi` comes out with the claim and no ai.compute/* left, its
+ResourceClaimTemplate exists with the spec the translation makes (the API server's validation
+accepted it: CEL selectors, firstAvailable, capacity requests and constraints included); a
+second pod of the shape reuses it; malformed requests are refused with their reason and leave
+nothing behind; a dry run creates nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hcsd.cluster.claim_shapes import claim_spec, template_name
+from hcsd.cluster.demand import demand_of
+from hcsd.cluster.kube import Kube, KubeError
+from hcsd.profiles.database import default_database
+from tests.cluster.controlplane import request_token, token_kubeconfig
+from tests.cluster.helmchart import Helm, helm, start_webhook
+
+__all__ = ["helm"]  # the fixture
+
+pytestmark = pytest.mark.slow
+
+TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/{}/resourceclaimtemplates"
+
+
+@pytest.fixture(scope="module")
+def webhook(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    helm.install("--set", "mode=dra")
+    directory = tmp_path_factory.mktemp("webhook-dra")
+    admin = helm.plane.kube()
+    token = request_token(admin, "hcs-admission-webhook")
+    for namespace in ("team", "other", "refused", "dry"):
+        admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                            "metadata": {"name": namespace}})  # fmt: skip
+    admin.close()
+    config = token_kubeconfig(
+        directory / "webhook.kubeconfig", helm.plane.server, helm.plane.work / "certs", token
+    )
+    start_webhook(helm, directory, "--mode", "dra", "--kubeconfig", str(config))
+    try:
+        yield directory
+    finally:
+        helm.plane.stop_process("webhook")
+
+
+def pod_body(
+    name: str, limits: dict[str, str], annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {"containers": [{"name": "main", "image": "busybox",
+                                 "resources": {"limits": {"cpu": "1", **limits}}}]},
+    }  # fmt: skip
+
+
+def create(kube: Kube, namespace: str, body: dict[str, Any], **query: str) -> dict[str, Any]:
+    return kube.request(
+        "POST", f"/api/v1/namespaces/{namespace}/pods", query=list(query.items()), body=body
+    )
+
+
+def templates(kube: Kube, namespace: str) -> dict[str, dict[str, Any]]:
+    found = kube.get(TEMPLATES.format(namespace))["items"]
+    return {t["metadata"]["name"]: t for t in found}
+
+
+def expected(body: dict[str, Any]) -> dict[str, Any]:
+    """The claim spec the translation makes for `body` (what the webhook must have sent)."""
+    wanted = demand_of(body)
+    assert wanted is not None
+    return claim_spec(wanted, default_database())
+
+
+def test_a_16gi_pod_gets_a_claim_from_a_template_a_second_pod_reuses(
+    helm: Helm, webhook: Path
+) -> None:
+    kube = helm.plane.kube()
+    body = pod_body("first", {"ai.compute/vram": "16Gi"})
+    pod = create(kube, "team", body)
+    name = template_name(expected(body))
+    assert pod["spec"]["resourceClaims"] == [
+        {"name": "hcs-accelerator", "resourceClaimTemplateName": name}
+    ]
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"]["limits"] == {"cpu": "1"}
+    assert container["resources"]["claims"] == [{"name": "hcs-accelerator", "request": "r0"}]
+    assert pod["spec"]["schedulerName"] == "default-scheduler"
+    made = templates(kube, "team")
+    assert list(made) == [name]
+    request = made[name]["spec"]["spec"]["devices"]["requests"][0]
+    assert request["name"] == "r0"
+    assert request["exactly"]["deviceClassName"] == "ai.compute"
+    assert request["exactly"]["count"] == 1
+    assert request["exactly"]["capacity"] == {"requests": {"memory": "16Gi", "compute": "0"}}
+    assert made[name]["metadata"]["labels"]["app.kubernetes.io/managed-by"] == (
+        "hcs-admission-webhook"
+    )
+    # A second pod of the shape (in other words: 16384Mi) reuses it; another namespace gets
+    # its own (a pod can only use a template of its namespace).
+    second = create(kube, "team", pod_body("second", {"ai.compute/vram": "16384Mi"}))
+    assert second["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == name
+    assert list(templates(kube, "team")) == [name]
+    create(kube, "other", pod_body("third", {"ai.compute/vram": "16Gi"}))
+    assert list(templates(kube, "other")) == [name]
+    kube.close()
+
+
+SHAPES = {
+    "100 TFLOPS, any model: 8 alternatives with CEL selectors": (
+        {"ai.compute/vram": "16Gi", "ai.compute/tflops-fp16": "100"}, {}
+    ),
+    "the issue's list: A100, 910B3 or 2 MLU370": (
+        {"ai.compute/vram": "16Gi", "ai.compute/tflops-fp16": "100"},
+        {"hcs.io/models": "A100,Ascend910B3,MLU370-X8"},
+    ),
+    "2 devices on one link domain": (
+        {"ai.compute/devices": "2", "ai.compute/vram": "40Gi"},
+        {"hcs.io/topology-preference": "high-bandwidth", "hcs.io/vendors": "nvidia,ascend"},
+    ),
+    "a named model with substitution": (
+        {"ai.compute/vram": "16Gi"},
+        {"hcs.io/models": "A100", "hcs.io/allow-substitution": "true"},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("limits", "annotations"), SHAPES.values(), ids=SHAPES.keys())
+def test_every_kind_of_template_passes_the_api_servers_validation(
+    helm: Helm, webhook: Path, limits: dict[str, str], annotations: dict[str, str]
+) -> None:
+    kube = helm.plane.kube()
+    number = len(templates(kube, "team"))
+    body = pod_body(f"shape-{number}", limits, annotations)
+    pod = create(kube, "team", body)
+    name = pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    spec = expected(body)
+    assert name == template_name(spec)
+    stored = templates(kube, "team")[name]["spec"]["spec"]
+    request = stored["devices"]["requests"][0]
+    sent = spec["devices"]["requests"][0]
+    if "firstAvailable" in sent:
+        assert [a["name"] for a in request["firstAvailable"]] == [
+            a["name"] for a in sent["firstAvailable"]
+        ]
+        assert [a["selectors"] for a in request["firstAvailable"]] == [
+            a["selectors"] for a in sent["firstAvailable"]
+        ]
+    assert stored["devices"].get("constraints") == spec["devices"].get("constraints")
+    kube.close()
+
+
+REFUSED = {
+    # A quantity Kubernetes cannot read never reaches a webhook: the API server refuses it.
+    "bad quantity": (
+        {"ai.compute/devices": "1500m"}, {}, "ai.compute/devices must be a whole number 1..64"
+    ),
+    "vram over any device": (
+        {"ai.compute/vram": "1Ti"}, {}, "per device is more than any allowed device has"
+    ),
+    "unknown vendor": (
+        {"ai.compute/vram": "8Gi"}, {"hcs.io/vendors": "intel"}, "unknown vendor 'intel'"
+    ),
+    "conflicting annotations": (
+        {"ai.compute/vram": "8Gi"},
+        {"hcs.io/vendors": "nvidia", "hcs.io/models": "Ascend910B3"},
+        "hcs.io/models and hcs.io/vendors allow no model together",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("limits", "annotations", "message"), REFUSED.values(),
+                         ids=REFUSED.keys())  # fmt: skip
+def test_malformed_requests_are_refused_with_the_reason_and_leave_nothing(
+    helm: Helm, webhook: Path, limits: dict[str, str], annotations: dict[str, str], message: str
+) -> None:
+    kube = helm.plane.kube()
+    with pytest.raises(KubeError) as refused:
+        create(kube, "refused", pod_body("bad", limits, annotations))
+    assert "denied the request" in str(refused.value) and message in str(refused.value)
+    assert templates(kube, "refused") == {}
+    kube.close()
+
+
+def test_a_dry_run_creates_no_template_and_the_webhook_down_refuses(
+    helm: Helm, webhook: Path
+) -> None:
+    kube = helm.plane.kube()
+    pod = create(kube, "dry", pod_body("dry", {"ai.compute/vram": "2Gi"}), dryRun="All")
+    assert pod["spec"]["resourceClaims"][0]["name"] == "hcs-accelerator"
+    assert templates(kube, "dry") == {}
+    log = (webhook / "webhook.log").read_text()
+    assert "claim from ResourceClaimTemplate" in log
+    helm.plane.stop_process("webhook")
+    with pytest.raises(KubeError) as refused:
+        create(kube, "dry", pod_body("down", {"ai.compute/vram": "2Gi"}))
+    assert "scheduler-name.hcs.io" in str(refused.value)
+    assert create(kube, "dry", pod_body("plain", {}))["spec"].get("resourceClaims") is None
+    kube.close()
