@@ -1,4 +1,6 @@
-"""The mutating admission webhook's decision: which pods go to HCS's scheduler.
+"""The mutating admission webhook's decision: which pods go to HCS's scheduler (extender
+mode), or which claim template they use (DRA mode, `Rule.mode`: webhook_dra.py and
+docs/dra.md; the rest of this text is about extender mode).
 
 A pod that asks for any `ai.compute/*` resource (requests or limits, in a container or an
 init container) and names no scheduler of its own (`spec.schedulerName` absent, empty or

@@ -6,7 +6,9 @@ server (httpserver.py: connections capped in all and per client, the handshake i
 connection's thread, a deadline per request, capped headers) and its certificate files are
 reloaded when they change (tls.CertificateFiles), so a renewed Secret needs no restart. The
 API server presents no client certificate to webhooks by default, and what it would gain by
-calling is a scheduler name it could set itself: the port needs no caller check.
+calling is a scheduler name it could set itself: the port needs no caller check. In DRA mode
+(`--mode dra`) a caller can also have claim templates created, one per shape and namespace:
+docs/dra.md asks for the chart's NetworkPolicy there.
 
 Every pod in the cluster can reach the port unless a NetworkPolicy says otherwise, and with
 failurePolicy Fail a webhook knocked out refuses every pod asking for ai.compute/*. So what
