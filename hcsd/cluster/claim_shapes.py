@@ -29,6 +29,7 @@ pod with it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -257,7 +258,16 @@ def _order(alternatives: Iterable[Alternative]) -> list[Alternative]:
 
 def group(alternatives: Sequence[Alternative]) -> list[Alternative]:
     """At most MAX_ALTERNATIVES, best first: free merges always, then the cheapest ones."""
-    working = list(alternatives)
+    same: dict[tuple[object, ...], Alternative] = {}  # the free merges, in one pass
+    working = []
+    for alternative in alternatives:
+        if not alternative.members:
+            working.append(alternative)
+            continue
+        key = (alternative.substitute, alternative.count, alternative.memory, alternative.compute)
+        found = same.get(key)
+        same[key] = alternative if found is None else _merge(found, alternative)
+    working += same.values()
     while len(working) > 1:
         pairs = [
             (_cost(a, b), i, j)
@@ -323,13 +333,21 @@ def request_name(index: int) -> str:
     return f"r{index}"
 
 
+@functools.lru_cache(maxsize=1024)
+def _chosen(demand: Demand, container: ContainerDemand, db: ProfileDatabase) -> list[Alternative]:
+    """`group(alternatives_for(...))` once per shape: a replica sees the same few shapes again
+    and again, and an unhinted TFLOPS request takes milliseconds to group."""
+    return group(alternatives_for(demand, container, db))
+
+
 def claim_spec(demand: Demand, db: ProfileDatabase) -> dict[str, Any]:
     """The ResourceClaimSpec for `demand`: one request per container (`request_name`)."""
     requests: list[dict[str, Any]] = []
     constraints: list[dict[str, Any]] = []
+    shape = replace(demand, namespace="", containers=())  # what the translation reads of it
     for index, container in enumerate(demand.containers):
         name = request_name(index)
-        chosen = group(alternatives_for(demand, container, db))
+        chosen = _chosen(shape, container, db)
         if len(chosen) == 1:
             requests.append({"name": name, "exactly": _device_request(chosen[0])})
             constraints += _constraints(name, chosen[0], demand)

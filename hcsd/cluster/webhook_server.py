@@ -185,7 +185,7 @@ class _Handler(BoundedHandler):
             log.info("review %s: spec.schedulerName set to %s", response["uid"],
                      self.server.rule.scheduler)  # fmt: skip
         elif not response["allowed"]:
-            log.info("review %s: refused: %s", response["uid"], response["status"]["message"])
+            log.info("review %s: refused: %r", response["uid"], response["status"]["message"])
         self._reply(200, json.dumps(answer).encode(), "application/json")
 
     def _not_allowed(self) -> None:
@@ -218,7 +218,7 @@ def _rule(args: argparse.Namespace) -> Rule:
     if args.mode != MODE_DRA:
         return Rule(args.scheduler_name)
     db = ProfileDatabase.load(Path(args.profiles) if args.profiles else None)
-    kube = Kube.connect(args.kubeconfig or None, timeout=2.0)
+    kube = Kube.connect(args.kubeconfig or None, timeout=1.5)  # up to 3 calls in 5 s
     return Rule(args.scheduler_name, mode=MODE_DRA, ensure=Templates(kube).ensure, profiles=db)
 
 

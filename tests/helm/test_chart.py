@@ -285,6 +285,10 @@ def test_in_dra_mode_the_webhook_may_get_and_create_claim_templates_and_nothing_
     assert config["webhooks"][0]["sideEffects"] == "NoneOnDryRun"
     extender = template(helm)
     assert ("ClusterRole", "hcs-admission-webhook") not in kinds(extender)
+    # The webhook sends no pod to hcs-scheduler in DRA mode: it may run without it.
+    assert ("Deployment", "hcs-admission-webhook") in kinds(
+        template(helm, "--set", "mode=dra", "--set", "scheduler.enabled=false")
+    )
 
 
 def controller_args(

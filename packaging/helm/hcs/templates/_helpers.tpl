@@ -35,7 +35,7 @@ hcs-scheduler-extender.{{ .Release.Namespace }}.svc
 {{- if and (eq .Values.mode "dra") (not (has .Values.dra.deviceTaintEffect (list "NoSchedule" "NoExecute"))) -}}
 {{- fail (printf "dra.deviceTaintEffect must be NoSchedule or NoExecute, not %q" .Values.dra.deviceTaintEffect) -}}
 {{- end -}}
-{{- if and .Values.webhook.enabled (not .Values.scheduler.enabled) -}}
+{{- if and .Values.webhook.enabled (not .Values.scheduler.enabled) (eq .Values.mode "extender") -}}
 {{- fail "webhook.enabled sends pods to scheduler.name, which scheduler.enabled=false does not run" -}}
 {{- end -}}
 {{- if and .Values.webhook.enabled (not .Values.webhook.tls.generate) (not .Values.webhook.tls.caBundle) -}}
