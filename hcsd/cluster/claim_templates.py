@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from hcsd.cluster.kube import KubeError
+from hcsd.cluster.webhook_dra import TemplateConflict, TemplateUnavailable
 
 __all__ = ["RESOURCE_API", "TemplateConflict", "TemplateUnavailable", "Templates"]
 
@@ -26,14 +27,6 @@ log = logging.getLogger("hcs.webhook")
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "hcs-admission-webhook"}
-
-
-class TemplateConflict(Exception):
-    """A template of the shape's name exists with another spec (permanent)."""
-
-
-class TemplateUnavailable(Exception):
-    """The API server did not answer or refused the read or write (temporary: retry)."""
 
 
 class _Api(Protocol):

@@ -24,18 +24,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from hcsd.cluster.claim_shapes import ShapeError, claim_spec, request_name, template_name
-from hcsd.cluster.claim_templates import TemplateConflict, TemplateUnavailable
 from hcsd.cluster.demand import DemandError, demand_of
 from hcsd.contract.dra import POD_CLAIM_NAME
 from hcsd.contract.names import MANAGED_RESOURCES
 from hcsd.profiles.database import ProfileDatabase, default_database
 
-__all__ = ["DraOutcome", "Ensure", "Refused", "dra_patch"]
+__all__ = [
+    "DraOutcome",
+    "Ensure",
+    "Refused",
+    "TemplateConflict",
+    "TemplateUnavailable",
+    "dra_patch",
+]
 
 PREFIX = "ai.compute/"
 
-#: Makes sure the template `name` with the claim spec exists in `namespace` (claim_templates).
+#: Makes sure the template `name` with the claim spec exists in `namespace` (claim_templates);
+#: raises TemplateConflict or TemplateUnavailable. Here, not there: extender mode never loads
+#: the Kubernetes client.
 Ensure = Callable[[str, str, Mapping[str, Any]], object]
+
+
+class TemplateConflict(Exception):
+    """A template of the shape's name exists with another spec (permanent)."""
+
+
+class TemplateUnavailable(Exception):
+    """The API server did not answer or refused the read or write (temporary: retry)."""
 
 
 class Refused(Exception):

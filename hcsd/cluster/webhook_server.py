@@ -42,9 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from hcsd import __version__
-from hcsd.cluster.claim_templates import Templates
 from hcsd.cluster.httpserver import DEFAULT_LIMITS, BoundedHandler, BoundedServer, Limits
-from hcsd.cluster.kube import Kube
 from hcsd.cluster.tls import CertificateFiles, TLSSetupError
 from hcsd.cluster.webhook import ReviewError, Rule, review
 from hcsd.contract.dra import MODE_DRA, MODE_EXTENDER
@@ -217,8 +215,18 @@ def _rule(args: argparse.Namespace) -> Rule:
     for timeoutSeconds (5 s in the chart) in all."""
     if args.mode != MODE_DRA:
         return Rule(args.scheduler_name)
+    # The Kubernetes client only here: extender mode's process stays without it (~25 MiB).
+    from kubernetes.config import ConfigException
+
+    from hcsd.cluster.claim_templates import Templates
+    from hcsd.cluster.kube import Kube
+    from hcsd.cluster.kubeconfig import KubeconfigError
+
     db = ProfileDatabase.load(Path(args.profiles) if args.profiles else None)
-    kube = Kube.connect(args.kubeconfig or None, timeout=1.5)  # up to 3 calls in 5 s
+    try:
+        kube = Kube.connect(args.kubeconfig or None, timeout=1.5)  # up to 3 calls in 5 s
+    except (ConfigException, KubeconfigError) as e:
+        raise ValueError(str(e)) from e
     return Rule(args.scheduler_name, mode=MODE_DRA, ensure=Templates(kube).ensure, profiles=db)
 
 
@@ -267,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rule = _rule(args)
     except (ProfileError, OSError, ValueError) as e:
-        print(f"hcs-admission-webhook: {e}", file=sys.stderr)
+        print(f"hcs-admission-webhook: failed to set up {args.mode} mode: {e}", file=sys.stderr)
         return 2
     server = serve_webhook(host or "0.0.0.0", int(port), tls, rule, limits)  # noqa: S104
 

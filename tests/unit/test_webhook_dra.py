@@ -9,14 +9,17 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import subprocess
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from hcsd.cluster.claim_templates import TemplateConflict, Templates, TemplateUnavailable
+from hcsd.cluster.claim_templates import Templates
 from hcsd.cluster.kube import KubeError
 from hcsd.cluster.webhook import Rule, review
+from hcsd.cluster.webhook_dra import TemplateConflict, TemplateUnavailable
 
 TEMPLATE = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaimtemplates"
 
@@ -227,3 +230,11 @@ def test_a_template_of_the_name_with_another_spec_is_refused_not_used() -> None:
         Templates(api).ensure("team", "hcs-x", SPEC)
     with pytest.raises(TemplateUnavailable):
         Templates(Api(fail=503)).ensure("team", "hcs-x", SPEC)
+
+
+def test_extender_mode_never_loads_the_kubernetes_client() -> None:
+    """Only DRA mode talks to the API server: the extender-mode webhook stays as small as it
+    was (its memory limit is sized on it: hcsd/cluster/webhook_server.py)."""
+    code = "import sys, hcsd.cluster.webhook_server; print('kubernetes' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
