@@ -91,6 +91,7 @@ class Templates:
             except KubeError as e2:
                 raise TemplateUnavailable(f"failed to read ResourceClaimTemplate: {e2}") from e2
             self._check(found, namespace, name, spec)
+            log.info("%s/%s: ResourceClaimTemplate made meanwhile by another call", namespace, name)
             return False
         log.info("%s/%s: ResourceClaimTemplate created", namespace, name)
         return True

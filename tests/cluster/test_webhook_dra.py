@@ -13,15 +13,18 @@ nothing behind; a dry run creates nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hcsd.cluster.claim_shapes import claim_spec, template_name
+from hcsd.cluster.claim_templates import Templates
 from hcsd.cluster.demand import demand_of
 from hcsd.cluster.kube import Kube, KubeError
+from hcsd.cluster.webhook_dra import TemplateConflict
 from hcsd.profiles.database import default_database
 from tests.cluster.controlplane import request_token, token_kubeconfig
 from tests.cluster.helmchart import Helm, helm, start_webhook
@@ -116,6 +119,31 @@ def test_a_16gi_pod_gets_a_claim_from_a_template_a_second_pod_reuses(
     kube.close()
 
 
+def test_pods_of_a_new_shape_at_once_share_one_template(helm: Helm, webhook: Path) -> None:
+    """Created together (the webhook answers two at once): each sees the template missing
+    or being made, one create wins, the others' AlreadyExists is success."""
+    body = pod_body("race", {"ai.compute/vram": "3Gi"})
+    made: list[str] = []
+
+    def one(number: int) -> None:
+        kube = helm.plane.kube()
+        named = {**body, "metadata": {**body["metadata"], "name": f"race-{number}"}}
+        pod = create(kube, "other", named)
+        made.append(pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"])
+        kube.close()
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    name = template_name(expected(body))
+    assert made == [name] * 6
+    kube = helm.plane.kube()
+    assert name in templates(kube, "other")
+    kube.close()
+
+
 SHAPES = {
     "100 TFLOPS, any model: 8 alternatives with CEL selectors": (
         {"ai.compute/vram": "16Gi", "ai.compute/tflops-fp16": "100"}, {}
@@ -157,7 +185,31 @@ def test_every_kind_of_template_passes_the_api_servers_validation(
             a["selectors"] for a in sent["firstAvailable"]
         ]
     assert stored["devices"].get("constraints") == spec["devices"].get("constraints")
+    # Another replica racing for it: its read finds nothing, its create gets the API server's
+    # AlreadyExists, and the template read back (with the server's defaults) is the same spec.
+    racing = Templates(LateReads(kube))
+    assert racing.ensure("team", name, spec) is False
+    with pytest.raises(TemplateConflict):
+        Templates(LateReads(kube)).ensure("team", name, {"devices": {"requests": []}})
     kube.close()
+
+
+class LateReads:
+    """The real API, whose first read of a template answers 404 (a replica that looked just
+    before another one created it)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.reads = 0
+
+    def get(self, path: str) -> dict[str, Any]:
+        self.reads += 1
+        if self.reads == 1:
+            raise KubeError(404, "NotFound", path)
+        return self.kube.get(path)
+
+    def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.kube.create(path, body)
 
 
 REFUSED = {
