@@ -39,7 +39,8 @@ OVER_MIB, UNDER_MIB, HELD_MIB = 20480, 8192, 4096  # the pod's limit is 16Gi
 @dataclass(frozen=True)
 class Profile:
     """One RuntimeProfile of the test: its name, kind, the pod's own command, and per vendor
-    the profile's env and (for inference) the command and args that replace the pod's."""
+    the profile's env (no HCS_* name: hcsd keeps those for itself) and (for inference) the
+    command and args that replace the pod's."""
 
     name: str
     kind: str  # training | inference
@@ -84,8 +85,8 @@ TRAINING = Profile(
     kind="training",
     pod_command=("sh", f"{CODE_MOUNT}/train.sh"),
     env={
-        "nvidia": (("NCCL_DEBUG", "INFO"), ("HCS_FRAMEWORK", "pytorch-cuda")),
-        "ascend": (("HCCL_CONNECT_TIMEOUT", "1200"), ("HCS_FRAMEWORK", "torch_npu")),
+        "nvidia": (("NCCL_DEBUG", "INFO"), ("TORCH_DEVICE_BACKEND", "cuda")),
+        "ascend": (("HCCL_CONNECT_TIMEOUT", "1200"), ("TORCH_DEVICE_BACKEND", "npu")),
     },
 )
 INFERENCE = Profile(
@@ -93,8 +94,8 @@ INFERENCE = Profile(
     kind="inference",
     pod_command=("sh", f"{CODE_MOUNT}/serve.sh", "--backend", "cpu"),
     env={
-        "nvidia": (("HCS_FRAMEWORK", "tensorrt"),),
-        "ascend": (("HCS_FRAMEWORK", "acl"),),
+        "nvidia": (("SERVE_BACKEND", "tensorrt"),),
+        "ascend": (("SERVE_BACKEND", "acl"),),
     },
     command=("sh", f"{CODE_MOUNT}/serve.sh"),
     args={
@@ -133,7 +134,8 @@ CHECKS = (
     Check("devices", "the vendor's device nodes, no other's",
           "`stat` of {devices} (character devices); none of {other_devices}"),
     Check("hcs_env", "HCS's env", "/proc/1/environ holds {hcs_env}"),
-    Check("profile_env", "the profile's env", "/proc/1/environ holds {profile_env}"),
+    Check("profile_env", "the profile's env",
+          "/proc/1/environ holds {profile_env}, and hcsd's HCS_CODE_DIR={code_mount}"),
     Check("library_path", "driver libraries first, the image's own kept",
           "/proc/1/environ: `LD_LIBRARY_PATH` has {driver_lib} before the image's "
           "{image_lib}"),

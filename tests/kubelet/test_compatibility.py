@@ -140,7 +140,7 @@ def check_hcs_env(s: Seen) -> Verdict:
 
 def check_profile_env(s: Seen) -> Verdict:
     env = s.environ()
-    wanted = dict(s.profile.env[s.vendor])
+    wanted = {**dict(s.profile.env[s.vendor]), "HCS_CODE_DIR": CODE_MOUNT}
     return _is({k: env.get(k) for k in wanted}, wanted)
 
 
