@@ -19,7 +19,15 @@ import pytest
 
 from tests.harness.peers.runtimes import Binaries
 from tests.runtime.containerd import Containerd, CrictlError, is_socket
-from tests.runtime.image import APPLETS, BUSYBOX_IMAGE, PAUSE_IMAGE, is_static_elf, oci_layout
+from tests.runtime.image import (
+    APPLETS,
+    BUSYBOX_IMAGE,
+    PATH_ENV,
+    PAUSE_IMAGE,
+    File,
+    is_static_elf,
+    oci_layout,
+)
 
 
 def _members(tarball: bytes) -> dict[str, bytes | str]:
@@ -62,6 +70,40 @@ def test_image_layout_is_consistent_and_reproducible() -> None:
     assert all(root[f"bin/{applet}"] == "busybox" for applet in APPLETS)
     assert b"root:x:0:0" in root["etc/passwd"]
     assert b"root:x:0:" in root["etc/group"]
+
+
+def _layer_and_config(tarball: bytes) -> tuple[tarfile.TarFile, dict[str, object]]:
+    files = _members(tarball)
+    entry = json.loads(files["index.json"])["manifests"][0]
+    manifest = json.loads(files[f"blobs/sha256/{entry['digest'].split(':')[1]}"])
+    layer = files[f"blobs/sha256/{manifest['layers'][0]['digest'].split(':')[1]}"]
+    config = json.loads(files[f"blobs/sha256/{manifest['config']['digest'].split(':')[1]}"])
+    assert isinstance(layer, bytes)
+    return tarfile.open(fileobj=io.BytesIO(layer)), config
+
+
+def test_an_image_carries_files_of_its_own_beside_busybox_or_alone() -> None:
+    """The kubelet suite's base images (busybox plus files, env) and code image (files only,
+    no command): parents made, modes and links kept, reproducible."""
+    files = {"usr/local/bin/tool": File(b"#!/bin/sh\n", 0o755), "etc/marker": File(b"m\n"),
+             "lib64/ld.so": File(link="/lib/x86_64-linux-gnu/ld.so")}  # fmt: skip
+    base = oci_layout("docker.io/hcs/b:test", ["sh"], b"busybox", files, ("A=1",))
+    assert base == oci_layout("docker.io/hcs/b:test", ["sh"], b"busybox", files, ("A=1",))
+    tar, config = _layer_and_config(base)
+    members = {m.name: m for m in tar.getmembers()}
+    assert {"bin/busybox", "usr/local", "usr/local/bin", "lib64"} <= set(members)
+    assert members["usr/local/bin/tool"].mode == 0o755 and members["etc/marker"].mode == 0o644
+    assert members["lib64/ld.so"].linkname == "/lib/x86_64-linux-gnu/ld.so"
+    names = [m.name for m in tar.getmembers()]
+    assert (
+        names.index("usr/local") < names.index("usr/local/bin") < names.index("usr/local/bin/tool")
+    )
+    assert config["config"] == {"Cmd": ["sh"], "Env": [PATH_ENV, "A=1"], "WorkingDir": "/"}
+
+    code = oci_layout("docker.io/hcs/c:test", [], None, {"train.sh": File(b"x", 0o755)})
+    tar, config = _layer_and_config(code)
+    assert [m.name for m in tar.getmembers()] == ["train.sh"]
+    assert config["config"] == {"Env": [PATH_ENV], "WorkingDir": "/"}
 
 
 def _elf(*segment_types: int) -> bytes:
