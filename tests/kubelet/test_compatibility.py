@@ -332,7 +332,8 @@ def observe(
     created = cluster.kube.create(
         f"/api/v1/namespaces/{pods.NAMESPACE}/pods", pod_manifest(name, vendor, profile, image)
     )
-    deadline = time.monotonic() + START_TIMEOUT
+    started = time.monotonic()
+    deadline = started + START_TIMEOUT
     pod = created
     while time.monotonic() < deadline:
         pod = pods.get(cluster.kube, name) or pod
@@ -340,6 +341,8 @@ def observe(
             break
         time.sleep(0.2)
     seen = Seen(vendor, profile, pod)
+    print(f"{name}: created -> {pod.get('status', {}).get('phase')} "
+          f"{time.monotonic() - started:.1f} s")  # fmt: skip
     node = pod["spec"].get("nodeName")
     text = pod["metadata"].get("annotations", {}).get(ANNOTATION)
     if text is None or node is None:
