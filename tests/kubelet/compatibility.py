@@ -21,10 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from tests.cluster.controlplane import MANIFESTS, manifests
 from tests.harness.kubecluster.runtime_images import BASE_IMAGES, CODE_IMAGE
 from tests.harness.kubecluster.vendors import ASCEND, NVIDIA, VendorNode
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "compatibility.md"
+CRD = "runtimeprofiles.hcs.io"
 WRITE_ENV = "HCS_WRITE_COMPATIBILITY"
 PASS = "pass"
 CODE_MOUNT = "/workspace"
@@ -323,6 +327,16 @@ def problems(text: str) -> list[str]:
                      f"not checked any more {extra[:3]}")  # fmt: skip
     found.extend(f"{r.vendor}/{r.profile}: {r.what}: {r.outcome}" for r in results if not r.passed)
     return found
+
+
+def crd_shipped() -> bool:
+    """Whether packaging/kubernetes installs the RuntimeProfile CRD: from then on the report
+    must be there and current (before it, nothing could be rebound and the test skips)."""
+    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    return any(
+        d.get("kind") == "CustomResourceDefinition" and d["metadata"]["name"] == CRD
+        for d in manifests(*kustomization["resources"])
+    )
 
 
 def main() -> int:

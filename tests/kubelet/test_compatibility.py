@@ -58,7 +58,7 @@ pytestmark = pytest.mark.slow
 
 ANNOTATION_PROFILE = "hcs.io/runtime-profile"
 PROFILES_PATH = "/apis/hcs.io/v1alpha1/runtimeprofiles"
-CRD = "runtimeprofiles.hcs.io"
+CRD = report.CRD
 GiB = 2**30
 START_TIMEOUT = 60.0
 

@@ -20,6 +20,11 @@ def passing() -> list[Result]:
 
 
 def test_the_checked_in_report_is_current_and_every_row_passed() -> None:
+    if not report.crd_shipped() and not report.DOC.exists():
+        pytest.skip(
+            f"SKIP docs/compatibility.md: packaging/kubernetes does not install {report.CRD} "
+            "yet (issue 20's cluster side), so there is no report to keep current"
+        )
     assert report.DOC.exists(), "docs/compatibility.md is missing: make compatibility-report"
     assert report.problems(report.DOC.read_text()) == []
 
