@@ -28,7 +28,7 @@ import pytest
 
 from hcsd.cluster.kube import KubeError
 from hcsd.contract.assignment import ANNOTATION, Assignment, AssignmentError, verify
-from hcsd.contract.names import ANNOTATION_VENDORS
+from hcsd.contract.names import ANNOTATION_RUNTIME_PROFILE, ANNOTATION_VENDORS
 from tests.harness.kubecluster import hcs, pods
 from tests.harness.kubecluster.cluster import KubeletCluster
 from tests.harness.kubecluster.runtime_images import (
@@ -56,9 +56,8 @@ from tests.kubelet.compatibility import (
 
 pytestmark = pytest.mark.slow
 
-ANNOTATION_PROFILE = "hcs.io/runtime-profile"
-PROFILES_PATH = "/apis/hcs.io/v1alpha1/runtimeprofiles"
 CRD = report.CRD
+PROFILES_PATH = report.PROFILES_PATH
 GiB = 2**30
 START_TIMEOUT = 60.0
 
@@ -230,7 +229,7 @@ def pod_manifest(
     `image` other than the placeholder, the same pod without the profile (and that image)."""
     annotations = {ANNOTATION_VENDORS: vendor}
     if image == PLACEHOLDER_IMAGE:
-        annotations[ANNOTATION_PROFILE] = profile.name
+        annotations[ANNOTATION_RUNTIME_PROFILE] = profile.name
     return {
         "apiVersion": "v1",
         "kind": "Pod",
