@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from hcsd.cluster.kube import Kube, KubeError, lease_object, paths_for
 from hcsd.cluster.timefmt import micro_time, parse_time
@@ -46,6 +47,7 @@ class LeaderElector:
         self.renew = renew
         self.clock = clock
         self._leading_until = 0.0  # monotonic
+        self._written = ""  # the resourceVersion of the Lease as this replica last wrote it
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -65,7 +67,9 @@ class LeaderElector:
         True when it was given back. Leadership ends first (the caller's loop sees it at
         once); the Lease is written only after the renewing thread has ended (a renewal in
         flight would take it again), and only over the version read (a standby that took
-        it meanwhile keeps it: 409, nothing done)."""
+        it meanwhile keeps it: 409, nothing done). The Lease must still be the one this
+        replica last wrote (its resourceVersion), not merely name this identity: a replica
+        started again under the same name, or a hand edit, is not ours to give away."""
         self._leading_until = 0.0
         self.stop()
         if self._thread is not None:
@@ -78,7 +82,8 @@ class LeaderElector:
         try:
             lease = self.kube.get(self.path)
             spec = lease.get("spec") or {}
-            if spec.get("holderIdentity") != self.identity:
+            version = str((lease.get("metadata") or {}).get("resourceVersion", ""))
+            if spec.get("holderIdentity") != self.identity or version != self._written:
                 return False
             stamp = micro_time(self.clock())
             lease["spec"] = {**self._spec(stamp, stamp, int(spec.get("leaseTransitions") or 0)),
@@ -114,11 +119,12 @@ class LeaderElector:
                 raise
             body = lease_object(self.name, self.namespace, self._spec(stamp, stamp, 0))
             try:
-                self.kube.create(self.path.rsplit("/", 1)[0], body)
+                created = self.kube.create(self.path.rsplit("/", 1)[0], body)
             except KubeError as e2:
                 if e2.conflict:
                     return False
                 raise
+            self._wrote(created)
             self._leading_until = started + self.duration
             return True
         spec = lease.get("spec") or {}
@@ -133,7 +139,7 @@ class LeaderElector:
         acquired = stamp if holder != self.identity else str(spec.get("acquireTime") or stamp)
         lease["spec"] = self._spec(acquired, stamp, transitions)
         try:
-            self.kube.replace(self.path, lease)
+            self._wrote(self.kube.replace(self.path, lease))
         except KubeError as e:
             if e.conflict:
                 self._leading_until = 0.0
@@ -141,6 +147,9 @@ class LeaderElector:
             raise
         self._leading_until = started + self.duration
         return True
+
+    def _wrote(self, lease: Mapping[str, Any]) -> None:
+        self._written = str((lease.get("metadata") or {}).get("resourceVersion", ""))
 
     def _spec(self, acquired: str, renewed: str, transitions: int) -> dict[str, object]:
         return {

@@ -131,3 +131,20 @@ def test_a_replica_that_stops_gives_the_lease_back_and_a_standby_takes_it_at_onc
     # a replica that does not hold the Lease leaves it as it is
     assert not a.release()
     assert spec(plane, "released")["holderIdentity"] == "b"
+
+
+def test_a_replica_gives_back_only_the_lease_it_last_wrote(plane: ControlPlane) -> None:
+    """Another writer under the same identity (a replica started again with the pod's name)
+    renewed the Lease after this replica: releasing it would take it from that writer."""
+    a = elector(plane, "rewritten", "a", duration=60, renew=60).start()
+    deadline = time.monotonic() + 10
+    while not a.is_leader():
+        assert time.monotonic() < deadline, "a never led"
+        time.sleep(0.05)
+    again = elector(plane, "rewritten", "a", duration=60)
+    assert again.try_acquire()  # the same identity renews it: a newer version
+    renewed = spec(plane, "rewritten")
+    assert not a.release()
+    assert spec(plane, "rewritten") == renewed  # left with the writer that holds it
+    assert again.release()
+    assert spec(plane, "rewritten")["holderIdentity"] == ""
