@@ -87,6 +87,7 @@ class Healer:
         self.metrics = HealerMetrics()
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
         self.nodes: Informer[dict[str, Any]] = Informer(
             kube,
             paths_for(API_VERSION, COMPUTE_NODES),
@@ -120,14 +121,30 @@ class Healer:
     def start(self) -> Healer:
         self.nodes.start()
         self.pods.start()
-        threading.Thread(target=self._run, name="healer", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="healer", daemon=True)
+        self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> bool:
+        """End the loop and wait (up to `timeout` seconds) for a round in progress; True when
+        no round runs any more. Only then may the caller give the Lease back: a round still
+        running after it would act beside the next leader (a round stops at its next action,
+        but an API call in flight is waited out)."""
         self._stopping.set()
         self._wake.set()
         self.nodes.stop()
         self.pods.stop()
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("an isolation round still runs after %.0fs", timeout)
+            return False
+        return True
+
+    def _may_act(self) -> bool:
+        """Asked before each action: leadership can end, or a stop come, mid-round."""
+        return not self._stopping.is_set() and self.is_leader()
 
     def synced(self) -> bool:
         return self.nodes.synced.is_set() and self.pods.synced.is_set()
@@ -167,11 +184,13 @@ class Healer:
         seen: set[str] = set()
         blocked = self._throttled = 0
         for node in nodes:
-            if not self.is_leader():
+            if not self._may_act():
                 return
             bad = self._debounce.ripe(_name(node), reported[_name(node)], now)
             self._taint(node, len(bad))
             for target in holders(node, pods, bad):
+                if not self._may_act():  # another replica may lead now
+                    return
                 seen.add(target.uid)
                 blocked += self._isolate(node, target)
         names = set(reported)  # nodes gone: forgotten

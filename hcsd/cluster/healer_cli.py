@@ -1,8 +1,10 @@
 """`hcs-controller`: the isolation controller (hcsd/cluster/healer.py), leader-elected.
 
 Replicas elect a leader on the Lease `hcs-controller`; only the leader acts, the others keep
-their caches warm. On SIGTERM the leader gives the Lease back, so a standby (or a rolling
-update's new replica) takes over at once rather than after `--lease-seconds`. One plain-HTTP
+their caches warm. On SIGTERM the leader waits (five seconds at most) for its round in
+progress, then gives the Lease back, so a standby (or a rolling update's new replica) takes
+over at once rather than after `--lease-seconds`; a round still running then leaves the Lease
+to expire, so that two replicas never act at once. One plain-HTTP
 port serves /healthz (alive), /readyz (caches synced) and /metrics for the kubelet and
 Prometheus. `python -m hcsd.cluster.healer_cli` runs it without
 the installed entry point.
@@ -210,8 +212,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         *server.server_address[:2],
     )
     server.serve_forever()
-    healer.stop()
-    elector.release()  # a rolling update's new replica leads now, not after the Lease expires
+    if healer.stop(timeout=5.0):
+        elector.release()  # a rolling update's new replica leads now, not after the Lease expires
+    else:  # a round may still act: the Lease expires instead, and no one acts beside it
+        elector.stop()
+        log.warning("Lease %s not given back (a round still runs); it expires in %.0fs",
+                    CONTROLLER_LEASE, elector.duration)  # fmt: skip
     return 0
 
 

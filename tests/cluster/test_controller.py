@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -24,7 +25,7 @@ import pytest
 from hcsd.cluster.healer import Healer, Timing
 from hcsd.cluster.healer_fleet import FleetPolicy
 from hcsd.cluster.healer_limits import Limits
-from hcsd.cluster.healer_policy import Policy
+from hcsd.cluster.healer_policy import Policy, faults
 from hcsd.cluster.kube import KubeError
 from hcsd.cluster.leader import LeaderElector
 from hcsd.contract import assignment
@@ -546,6 +547,73 @@ def test_two_controllers_one_acts_and_the_standby_takes_over(plane: ControlPlane
             e.stop()
         for h in healers:
             h.stop()
+
+
+def test_leadership_is_asked_before_each_pod_and_ends_the_round(
+    plane: ControlPlane, sim: Sim
+) -> None:
+    """A replica whose Lease ends mid-round (the next leader may be acting already) evicts
+    no further pod: leadership is asked at the round's start, per node and per pod."""
+    node, (first, second) = sim.node(2)
+    pods = [sim.pod(node, [first])["metadata"]["name"], sim.pod(node, [second])["metadata"]["name"]]
+    sim.health(node, {first: "unhealthy", second: "unhealthy"})
+    asked = 0
+
+    def is_leader() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked <= 3  # the round, the node, the first pod
+
+    healer = Healer(plane.kube("controller"), default_database(), policy=Policy(quiet_seconds=0.8),
+                    timing=FAST, limits=LOOSE, is_leader=is_leader)  # fmt: skip
+    healer.nodes.start()
+    healer.pods.start()
+    try:
+        policy = healer.policy
+
+        def ready() -> bool:
+            with healer.nodes.lock:
+                nodes = [n for n in healer.nodes.items.values() if n["metadata"]["name"] == node]
+            with healer.pods.lock:
+                held = [p for p in healer.pods.items.values() if p.node == node]
+            return healer.synced() and bool(nodes) and len(faults(nodes[0], policy)) == 2 \
+                and len(held) == 2  # fmt: skip
+
+        wait("the caches to see both failed devices and both pods", ready)
+        healer.reconcile()
+        time.sleep(0.3)
+        deleted = [n for n in pods if (sim.get_pod(n) or {}).get("metadata", {})
+                   .get("deletionTimestamp") or sim.get_pod(n) is None]  # fmt: skip
+        assert len(deleted) == 1, deleted
+        assert count(healer, "hcs_controller_evictions_total", result="evicted",
+                     reason="HCSDeviceFailed") == 1  # fmt: skip
+    finally:
+        healer.stop()
+
+
+def test_stop_waits_for_the_round_in_progress_within_its_bound(
+    plane: ControlPlane, sim: Sim
+) -> None:
+    """hcs-controller gives its Lease back only after stop() says no round runs any more."""
+    sim.node(1)
+    block, inside, go = threading.Event(), threading.Event(), threading.Event()
+
+    def is_leader() -> bool:
+        if block.is_set():  # a round held up (an API call in flight)
+            inside.set()
+            go.wait(10)
+        return True
+
+    healer = controller(plane, is_leader=is_leader)
+    try:
+        block.set()
+        wait("a round in progress", inside.is_set)
+        started = time.monotonic()
+        assert healer.stop(timeout=0.5) is False  # still running: the Lease must not go back
+        assert 0.4 < time.monotonic() - started < 3
+    finally:
+        go.set()
+    assert healer.stop(timeout=5) is True
 
 
 def test_a_slow_device_is_marked_against_the_fleet_and_isolated_by_policy(
