@@ -319,10 +319,11 @@ class Healer:
     def _event(
         self, involved: Mapping[str, Any], reason: str, message: str, *, warning: bool = True
     ) -> None:
-        """An Event; one that fails is logged and counted, never retried (the action stands)."""
+        """An Event; one that fails is logged and counted, never retried (the action stands).
+        A reason outside healer_actions' tables (a bug) costs that Event only, not the round."""
         try:
             act.post_event(self.kube, involved, reason, message, warning=warning)
-        except KubeError as e:
+        except (KubeError, ValueError) as e:  # ValueError: a reason outside the tables
             self.metrics.errors.labels("event").inc()
             log.warning("failed to record event %s: %s", reason, e)
 

@@ -616,6 +616,16 @@ def test_stop_waits_for_the_round_in_progress_within_its_bound(
     assert healer.stop(timeout=5) is True
 
 
+def test_an_event_the_tables_refuse_is_counted_not_raised(plane: ControlPlane, sim: Sim) -> None:
+    """One bad reason (a bug) costs its Event only, not every round after it."""
+    node, (device,) = sim.node(1)
+    pod = sim.get_pod(sim.pod(node, [device])["metadata"]["name"])
+    assert pod is not None
+    healer = Healer(plane.kube("controller"), default_database(), is_leader=lambda: True)
+    healer._event(pod, "NoSuchReason", "a reason outside healer_actions' tables")
+    assert count(healer, "hcs_controller_api_errors_total", action="event") == 1
+
+
 def test_a_slow_device_is_marked_against_the_fleet_and_isolated_by_policy(
     plane: ControlPlane, sim: Sim
 ) -> None:
