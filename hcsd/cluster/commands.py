@@ -350,5 +350,9 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
     endpoints.serve_forever()
     extender.stop()
     if elector is not None:
-        elector.release()  # the next replica binds at once, not after the Lease expires
+        elector.step_down()  # a bind that starts now is refused
+        if endpoints.wait_idle(timeout=5.0):  # binds in progress: the leader's writes
+            elector.release()  # the next replica binds at once, not after the Lease expires
+        else:
+            log.warning("requests still in progress; Lease left to expire")
     return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+import time
 from dataclasses import dataclass, replace
 
 from hcsd.cluster.extender import Extender
@@ -144,6 +145,11 @@ class Endpoints:
     def shutdown(self) -> None:
         for server in self.servers:
             server.shutdown()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """No request in progress on any port, within `timeout` seconds in all."""
+        deadline = time.monotonic() + timeout
+        return all(s.wait_idle(max(0.0, deadline - time.monotonic())) for s in self.servers)
 
 
 @dataclass(frozen=True)

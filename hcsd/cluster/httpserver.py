@@ -148,6 +148,7 @@ class BoundedHandler(BaseHTTPRequestHandler):
     rfile: HeaderReader
     _reader: DeadlineReader
     _requests: int = 0
+    _busy: bool = False  # a request read, its answer not yet written
 
     def setup(self) -> None:
         super().setup()
@@ -156,6 +157,14 @@ class BoundedHandler(BaseHTTPRequestHandler):
         self.rfile = HeaderReader(
             self._reader, line=limits.max_header_line, total=limits.max_header_bytes
         )
+
+    def parse_request(self) -> bool:
+        """Called once the request line is in: from here to its answer the request is in
+        flight (`BoundedServer.wait_idle`); the wait for it on a kept-alive connection is not."""
+        if not self._busy:
+            self._busy = True
+            self.server.began()
+        return super().parse_request()
 
     def handle_one_request(self) -> None:
         if self._requests:
@@ -169,6 +178,9 @@ class BoundedHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.send_error(414, str(e))
         finally:
+            if self._busy:
+                self._busy = False
+                self.server.ended()
             if self.rfile.tripped:  # counted even when the client is gone before the answer
                 self.server.count_refusal("headers")
                 log.info("%s: %s: request headers over the limit", self.server.name,
@@ -196,6 +208,25 @@ class BoundedServer(ThreadingHTTPServer):
         self.refused: Counter[str] = Counter()  # connections closed unserved, by reason
         self._lock = threading.Lock()
         self._open: Counter[str] = Counter()  # connections being served, by source address
+        self._in_flight = 0  # requests read and not yet answered
+        self._idle = threading.Condition(self._lock)
+
+    def began(self) -> None:
+        with self._lock:
+            self._in_flight += 1
+
+    def ended(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait (up to `timeout` seconds) until no request is being answered; True when none
+        is. Handler threads are daemons that outlive `shutdown`: a process that gives up a
+        Lease on its way out waits for them first (a bind half done is the leader's write)."""
+        with self._lock:
+            return self._idle.wait_for(lambda: not self._in_flight, timeout)
 
     def count_refusal(self, reason: str) -> None:
         """From any thread (a Counter's `+=` is not atomic)."""

@@ -57,6 +57,12 @@ class LeaderElector:
     def stop(self) -> None:
         self._stopping.set()
 
+    def step_down(self) -> None:
+        """Stop leading here at once (is_leader() is False from now) without writing the
+        Lease: the caller gives it back (`release`) once nothing it started as leader runs."""
+        self._leading_until = 0.0
+        self.stop()
+
     def start(self) -> LeaderElector:
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
         self._thread.start()
