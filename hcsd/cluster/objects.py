@@ -39,6 +39,7 @@ __all__ = [
     "node_spec",
     "node_status",
     "node_view",
+    "published",
 ]
 
 _HEALTH = {
@@ -69,6 +70,31 @@ def fingerprint_of(device: pb.Device) -> str:
     return "measured" if device.attributes.get("fingerprint") == "measured" else "profile"
 
 
+def published(device: pb.Device) -> pb.Device:
+    """The device as its ComputeNode shows it. A measured FP16 figure outside MEASURED_BOUNDS
+    is a broken timing; the node rated the device from it (hcsd.profiles.fingerprint's
+    apply_measured), so the rating is not published either: FP16 and BF16 go back to the
+    profile's figures (FP16 0, not rated, for a model without one: the measured figure was
+    used as it was), the fingerprint to `profile`, and the ratio, derived from the same
+    figure, is left out. FP32 and INT8 were never measured."""
+    if fingerprint_of(device) != "measured" or "measured_tflops_fp16" not in device.attributes:
+        return device
+    if _figure(device, "measured_tflops_fp16", "tflopsFP16") is not None:
+        return device
+    try:
+        profile = default_database().lookup(Vendor.parse(device.vendor), device.model)
+    except ValueError:
+        profile = None
+    shown = pb.Device()
+    shown.CopyFrom(device)
+    shown.tflops_fp16 = profile.figure("tflops_fp16") if profile is not None else 0.0
+    if profile is not None and profile.figure("tflops_bf16") > 0:
+        shown.tflops_bf16 = profile.figure("tflops_bf16")
+    del shown.attributes["fingerprint"]
+    shown.attributes.pop("measured_ratio", None)
+    return shown
+
+
 def measured_of(device: pb.Device) -> dict[str, Any] | None:
     """The node's own measurement of the device (hcsd.benchmarks' attributes), or None: its FP16
     TFLOPS, the ratio to the profile's figure (the sub-health check's input), its memory
@@ -83,21 +109,32 @@ def measured_of(device: pb.Device) -> dict[str, Any] | None:
         ("measured_ratio", "ratio"),
         ("measured_bandwidth_gbps", "memoryBandwidthGBps"),
     ):
-        try:
-            value = round(float(attributes[key]), 4)
-        except (KeyError, ValueError):
-            continue
-        low, high = MEASURED_BOUNDS[name]
-        if low <= value <= high:  # NaN compares false: left out too
+        if key in attributes and (value := _figure(device, key, name)) is not None:
             found[name] = value
-        elif (device.uuid, name, attributes[key]) not in _refused:
-            _refused.add((device.uuid, name, attributes[key]))
-            log.warning("%s: measured %s %s outside [%g, %g]; not published", device.uuid,
-                        name, attributes[key], low, high)  # fmt: skip
     return found
 
 
-_refused: set[tuple[str, str, str]] = set()  # (uuid, field, text) warned about
+def _figure(device: pb.Device, key: str, name: str) -> float | None:
+    """The attribute's figure when within MEASURED_BOUNDS, else None: warned about once per
+    device and figure until it is back within them (so `_refused` holds at most one entry
+    per device and figure)."""
+    text = device.attributes.get(key, "")
+    try:
+        value = round(float(text), 4)
+    except ValueError:
+        value = float("nan")
+    low, high = MEASURED_BOUNDS[name]
+    if low <= value <= high:  # NaN compares false: refused too
+        _refused.pop((device.uuid, name), None)
+        return value
+    if (device.uuid, name) not in _refused:
+        _refused[(device.uuid, name)] = text
+        log.warning("%s: measured %s %s outside [%g, %g]; not published", device.uuid,
+                    name, text, low, high)  # fmt: skip
+    return None
+
+
+_refused: dict[tuple[str, str], str] = {}  # (uuid, field) -> the text warned about
 
 
 def acu(tflops_fp16: float) -> float:
@@ -108,6 +145,7 @@ def acu(tflops_fp16: float) -> float:
 
 def node_spec(node: pb.Node, devices: Sequence[pb.Device]) -> dict[str, Any]:
     """The inventory: what the node has, changing only on hot-plug or a new fingerprint."""
+    devices = [published(d) for d in devices]
     return {
         "nodeName": node.name,
         "hcsdVersion": node.version,
@@ -187,6 +225,7 @@ def node_status(
     schedulable = sum(1 for s in states.values() if s.schedulable)
     total = sum(d.vram_bytes for d in devices)
     allocated = sum(min(d.vram_allocated_bytes, d.vram_bytes) for d in devices)
+    devices = [published(d) for d in devices]  # the rating the spec shows
     acu_total = sum(acu(d.tflops_fp16) for d in devices)
     # A device's reserved compute share, as ComputeQuota counts TFLOPS (100 for whole devices,
     # 0 for a VRAM-only slice).
