@@ -14,7 +14,7 @@ entered = threading.Event()
 
 
 class Slow(BoundedHandler):
-    def do_POST(self) -> None:  # noqa: N802 (the standard library's name)
+    def do_POST(self) -> None:
         if self.path == "/slow":
             entered.set()
             release.wait(10)
@@ -22,7 +22,7 @@ class Slow(BoundedHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
