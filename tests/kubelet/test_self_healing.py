@@ -164,8 +164,11 @@ def test_a_failed_device_is_isolated_and_its_job_resumes_on_the_other_node(
 
         condition = wait("the pod's DisruptionTarget HCSDeviceFailed", disrupted, 15, 0.02)
         times["-> pod evicted (DisruptionTarget HCSDeviceFailed)"] = time.monotonic() - fault
-        # within seconds: the controller's 1 s debounce (--min-bad-seconds), then a round
-        assert times["-> pod evicted (DisruptionTarget HCSDeviceFailed)"] < healing.MIN_BAD + 4
+        # within seconds: the controller's 1 s debounce (--min-bad-seconds), then a round; the
+        # bound is loose (a shared machine), the figure is what report() prints
+        evicted_after = times["-> pod evicted (DisruptionTarget HCSDeviceFailed)"]
+        print(f"fault -> DisruptionTarget HCSDeviceFailed: {evicted_after:.2f} s")
+        assert evicted_after < 10, f"{evicted_after:.2f} s"
         assert condition["status"] == "True", condition
         assert gpu.uuid in condition["message"] and GPU in condition["message"], condition
         tainted = wait("the taint on the failed node", lambda: taint(kube, GPU), 10)
@@ -174,7 +177,11 @@ def test_a_failed_device_is_isolated_and_its_job_resumes_on_the_other_node(
 
         # The evicted pod has ended: its newest complete step is the one to resume from. A
         # newer step that never completed (a save cut short) must not be chosen.
-        pods.wait_phase(kube, name, {"Failed"}, 30)
+        def ended() -> bool:  # Failed, or already deleted (a short grace period)
+            pod = pods.get(kube, name)
+            return pod is None or pod.get("status", {}).get("phase") == "Failed"
+
+        wait("the evicted pod to end (Failed, or gone)", ended, 30)
         times["-> evicted pod ended"] = time.monotonic() - fault
         with Client(hcsd.socket) as client:  # hcsd freed its grant on the failed device
             wait("the evicted pod's allocation released", lambda: not client.allocations(), 10)
@@ -282,8 +289,12 @@ def test_a_slow_device_is_scored_down_then_isolated(
         placed = pods.wait_phase(kube, newcomer, {"Running"}, 30)
         assert placed["spec"]["nodeName"] == GPU, "the slow device's node scored down"
         pods.delete(kube, newcomer, grace=0)
-        # The shipped policy only scores it down: its pod keeps running.
+        # The shipped policy only scores it down: its pod keeps running. The controller must be
+        # leading and acting for that to mean anything (a dead one keeps every pod running).
+        wait("hcs-controller leading", lambda: controller_metric(cluster, "hcs_controller_leader")
+             == 1, 15)  # fmt: skip
         time.sleep(3 * healing.MIN_BAD)
+        assert controller_metric(cluster, "hcs_controller_leader") == 1
         kept = pods.get(kube, victim) or {}
         assert not kept["metadata"].get("deletionTimestamp"), kept["metadata"]
         assert not pods.condition(kept, "DisruptionTarget"), kept["status"]
