@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cluster import objects
+from hcsd.cluster import measured as figures
 from hcsd.cluster.objects import node_spec, node_status
 
 NODE = pb.Node(name="n1", version="test", backends=["nvidia"])
@@ -68,13 +68,13 @@ def test_without_a_profile_a_refused_figure_leaves_the_device_unrated() -> None:
 def test_a_refused_figure_is_warned_about_once_per_device_until_it_recovers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    objects._refused.clear()
-    with caplog.at_level(logging.WARNING, logger="hcsd.cluster.objects"):
+    figures._refused.clear()
+    with caplog.at_level(logging.WARNING, logger="hcsd.cluster.measured"):
         for text in ("-1", "-2", "-3"):
             shown(measured(text))
-        assert len(objects._refused) == 1  # keyed by device and figure, not by text
+        assert len(figures._refused) == 1  # keyed by device and figure, not by text
         assert caplog.text.count("not published") == 1
         shown(measured("231.000"))
-        assert not objects._refused
+        assert not figures._refused
         shown(measured("-4"))
     assert caplog.text.count("not published") == 2
