@@ -407,6 +407,8 @@ class Healer:
             wanted = fleet_status([o for o in found if o.node == name], self.fleet)
             if (node.get("status") or {}).get("fleet") == wanted or not node.get("status"):
                 continue
+            if not self._may_act():
+                return
             try:
                 act.write_fleet(self.kube, name, wanted)
             except KubeError as e:

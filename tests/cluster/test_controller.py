@@ -553,16 +553,14 @@ def test_leadership_is_asked_before_each_pod_and_ends_the_round(
     plane: ControlPlane, sim: Sim
 ) -> None:
     """A replica whose Lease ends mid-round (the next leader may be acting already) evicts
-    no further pod: leadership is asked at the round's start, per node and per pod."""
+    no further pod: leadership is asked before each pod, not only per node."""
     node, (first, second) = sim.node(2)
     pods = [sim.pod(node, [first])["metadata"]["name"], sim.pod(node, [second])["metadata"]["name"]]
     sim.health(node, {first: "unhealthy", second: "unhealthy"})
-    asked = 0
+    evicted = "hcs_controller_evictions_total"
 
-    def is_leader() -> bool:
-        nonlocal asked
-        asked += 1
-        return asked <= 3  # the round, the node, the first pod
+    def is_leader() -> bool:  # the Lease is lost right after the first eviction
+        return count(healer, evicted, result="evicted", reason="HCSDeviceFailed") < 1
 
     healer = Healer(plane.kube("controller"), default_database(), policy=Policy(quiet_seconds=0.8),
                     timing=FAST, limits=LOOSE, is_leader=is_leader)  # fmt: skip
@@ -585,8 +583,7 @@ def test_leadership_is_asked_before_each_pod_and_ends_the_round(
         deleted = [n for n in pods if (sim.get_pod(n) or {}).get("metadata", {})
                    .get("deletionTimestamp") or sim.get_pod(n) is None]  # fmt: skip
         assert len(deleted) == 1, deleted
-        assert count(healer, "hcs_controller_evictions_total", result="evicted",
-                     reason="HCSDeviceFailed") == 1  # fmt: skip
+        assert count(healer, evicted, result="evicted", reason="HCSDeviceFailed") == 1
     finally:
         healer.stop()
 
