@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hcsd.api.v1 import hcsd_pb2 as pb
-from hcsd.cluster.objects import measured_of
+from hcsd.cluster.objects import measured_of, published
 from hcsd.contract import dra
 from hcsd.model import LinkKind
 from hcsd.quantity import QuantityError, parse_quantity
@@ -99,7 +99,7 @@ def link_domains(devices: Sequence[pb.Device]) -> dict[str, str]:
 def _tflops(device: pb.Device) -> str:
     """The FP16 TFLOPS the extender scores with: the node's measurement, else the profile's."""
     measured = measured_of(device) or {}
-    value = float(measured.get("tflopsFP16", device.tflops_fp16))
+    value = float(measured.get("tflopsFP16", published(device).tflops_fp16))  # refused: profile
     return format(round(value, 3), "g")
 
 

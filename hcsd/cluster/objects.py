@@ -36,9 +36,12 @@ __all__ = [
     "PodHold",
     "acu",
     "compute_node",
+    "fingerprint_of",
+    "measured_of",
     "node_spec",
     "node_status",
     "node_view",
+    "published",
 ]
 
 _HEALTH = {

@@ -89,6 +89,16 @@ def test_attributes_leave_out_what_the_host_does_not_say_and_fit_the_api_limits(
     assert attributes[dra.ATTR_INDEX] == {"int": 0}
 
 
+def test_a_refused_measured_figure_scores_at_the_profiles_not_at_the_rating_it_gave() -> None:
+    """A broken timing (outside the CRD's bounds) rated the device on the node; the slice, like
+    the ComputeNode (hcsd/cluster/measured.py), shows the profile's figure instead."""
+    device = dev("GPU-broken", tflops_fp16=-4.7)
+    device.attributes["fingerprint"] = "measured"
+    device.attributes["measured_tflops_fp16"] = "-5.000"
+    attributes = only(slice_spec("n", [device], generation=1))["attributes"]
+    assert attributes[dra.ATTR_TFLOPS] == {"string": "312"}  # the A100's profile
+
+
 def test_unschedulable_devices_are_tainted_and_keep_the_servers_time_stamp() -> None:
     devices = [
         dev("a", index=0, health_state=pb.HEALTH_STATE_UNHEALTHY),
