@@ -6,11 +6,13 @@ tests/cluster/test_dra_slices.py applies the same objects to a real API server."
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 import pytest
 
 from hcsd.cluster.commands import syncer_main
+from hcsd.cluster.kubeletplugin.plugin import PluginPaths
 from hcsd.contract import dra
 from hcsd.profiles.database import default_database
 from tests.helm.test_chart import helm, template
@@ -74,6 +76,35 @@ def test_the_syncers_publish_slices_with_the_taint_effect_asked_for(
     assert (args.mode, args.device_taint_effect) == (dra.MODE_DRA, "NoSchedule")
     docs = template(helm, *DRA, "--set", "dra.deviceTaintEffect=NoExecute")
     assert syncer_args(docs, monkeypatch).device_taint_effect == "NoExecute"
+
+
+def test_the_syncers_serve_kubelets_plugin_at_the_host_paths_kubelet_dials(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubelet dials the endpoint the plugin names, so the sockets' directories are mounted at
+    their host paths; the pod's uid comes from the downward API (rolling-update names). The
+    claims' CDI specs and quota files are hcsd's, written on the host: not mounted here."""
+    extender = template(helm)
+    assert not syncer_args(extender, monkeypatch).kubelet_plugin
+    for values in ((), ("--set", "dra.kubeletDir=/data/kubelet")):
+        docs = template(helm, *DRA, *values)
+        args = syncer_args(docs, monkeypatch)
+        assert args.kubelet_plugin
+        (daemonset,) = by_kind(docs, "DaemonSet").values()
+        pod = daemonset["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}} in (
+            container["env"]
+        )
+        paths = PluginPaths.of(args.kubelet_dir, "some-uid")
+        assert args.kubelet_dir == (values[1].split("=")[1] if values else "/var/lib/kubelet")
+        host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        for socket in (paths.registration, paths.endpoint):
+            mount = mounts[os.path.dirname(socket)]
+            assert host[mount["name"]] == mount["mountPath"]
+            assert not mount.get("readOnly")
+        assert not any(m.startswith(("/var/run/cdi", "/run/hcsd/claims")) for m in mounts)
 
 
 def test_the_syncer_may_manage_resource_slices_only_in_dra_mode(
