@@ -181,9 +181,14 @@ def test_install_upgrade_uninstall(helm: Helm, tmp_path: Path) -> None:
 
 
 def test_refused_values(helm: Helm) -> None:
-    """mode dra is reserved and said so; nothing is installed."""
+    """Values that cannot work are refused with the reason before anything is installed."""
     done = helm("install", "hcs-dra", str(CHART), "--namespace", NAMESPACE, *IMAGE_VALUES,
-                "--set", "mode=dra", check=False)  # fmt: skip
+                "--set", "mode=dra", "--set", "dra.deviceTaintEffect=PreferNoSchedule",
+                check=False)  # fmt: skip
     assert done.returncode != 0
-    assert "mode: dra is reserved for Dynamic Resource Allocation" in done.stderr
+    assert "dra.deviceTaintEffect must be NoSchedule or NoExecute" in done.stderr
+    done = helm("install", "hcs-dra", str(CHART), "--namespace", NAMESPACE, *IMAGE_VALUES,
+                "--set", "mode=device-plugin", check=False)  # fmt: skip
+    assert done.returncode != 0
+    assert 'mode: "device-plugin" is not a mode (extender or dra)' in done.stderr
     assert "hcs-dra" not in helm("list", "--all-namespaces").stdout
