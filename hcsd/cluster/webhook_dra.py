@@ -26,7 +26,7 @@ from typing import Any
 from hcsd.cluster.claim_shapes import ShapeError, claim_spec, request_name, template_name
 from hcsd.cluster.demand import DemandError, demand_of
 from hcsd.contract.dra import POD_CLAIM_NAME
-from hcsd.contract.names import MANAGED_RESOURCES
+from hcsd.contract.names import ANNOTATION_RUNTIME_PROFILE, MANAGED_RESOURCES
 from hcsd.profiles.database import ProfileDatabase, default_database
 
 __all__ = [
@@ -134,6 +134,14 @@ def dra_patch(
 ) -> DraOutcome:
     """The JSON patch for a pod asking for `ai.compute/*` (Refused says why not)."""
     spec = pod.get("spec") or {}
+    profile = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RUNTIME_PROFILE)
+    if profile is not None:
+        # Nothing would rebind its image: the placeholder would run with the devices.
+        raise Refused(
+            f"{ANNOTATION_RUNTIME_PROFILE} is not supported in DRA mode (the image is rebound "
+            "at the extender's bind, which DRA mode does not use): name the base image "
+            "directly, or run this pod's nodes in extender mode (docs/runtime-profiles.md)"
+        )
     claims = _check(spec)
     try:
         demand = demand_of(pod)

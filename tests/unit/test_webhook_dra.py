@@ -201,6 +201,18 @@ def test_init_containers_and_a_taken_claim_name_are_refused() -> None:
     assert "already has an entry named hcs-accelerator" in call(Api(), obj)["status"]["message"]
 
 
+def test_a_runtime_profile_pod_is_refused_not_run_on_its_placeholder_image() -> None:
+    """Nothing rebinds an image in DRA mode: admitting it would run the placeholder with the
+    devices."""
+    api = Api()
+    obj = pod([container(vram="16Gi")])
+    obj["metadata"]["annotations"]["hcs.io/runtime-profile"] = "pytorch-2.5"
+    answer = call(api, obj)
+    assert answer["allowed"] is False
+    assert "hcs.io/runtime-profile is not supported in DRA mode" in answer["status"]["message"]
+    assert api.created == []
+
+
 def test_the_api_server_away_refuses_with_a_retryable_reason() -> None:
     response = call(Api(fail=500), pod([container(vram="1Gi")]))
     assert response["allowed"] is False and response["status"]["code"] == 500
