@@ -296,6 +296,8 @@ def test_the_extender_may_change_only_the_images_of_a_pending_pod_naming_a_profi
         "a toleration": ("opted-in", {"spec": {"tolerations": [*tolerations,
                                                                {"operator": "Exists"}]}}),
         "a deadline": ("opted-in", {"spec": {"activeDeadlineSeconds": 5}}),
+        "the image of a container asking for no ai.compute/*": (
+            "opted-in", {"spec": {"containers": [{"name": "sidecar", "image": "x.example/y:1"}]}}),
         "the profile annotation": (
             "opted-out", {"metadata": {"annotations": {ANNOTATION_RUNTIME_PROFILE: "x"}}}),
         "a label with the image": ("opted-in", {
