@@ -296,6 +296,17 @@ class Binder:
                 if isinstance(resolved, str):
                     return resolved
                 runtime = resolved
+                # hcsd refuses a larger annotation on every container create: refuse it here,
+                # before an image is changed, rather than bind a pod that can never start.
+                size = len(signed_assignment(
+                    node, uid, found.grants, self.keys(), self.clock(), runtime=runtime
+                ))  # fmt: skip
+                if size > assignment.MAX_BYTES:
+                    return (
+                        f"RuntimeProfile {demand.cover.profile}: the resolved profile makes the "
+                        f"{ANNOTATION_ASSIGNMENT} annotation {size} bytes, over the "
+                        f"{assignment.MAX_BYTES} hcsd accepts: shorten its env, command or args"
+                    )
             holds = tuple(PodHold(uid, c, namespace, g) for c, g in found.grants.items())
             token = self.state.assume(uid, node, holds, job)
         if token is None:

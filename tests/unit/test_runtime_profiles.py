@@ -312,3 +312,16 @@ def test_a_pod_naming_no_profile_gets_no_patch_and_version_2() -> None:
     assert server.patches == []
     text = server.bindings[0]["metadata"]["annotations"][names.ANNOTATION_ASSIGNMENT]
     assert parse(text).runtime == {} and '"v":2' in text
+
+
+def test_a_profile_too_big_for_the_assignment_is_refused_before_any_write() -> None:
+    """64 variables of 4 KiB pass the CRD but make the annotation ~270 KiB, which hcsd
+    refuses on every container create: bind says so and changes nothing."""
+    e, server = rebinding(opted_in())
+    env = [{"name": f"V{i}", "value": "x" * 4096} for i in range(64)]
+    e.state.profiles.apply(
+        "p", runtime_profile(profile({"vendor": "nvidia", "image": "cuda:1", "env": env}))
+    )
+    refused = bind(e, "q", "u1")
+    assert "over the 65536 hcsd accepts" in refused, refused
+    assert server.patches == [] and server.bindings == [] and used(e) == [0, 0]
