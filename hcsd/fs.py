@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import socket
 
-__all__ = ["FileSystem", "OsFileSystem", "write_atomic"]
+__all__ = ["FileSystem", "OsFileSystem", "remove_stale_socket", "write_atomic"]
 
 
 class FileSystem:
@@ -121,3 +122,21 @@ def _create_temporary(dir_fd: int, name: str) -> tuple[int, str]:
         temporary = f"{name}.tmp-{secrets.token_hex(8)}"
         with contextlib.suppress(FileExistsError):
             return os.open(temporary, _CREATE, 0o600, dir_fd=dir_fd), temporary
+
+
+def remove_stale_socket(path: str) -> bool:
+    """Free `path` for a new Unix socket server: True when the socket of an instance that died
+    was removed, False when nothing was there. FileExistsError when a process still answers
+    on it (binding over a live server's socket would take its clients)."""
+    if not os.path.lexists(path):
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(0.5)
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)  # nobody answers: left over from a crash
+        return True
+    finally:
+        probe.close()
+    raise FileExistsError(path)

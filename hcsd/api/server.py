@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 from collections.abc import AsyncIterator
 
 import grpc
@@ -37,6 +36,7 @@ from hcsd.contract.keyring import decode as decode_keyring
 from hcsd.contract.keyring_files import write_keyring
 from hcsd.contract.keys import AssignmentKeyError
 from hcsd.contract.names import container_id_problem
+from hcsd.fs import remove_stale_socket
 from hcsd.model import FrontEnd, PodRef
 from hcsd.refusals import Reason, Refusal
 from hcsd.runtime.container_files import ContainerUser
@@ -325,16 +325,8 @@ class ApiServer:
 
 
 def _remove_stale_socket(path: str) -> None:
-    if not os.path.exists(path):
-        return
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        probe.settimeout(0.5)
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)  # nobody listens: left over from a crash
-        log.info("removed stale socket %s", path)
-        return
-    finally:
-        probe.close()
-    raise SocketInUse(f"another process serves {path}; is hcsd already running?")
+        if remove_stale_socket(path):
+            log.info("removed stale socket %s", path)
+    except FileExistsError:
+        raise SocketInUse(f"another process serves {path}; is hcsd already running?") from None

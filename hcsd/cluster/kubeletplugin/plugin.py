@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 from concurrent import futures
 from dataclasses import dataclass
 
@@ -33,6 +32,7 @@ from hcsd.cluster.kube import Kube
 from hcsd.cluster.kubeletplugin.driver import DRA_VERSIONS, DraService, Registration, handlers
 from hcsd.cluster.kubeletplugin.wire import registration_v1_pb2
 from hcsd.contract import dra
+from hcsd.fs import remove_stale_socket
 
 __all__ = ["KUBELET_DIR", "KubeletPlugin", "PluginPaths", "SocketInUse"]
 
@@ -105,19 +105,11 @@ def _bind(server: grpc.Server, path: str) -> None:
 
 
 def _remove_stale(path: str) -> None:
-    if not os.path.lexists(path):
-        return
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        probe.settimeout(0.5)
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)  # nobody answers: left by an instance that died
-        log.info("removed the stale socket %s", path)
-        return
-    finally:
-        probe.close()
-    raise SocketInUse(f"another instance serves {path}")
+        if remove_stale_socket(path):
+            log.info("removed the stale socket %s", path)
+    except FileExistsError:
+        raise SocketInUse(f"another instance serves {path}") from None
 
 
 def _unlink(path: str) -> None:
