@@ -54,8 +54,13 @@ class LeaderElector:
     def is_leader(self) -> bool:
         return time.monotonic() < self._leading_until
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> None:
+        """Stop renewing (leadership then lapses with the Lease); with `wait`, also wait up
+        to that many seconds for the renewing thread to finish its round, so that what the
+        round logs is written before the caller goes on."""
         self._stopping.set()
+        if wait > 0 and self._thread is not None:
+            self._thread.join(wait)
 
     def step_down(self) -> None:
         """Stop leading here at once (is_leader() is False from now) without writing the
