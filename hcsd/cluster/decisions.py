@@ -31,97 +31,40 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from hcsd.cluster import planner
 from hcsd.cluster.bulk import Bulk, one_slice
 from hcsd.cluster.compute_quota import Amounts, Quota
 from hcsd.cluster.demand import Cover, Demand, DemandError, demand_of
+from hcsd.cluster.eligibility import (
+    NOTHING,
+    Verdict,
+    floor_of,
+    lacks_key,
+    over_quota,
+    plan_amounts,
+    reason_of,
+    unusable,
+)
 from hcsd.cluster.extender_metrics import Metrics
-from hcsd.cluster.heartbeats import stale_reason
-from hcsd.cluster.objects import NodeView
 from hcsd.cluster.planner import Plan, Unfit, expand_models, quick_fit
 from hcsd.cluster.runtime_profiles import RuntimeProfile, cover_of, profile_named
 from hcsd.cluster.state import Answer, NodeSnapshot, Snapshot
-from hcsd.contract.dra import MODE_DRA, MODE_LABEL
 from hcsd.contract.names import ANNOTATION_RUNTIME_PROFILE, RUNTIME_PROFILES
 from hcsd.profiles.database import ProfileDatabase
 
-__all__ = ["NOTHING", "Decider", "Verdict", "floor_of", "over_quota", "plan_amounts"]
+# The eligibility names are re-exported: bind, requeue and the tests import them from here.
+__all__ = [
+    "NOTHING", "Decider", "Verdict", "floor_of", "lacks_key", "over_quota", "plan_amounts",
+    "unusable",
+]  # fmt: skip
 
-NOTHING = Amounts()
 _PLANS = 50_000
 _VERDICTS = 256
 _ANSWERS = 64  # per node snapshot
 _DEMANDS = 50_000
 _COVERS = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """A filter's answer; its maps are not written after it is made (a refresh copies)."""
-
-    version: int  # the snapshot version it reflects
-    valid_until: float  # monotonic: the first heartbeat among passing nodes to expire
-    failed: Mapping[str, str]
-    scores: Mapping[str, int]  # the nodes that passed, in the order they were decided
-
-
-def floor_of(demand: Demand) -> Amounts:
-    """What the pod takes at least, wherever it lands."""
-    return Amounts(
-        demand.vram_floor,
-        sum(c.tflops_fp16 or 0.0 for c in demand.containers),
-        sum(c.devices for c in demand.containers),
-    )
-
-
-def over_quota(quotas: Sequence[Quota], used: Amounts, adding: Amounts) -> str | None:
-    for quota in quotas:
-        reason = quota.excess(used, adding)
-        if reason is not None:
-            return reason
-    return None
-
-
-def plan_amounts(found: Plan) -> Amounts:
-    grants = found.all_grants
-    return Amounts(sum(g.vram_bytes for g in grants), found.reserved_tflops, len(grants))
-
-
-def _reason(found: Plan | Unfit) -> str | None:
-    return found.reason if isinstance(found, Unfit) else None
-
-
-def unusable(snapshot: Snapshot, name: str, now: float) -> str | None:
-    """Why no pod may go to the node whatever it asks, or None."""
-    node = snapshot.nodes.get(name)
-    if node is None:
-        return "node has no ComputeNode (is hcs-syncer running on it?)"
-    stale = stale_reason(snapshot.heartbeats.get(name), now)
-    if stale is not None:
-        return stale
-    if node.view.mode == MODE_DRA:
-        return (
-            f"node is in DRA mode ({MODE_LABEL}={MODE_DRA}): its accelerators are allocated "
-            "through ResourceClaims, not by the extender"
-        )
-    if node.view.phase == "NotReady":
-        return "ComputeNode is NotReady (no healthy accelerator)"
-    return None
-
-
-def lacks_key(view: NodeView, signing: str) -> str | None:
-    """Why the node would refuse an assignment signed now: its ComputeNode's
-    status.assignmentKeys (what hcsd holds) lacks the signing key id. A status without the
-    field (an older syncer) says nothing, and is not refused for it."""
-    if not signing or view.key_ids is None or signing in view.key_ids:
-        return None
-    return (
-        f"node does not hold the signing key {signing} yet (ComputeNode "
-        "status.assignmentKeys): its hcs-syncer has not fetched it"
-    )
 
 
 class Decider:
@@ -132,10 +75,13 @@ class Decider:
         changed_between: Callable[[int, int], set[str] | None],
         profiles: Callable[[str], RuntimeProfile | None] = lambda name: None,
         profiles_listed: Callable[[], bool] = lambda: True,
+        *,
+        profiles_on: bool = True,
     ) -> None:
         self.db = db
         self.profiles = profiles  # RuntimeProfiles by name, as the informer keeps them
         self.profiles_listed = profiles_listed
+        self.profiles_on = profiles_on  # off: --no-runtime-profiles (the chart's switch)
         self._covers: dict[tuple[str, str], Cover] = {}
         self.metrics = metrics
         self.changed_between = changed_between  # ClusterState's change log
@@ -159,6 +105,12 @@ class Decider:
         return demand
 
     def _cover(self, name: str) -> Cover:
+        if not self.profiles_on:
+            raise DemandError(
+                f"{ANNOTATION_RUNTIME_PROFILE}: runtime profiles are off in this cluster "
+                "(hcs-scheduler-extender --no-runtime-profiles: the chart's "
+                "runtimeProfiles.enabled=false)"
+            )
         profile = self.profiles(name)
         if profile is None:
             if not self.profiles_listed():
@@ -241,7 +193,7 @@ class Decider:
             found = self._bulk.judge(
                 snapshot.fleet, demand, want, names, now,
                 unusable=lambda n: unusable(snapshot, n, now) or "node is not usable",
-                reason=lambda n: self._bulk_reason(nodes[n], demand, demand_id),
+                reason=lambda n: self._bulkreason_of(nodes[n], demand, demand_id),
                 key_refusal=(lambda n: lacks_key(nodes[n].view, signing)) if signing else None,
                 quota_refusal=over_quota(quotas, used, floor_of(demand)) if quotas else None,
             )  # fmt: skip
@@ -381,11 +333,11 @@ class Decider:
                     self._plans.popitem(last=False)
         return found
 
-    def _bulk_reason(self, node: NodeSnapshot, demand: Demand, demand_id: int) -> str | None:
+    def _bulkreason_of(self, node: NodeSnapshot, demand: Demand, demand_id: int) -> str | None:
         """The allocator's reason for the bulk path; None (decide the node by itself) when it
         cannot word one: a container name `Request` refuses must not fail the whole filter."""
         try:
-            return _reason(self._plan(node, demand, demand_id))
+            return reason_of(self._plan(node, demand, demand_id))
         except ValueError:
             return None
 
