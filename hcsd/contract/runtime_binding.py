@@ -27,10 +27,13 @@ __all__ = [
     "MAX_ARGV",
     "MAX_ENV",
     "PROFILE_NAME",
+    "RESERVED_ENV",
+    "RESERVED_ENV_PREFIX",
     "ResolvedRuntime",
     "RuntimeBindingError",
     "dump",
     "load",
+    "reserved_env",
 ]
 
 #: A RuntimeProfile's name: a DNS subdomain, as any cluster-scoped object's.
@@ -41,6 +44,32 @@ MAX_ARGV = 64
 MAX_TEXT = 4096  # one env value or argv word
 MAX_IMAGE = 512
 MAX_PATH = 1024
+
+# The variables hcsd sets itself in a container, which no profile may set: the loader's
+# preload settings (libhcs), the vendors' device selection (hcsd.runtime.vendors.
+# VENDOR_RUNTIME: the node sets them to the devices granted), the other device selectors the
+# vendors' runtimes and hooks read (ROCm/DTK's ROCR_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL,
+# NVIDIA's NVIDIA_MIG_MONITOR_DEVICES, Ascend Docker Runtime's ASCEND_RUNTIME_OPTIONS: a
+# profile setting one would widen or narrow the devices granted) and every HCS_* variable.
+# NVIDIA_DRIVER_CAPABILITIES is left to profiles: it picks which driver libraries the NVIDIA
+# runtime mounts (compute, utility, video...), not which devices. The
+# node drops them from a profile; the extender refuses to bind a profile carrying one; the
+# RuntimeProfile CRD refuses them (its CEL rule on env items is checked against this set by
+# tests/unit/test_manifests.py).
+RESERVED_ENV = frozenset({
+    "LD_PRELOAD", "LD_AUDIT",
+    "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
+    "ASCEND_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
+    "CAMBRICON_VISIBLE_DEVICES", "MLU_VISIBLE_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES", "ASCEND_RUNTIME_OPTIONS",
+})  # fmt: skip
+RESERVED_ENV_PREFIX = "HCS_"
+
+
+def reserved_env(name: str) -> bool:
+    """Whether `name` is a variable hcsd keeps for itself (RESERVED_ENV, HCS_*)."""
+    return name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX)
 
 
 class RuntimeBindingError(ValueError):

@@ -1,13 +1,15 @@
-"""The NVIDIA driver's files on a host without a vendor CDI spec, found the way
-libnvidia-container finds them, as read-only bind mounts of single files.
+"""A vendor driver's files on a host without that vendor's CDI spec, found the way its own
+container runtime finds them, as read-only bind mounts of single files: one search for every
+vendor, its lists from the vendor's section (`driver_settings.py`: NVIDIA as
+libnvidia-container, Cambricon as its device plugin).
 
 Libraries come from the ld.so cache (`ldcache.py`): each configured name (`libcuda.so` matches
 `libcuda.so` and `libcuda.so.*`) for this machine's 64-bit libc6 ABI, the cache's first entry
 per name that passes the checks below (the loader takes the first, checked or not). The real
 file is mounted under its own name in the container's library directory, and again under the
 cache's name (the soname, `libcuda.so.1`) so the loader finds it without the container running
-`ldconfig`. Tools come from the binary directories in order, the GSP firmware directory from
-libcuda's version.
+`ldconfig`. Tools come from the binary directories in order; for NVIDIA, the GSP firmware
+directory from libcuda's version.
 
 The cache is input hcsd does not trust: a cache name is used only when it is a plain soname (it
 becomes a mount destination), and a path only when every component from the driver root to the
@@ -25,7 +27,7 @@ import os
 import re
 import stat
 
-from hcsd.runtime.driver_settings import NvidiaDriverFiles
+from hcsd.runtime.driver_settings import DriverFiles, NvidiaDriverFiles
 from hcsd.runtime.edits import MountEdit
 from hcsd.runtime.ldcache import (
     FLAG_ARCH_MASK,
@@ -38,7 +40,7 @@ from hcsd.runtime.ldcache import (
 )
 from hcsd.runtime.trusted_path import UntrustedPath, resolve_trusted
 
-__all__ = ["nvidia_driver_mounts"]
+__all__ = ["driver_file_mounts"]
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +51,12 @@ _VERSION = re.compile(r"[0-9]+(\.[0-9]+)+")
 _FIRMWARE = ("/lib/firmware/", "/usr/lib/firmware/")  # /lib is a link to usr/lib on merged-/usr
 _SONAME = re.compile(r"[A-Za-z0-9+_-][A-Za-z0-9._+-]*")
 _cache: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, int, int], list[CacheEntry] | None]] = {}
-_found: dict[
-    tuple[str, NvidiaDriverFiles], tuple[tuple[int, int, int] | None, list[MountEdit]]
-] = {}
+_found: dict[tuple[str, DriverFiles], tuple[tuple[int, int, int] | None, list[MountEdit]]] = {}
 
 
-def nvidia_driver_mounts(files: NvidiaDriverFiles) -> list[MountEdit]:
-    """The read-only mounts of the driver's libraries, tools and firmware found on the host.
+def driver_file_mounts(files: DriverFiles) -> list[MountEdit]:
+    """The read-only mounts of the driver's libraries, tools (and NVIDIA's firmware) found on
+    the host.
 
     The search runs on every create, on the event loop, so its answer is kept per settings
     and cache file (its mtime, size and inode: installing or removing a driver runs
@@ -93,7 +94,7 @@ def _still_trusted(root: str, host_path: str) -> bool:
     return resolved == inside
 
 
-def _search(files: NvidiaDriverFiles, root: str) -> list[MountEdit]:
+def _search(files: DriverFiles, root: str) -> list[MountEdit]:
     mounts: list[MountEdit] = []
     libraries = _libraries(files, root)
     for name, real in libraries.items():
@@ -109,18 +110,22 @@ def _search(files: NvidiaDriverFiles, root: str) -> list[MountEdit]:
             candidate = os.path.join(directory, binary)
             if not os.path.lexists(_host(root, candidate)):
                 continue
-            tool = _checked(root, candidate, tool_dirs)
+            tool = _checked(root, candidate, tool_dirs, files.label)
             if tool is not None:  # a refused candidate does not hide the next directory's
-                mounts.append(MountEdit(_host(root, tool), os.path.join("/usr/bin", binary)))
+                inside = files.container_binary_dir or directory
+                mounts.append(MountEdit(_host(root, tool), os.path.join(inside, binary)))
                 break
-    if files.firmware:
+    if isinstance(files, NvidiaDriverFiles) and files.firmware:
         mounts.extend(_firmware(root, libraries))
     return mounts
 
 
-def _libraries(files: NvidiaDriverFiles, root: str) -> dict[str, str]:
+def _libraries(files: DriverFiles, root: str) -> dict[str, str]:
     """Cache name -> the real file's path (under the root, without it) of each wanted library."""
-    entries = _entries(os.path.join(root, files.ld_cache.lstrip("/")), files.libraries)
+    if not files.libraries:  # nothing to look up: the cache is not read
+        return {}
+    cache = os.path.join(root, files.ld_cache.lstrip("/"))
+    entries = _entries(cache, files.libraries, files.label)
     arch = host_arch_flags()
     allowed = _allowed(root, files.library_dirs)
     found: dict[str, str] = {}
@@ -134,19 +139,19 @@ def _libraries(files: NvidiaDriverFiles, root: str) -> dict[str, str]:
         if not _SONAME.fullmatch(entry.name):
             log.warning("skipping the ld.so cache entry %r: not a plain library name", entry.name)
             continue
-        real = _checked(root, entry.path, allowed)
+        real = _checked(root, entry.path, allowed, files.label)
         if real is not None:
             found[entry.name] = real
     return found
 
 
-def _entries(path: str, names: tuple[str, ...]) -> list[CacheEntry]:
+def _entries(path: str, names: tuple[str, ...], label: str) -> list[CacheEntry]:
     """The cache's entries for `names`, parsed again only when the file changed; none when
     unreadable."""
     try:
         st = os.stat(path)
     except OSError as e:
-        log.info("no NVIDIA driver libraries from the ld.so cache: %s", e)
+        log.info("no %s libraries from the ld.so cache: %s", label, e)
         return []
     key = (st.st_mtime_ns, st.st_size, st.st_ino)
     cached = _cache.get((path, names))
@@ -154,7 +159,7 @@ def _entries(path: str, names: tuple[str, ...]) -> list[CacheEntry]:
         try:
             cached = (key, read_cache(path, names))
         except LdCacheError as e:
-            log.warning("%s; no NVIDIA driver libraries are mounted", e)
+            log.warning("%s; no %s libraries are mounted", e, label)
             cached = (key, None)
         _cache[(path, names)] = cached
     return cached[1] or []
@@ -173,7 +178,7 @@ def _allowed(root: str, directories: tuple[str, ...]) -> frozenset[str]:
     return frozenset(allowed)
 
 
-def _checked(root: str, path: str, allowed: frozenset[str]) -> str | None:
+def _checked(root: str, path: str, allowed: frozenset[str], label: str) -> str | None:
     """`path` resolved inside `root` (returned without the root) if every component on the way
     is root's alone (`trusted_path`) and it is a regular file directly in one of the `allowed`
     directories; None, with a warning, otherwise."""
@@ -188,7 +193,7 @@ def _checked(root: str, path: str, allowed: frozenset[str]) -> str | None:
         elif not stat.S_ISREG(st.st_mode):
             why = "is not a regular file"
     if why is not None:
-        log.warning("skipping the NVIDIA driver file %r: %s", path, why)
+        log.warning("skipping the %s file %r: %s", label, path, why)
         return None
     return inside
 

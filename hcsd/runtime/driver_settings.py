@@ -1,19 +1,28 @@
-"""`[runtime.driver_paths.nvidia_files]`: how hcsd finds the NVIDIA driver's files on a host
-without a vendor CDI spec, the way libnvidia-container does (docs/runtime.md, Driver files).
+"""`[runtime.driver_paths.*_files]`: how hcsd finds a vendor driver's files on a host without
+that vendor's CDI spec, the way the vendor's own container runtime does (docs/runtime.md,
+Driver files). One form for every vendor that mounts file by file, each with its own defaults.
 
-The lists are libnvidia-container's for the `compute` and `utility` capabilities (its
+NVIDIA's lists are libnvidia-container's for the `compute` and `utility` capabilities (its
 `src/nvc_info.c`: `compute_libs`, `utility_libs`, `compute_bins`, `utility_bins`); its
-graphics, video and display sets are left out.
+graphics, video and display sets are left out. Cambricon's is what its Kubernetes device plugin
+mounts (Cambricon/cambricon-k8s-device-plugin, `device-plugin/pkg/mlu/server.go`): cnmon.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from hcsd.model import Vendor
 from hcsd.sections import Section, checks, setting
 
-__all__ = ["AscendDriverFiles", "LibraryPaths", "NvidiaDriverFiles"]
+__all__ = [
+    "AscendDriverFiles",
+    "CambriconDriverFiles",
+    "DriverFiles",
+    "LibraryPaths",
+    "NvidiaDriverFiles",
+]
 
 COMPUTE_LIBRARIES = (
     "libcuda.so",
@@ -39,48 +48,113 @@ BINARIES = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class NvidiaDriverFiles(Section):
-    """The NVIDIA driver's libraries (from the ld.so cache), tools and GSP firmware, mounted
-    file by file and read-only where no NVIDIA CDI spec exists. Only root-owned regular files
-    that no group or other user may write are mounted, and libraries only from the listed
-    directories: a cache entry pointing anywhere else is skipped."""
+_SYSTEM_LIBRARY_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/lib64",
+)
+_BINARY_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
-    discover: bool = setting(
-        True, "Look for the driver's files (false: only the directories in nvidia).", checks.boolean
+
+def _discover() -> bool:
+    return setting(
+        True,
+        "Look for the driver's files (false: only the vendor's directories in driver_paths).",
+        checks.boolean,
     )
-    driver_root: str = setting(
+
+
+def _driver_root() -> str:
+    return setting(
         "/",
         "Where the host's file system is (as nvidia-ctk's --driver-root): the cache, the "
         "directories and the files below are looked up under it.",
         checks.path,
     )
-    ld_cache: str = setting("/etc/ld.so.cache", "The ld.so cache to read.", checks.path)
-    library_dirs: tuple[str, ...] = setting(
-        (
-            "/usr/lib/x86_64-linux-gnu",
-            "/usr/lib/aarch64-linux-gnu",
-            "/usr/lib64",
-            "/usr/lib",
-            "/lib64",
-            "/usr/local/nvidia/lib64",
-        ),
+
+
+def _ld_cache() -> str:
+    return setting("/etc/ld.so.cache", "The ld.so cache to read.", checks.path)
+
+
+def _library_dirs(default: tuple[str, ...]) -> tuple[str, ...]:
+    return setting(
+        default,
         "Directories a library may be in (after resolving links); any other is refused.",
         checks.path_list,
     )
-    libraries: tuple[str, ...] = setting(
-        COMPUTE_LIBRARIES + UTILITY_LIBRARIES,
-        "Library names looked up in the cache (a name matches itself and name.*).",
+
+
+def _libraries(default: tuple[str, ...]) -> tuple[str, ...]:
+    return setting(
+        default,
+        "Library names looked up in the cache (a name matches itself and name.*); empty: the "
+        "cache is not read.",
         checks.string_list,
     )
-    binary_dirs: tuple[str, ...] = setting(
-        ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"),
-        "Where the tools are looked for, in order (libnvidia-container searches PATH).",
+
+
+def _binary_dirs() -> tuple[str, ...]:
+    return setting(
+        _BINARY_DIRS,
+        "Where the tools are looked for, in order (the vendors' runtimes search PATH).",
         checks.path_list,
     )
-    binaries: tuple[str, ...] = setting(
-        BINARIES, "The driver's tools, mounted at /usr/bin/NAME.", checks.string_list
+
+
+def _binaries(default: tuple[str, ...]) -> tuple[str, ...]:
+    return setting(default, "The driver's tools, each the first found.", checks.string_list)
+
+
+def _container_binary_dir(default: str) -> str:
+    return setting(
+        default,
+        "Where a tool appears in the container (DIR/NAME); empty: at its path on the host.",
+        checks.path_or_empty,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DriverFiles(Section):
+    """A vendor driver's libraries (from the ld.so cache) and tools, mounted file by file and
+    read-only where hcsd uses no CDI spec of that vendor (it reads NVIDIA's only). Only
+    root-owned regular files that no group or other user may write are mounted, and libraries
+    only from the listed directories: a cache entry pointing anywhere else is skipped. Each
+    vendor's section is a subclass that gives its own defaults (`NvidiaDriverFiles`,
+    `CambriconDriverFiles`); the search (`driver_files.py`) is one for all."""
+
+    label: ClassVar[str] = "driver"  # names the vendor in the log
+
+    discover: bool = _discover()
+    driver_root: str = _driver_root()
+    ld_cache: str = _ld_cache()
+    library_dirs: tuple[str, ...] = _library_dirs(_SYSTEM_LIBRARY_DIRS)
+    libraries: tuple[str, ...] = _libraries(())
+    binary_dirs: tuple[str, ...] = _binary_dirs()
+    binaries: tuple[str, ...] = _binaries(())
+    container_library_dir: str = setting(
+        "/usr/local/lib",
+        "Where the libraries appear in the container, under their file name and their cache "
+        "name (soname).",
+        checks.path,
+    )
+    container_binary_dir: str = _container_binary_dir("")
+
+
+@dataclass(frozen=True, slots=True)
+class NvidiaDriverFiles(DriverFiles):
+    """The NVIDIA driver's files, found as libnvidia-container finds them: libraries from the
+    ld.so cache, tools from the binary directories, the GSP firmware of libcuda's version."""
+
+    label: ClassVar[str] = "NVIDIA driver"
+
+    library_dirs: tuple[str, ...] = _library_dirs(
+        (*_SYSTEM_LIBRARY_DIRS, "/usr/local/nvidia/lib64")
+    )
+    libraries: tuple[str, ...] = _libraries(COMPUTE_LIBRARIES + UTILITY_LIBRARIES)
+    binaries: tuple[str, ...] = _binaries(BINARIES)
     container_library_dir: str = setting(
         "/usr/local/nvidia/lib64",
         "Where the libraries appear in the container, under their file name and their cache "
@@ -91,11 +165,34 @@ class NvidiaDriverFiles(Section):
         "LD_LIBRARY_PATH, but only in images of that layout.",
         checks.path,
     )
+    container_binary_dir: str = _container_binary_dir("/usr/bin")
     firmware: bool = setting(
         True,
         "Mount /lib/firmware/nvidia/VERSION (the GSP firmware of libcuda's version) where it "
         "exists, as libnvidia-container does.",
         checks.boolean,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CambriconDriverFiles(DriverFiles):
+    """The Cambricon driver's files as Cambricon's device plugin mounts them: cnmon, one file
+    at its host path (its --cnmon-path); that plugin mounts no library, so none is listed
+    here (it leaves the user-space libraries to the image; list libcndev.so and the like to
+    mount the host's)."""
+
+    label: ClassVar[str] = "Cambricon driver"
+
+    library_dirs: tuple[str, ...] = _library_dirs(
+        (*_SYSTEM_LIBRARY_DIRS, "/usr/local/neuware/lib64")
+    )
+    binaries: tuple[str, ...] = _binaries(("cnmon",))
+    container_library_dir: str = setting(
+        "/usr/local/neuware/lib64",
+        "Where the libraries appear in the container, under their file name and their cache "
+        "name (soname): Neuware's library directory, put first in LD_LIBRARY_PATH "
+        "(library_path.cambricon).",
+        checks.path,
     )
 
 

@@ -15,7 +15,13 @@ from hcsd.contract import paths
 from hcsd.contract.paths import KEYRING_NAME
 from hcsd.model import Vendor
 from hcsd.runtime.checkpoints import CheckpointSection
-from hcsd.runtime.driver_settings import AscendDriverFiles, LibraryPaths, NvidiaDriverFiles
+from hcsd.runtime.driver_settings import (
+    AscendDriverFiles,
+    CambriconDriverFiles,
+    DriverFiles,
+    LibraryPaths,
+    NvidiaDriverFiles,
+)
 from hcsd.sections import Section, checks, section, setting
 
 __all__ = ["DriverPaths", "RuntimeSection"]
@@ -47,11 +53,16 @@ class DriverPaths(Section):
     )
     hygon: tuple[str, ...] = setting(
         ("/opt/hygondriver", "/opt/hyhal"),
-        f"Hygon driver directories (driver, HAL), {_MOUNTED}.",
+        "Hygon driver directories (DTK driver, HAL), mounted whole, read-only, where they exist "
+        "on the host, into every Hygon container (HAMi's DCU device plugin mounts /opt/hyhal "
+        "for every container, the DTK directory only for one given a slice of a DCU).",
         checks.path_list,
     )
     cambricon: tuple[str, ...] = setting(
-        ("/usr/local/neuware",), f"Cambricon Neuware directory, {_MOUNTED}.", checks.path_list
+        (),
+        f"Cambricon driver directories, {_MOUNTED}; none by default: Cambricon's device "
+        "plugin mounts none (its files are in cambricon_files).",
+        checks.path_list,
     )
     library_path: LibraryPaths = section(
         LibraryPaths,
@@ -67,11 +78,25 @@ class DriverPaths(Section):
         "The NVIDIA driver's files found as libnvidia-container finds them (the ld.so cache, "
         "the tools' directories), mounted file by file where no NVIDIA CDI spec exists.",
     )
+    cambricon_files: CambriconDriverFiles = section(
+        CambriconDriverFiles,
+        "The Cambricon driver's files as Cambricon's device plugin mounts them (cnmon), in the "
+        "same form as nvidia_files, mounted file by file (hcsd reads no Cambricon CDI spec).",
+    )
 
     def of(self, vendor: Vendor) -> Sequence[str]:
         """The paths for one vendor (a field per `Vendor`, checked by the tests)."""
         paths: Sequence[str] = getattr(self, vendor.value)
         return paths
+
+    def files_of(self, vendor: Vendor) -> DriverFiles | None:
+        """The vendor's file-by-file section, where its runtime mounts file by file (Ascend's
+        runtime reads a mount list instead: `ascend_files`; Hygon's mounts directories)."""
+        if vendor is Vendor.NVIDIA:
+            return self.nvidia_files
+        if vendor is Vendor.CAMBRICON:
+            return self.cambricon_files
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,9 @@ mounts, library path, and the communication settings when the devices lack peer-
 
 Driver paths come from `[runtime.driver_paths]` (defaults: the usual install locations of the
 vendors' container runtimes); only those that exist on this host are mounted. The NVIDIA
-driver's files are found one by one as libnvidia-container finds them (`driver_files.py`),
-the Ascend driver's from Ascend Docker Runtime's mount list (`ascend_files.py`).
+and Cambricon drivers' files are found one by one as libnvidia-container and Cambricon's
+device plugin find them (`driver_files.py`), the Ascend driver's from Ascend Docker Runtime's
+mount list (`ascend_files.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from hcsd.model import Device, Vendor
 from hcsd.runtime.ascend_files import ascend_list_mounts
-from hcsd.runtime.driver_files import nvidia_driver_mounts
+from hcsd.runtime.driver_files import driver_file_mounts
 from hcsd.runtime.edits import ContainerEdits, MountEdit
 from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendor_cdi import vendor_spec_edits
@@ -90,10 +91,13 @@ def vendor_edits(
         env = [*from_vendor.env, *env]  # our device selection comes last and wins
     else:
         mounts = [MountEdit(p, p) for p in driver_paths.of(vendor) if os.path.exists(p)]
+        if vendor is Vendor.CAMBRICON:
+            _warn_unmounted_neuware(driver_paths)
         directories = [m.container_path for m in mounts]
         found: list[MountEdit] = []
-        if vendor is Vendor.NVIDIA:  # the driver's files, found as libnvidia-container does
-            found = nvidia_driver_mounts(driver_paths.nvidia_files)
+        files = driver_paths.files_of(vendor)
+        if files is not None:  # the driver's files, found as the vendor's runtime finds them
+            found = driver_file_mounts(files)
         elif vendor is Vendor.ASCEND:  # and as Ascend Docker Runtime does, from its list
             found = ascend_list_mounts(driver_paths.ascend_files)
         for mount in found:  # a read-only directory mount already covers (and would block) it
@@ -107,6 +111,28 @@ def vendor_edits(
     if len(devices) > 1 and not _all_p2p(devices):
         env.extend(spec.no_p2p_env)
     return ContainerEdits(devices=tuple(nodes), env=tuple(env), mounts=tuple(mounts))
+
+
+NEUWARE = "/usr/local/neuware"
+_warned_neuware: set[str] = set()
+
+
+def _warn_unmounted_neuware(driver_paths: DriverPaths) -> None:
+    """Once per host root: the host has Neuware and it is no longer mounted. Its whole-directory
+    mount was the default before; images that relied on it lose it on upgrade, silently but
+    for this line, which names the setting that brings it back."""
+    root = driver_paths.cambricon_files.driver_root
+    if root in _warned_neuware or any(_under(NEUWARE, p) for p in driver_paths.cambricon):
+        return
+    if os.path.isdir(os.path.join(root, NEUWARE.lstrip("/"))):
+        _warned_neuware.add(root)
+        log.warning(
+            "the host's %s is not mounted into Cambricon containers (no longer by default: "
+            "images bring their own Neuware); set [runtime.driver_paths] cambricon = [%r] "
+            "if they rely on the host's",
+            NEUWARE,
+            NEUWARE,
+        )
 
 
 def _populated(directory: str, mounts: Sequence[MountEdit]) -> bool:

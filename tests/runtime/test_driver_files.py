@@ -12,7 +12,7 @@ import pytest
 
 from hcsd.model import Vendor
 from hcsd.runtime.ascend_files import MAX_ENTRIES, ascend_list_mounts
-from hcsd.runtime.driver_files import nvidia_driver_mounts
+from hcsd.runtime.driver_files import driver_file_mounts
 from hcsd.runtime.driver_settings import AscendDriverFiles, LibraryPaths, NvidiaDriverFiles
 from hcsd.runtime.ldcache import FLAG_ELF_LIBC6, NEW_MAGIC, host_arch_flags
 from hcsd.runtime.settings import DriverPaths
@@ -35,7 +35,7 @@ def root(tmp_path: Path) -> Path:
 
 def mounts_of(root: Path, **settings: object) -> dict[str, str]:
     """container path -> host path of the mounts found under `root`."""
-    found = nvidia_driver_mounts(NvidiaDriverFiles(driver_root=str(root), **settings))  # type: ignore[arg-type]
+    found = driver_file_mounts(NvidiaDriverFiles(driver_root=str(root), **settings))  # type: ignore[arg-type]
     assert all(m.read_only for m in found)
     return {m.container_path: m.host_path for m in found}
 
