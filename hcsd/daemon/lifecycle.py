@@ -117,7 +117,13 @@ class Daemon:
         )
         injector = self._injector(service)
         measurer = self._measurer(service)
-        vram = vram_watchdog(config.watchdog, config.discovery, service, config.daemon.run_dir)
+        vram = vram_watchdog(
+            config.watchdog,
+            config.discovery,
+            service,
+            config.daemon.run_dir,
+            injector.claim_links.members,
+        )
         api = ApiServer(
             service, config.daemon.socket, injector, self.telemetry, measure=measurer.measure
         )

@@ -8,6 +8,7 @@ watch; libhcs's own figures from the per-container directories under `daemon.run
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 
 from hcsd.discovery.settings import DiscoverySection
 from hcsd.service import NodeService
@@ -22,9 +23,14 @@ log = logging.getLogger(__name__)
 
 
 def vram_watchdog(
-    settings: WatchdogSection, discovery: DiscoverySection, service: NodeService, run_dir: str
+    settings: WatchdogSection,
+    discovery: DiscoverySection,
+    service: NodeService,
+    run_dir: str,
+    members: Callable[[], Mapping[str, str]] | None = None,
 ) -> Watchdog | None:
-    """The watchdog for this node; None when it is off or no device can be read per vendor."""
+    """The watchdog for this node; None when it is off or no device can be read per vendor.
+    `members`: the containers of DRA claims, as the NRI plugin linked them."""
     if not settings.enabled:
         return None
     readers = readers_for([status.device for status in service.devices()], discovery)
@@ -37,4 +43,5 @@ def vram_watchdog(
         service.report_violation,
         settings.watchdog_settings(),
         accounted=AccountedUsage(run_dir),
+        members=members,
     )

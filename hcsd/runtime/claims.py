@@ -17,8 +17,9 @@ container, once, before any of the claim's containers exists:
   the same functions. The runtime applies the spec's edits when it injects any of its devices.
 
 The container's user is not known when a claim is prepared (kubelet prepares before it
-creates containers), so the usage region is writable by every uid in the container, as for a
-runtime that does not say who the container runs as (container_files.py).
+creates containers), so the usage region is written as root's 0666, as for a runtime that does
+not say who the container runs as (container_files.py); the NRI plugin gives it to the user of
+the claim's container when it creates it (claim_links.py).
 """
 
 from __future__ import annotations
@@ -28,15 +29,18 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hcsd.contract import dra
 from hcsd.fs import OsFileSystem, write_atomic
 from hcsd.model import Allocation, Device, FrontEnd, Grant, PodRef
 from hcsd.refusals import Reason, Refusal
+from hcsd.runtime import claim_runtime
 from hcsd.runtime.cdi import CDI_VERSION, cdi_edits
+from hcsd.runtime.claim_runtime import ClaimRuntime
 from hcsd.runtime.container_files import QuotaFiles
 from hcsd.runtime.edits import ContainerEdits, merge
+from hcsd.runtime.env_merge import PATH_LISTS
 from hcsd.runtime.settings import DriverPaths
 from hcsd.runtime.vendors import vendor_edits
 from hcsd.service import NodeService
@@ -100,10 +104,16 @@ class Claims:
         kind = dra.CDI_CLAIM_KIND.replace("/", "-")
         return os.path.join(self.cdi_dir, f"{kind}_{uid}.json")
 
-    def prepare(self, claim: PodRef, results: Sequence[ClaimDevice]) -> tuple[PreparedClaim, bool]:
-        """Hold the claim's devices and write its files; (what was prepared, whether the
-        ledger record is new). Raises Refusal; files of a claim held anew are removed again
-        when they cannot be written."""
+    def prepare(
+        self,
+        claim: PodRef,
+        results: Sequence[ClaimDevice],
+        runtime: ClaimRuntime | None = None,
+    ) -> tuple[PreparedClaim, bool]:
+        """Hold the claim's devices and write its files (with `runtime`, the RuntimeProfile
+        the kubelet plugin resolved for its containers: claim_runtime.py); (what was
+        prepared, whether the ledger record is new). Raises Refusal; files of a claim held
+        anew are removed again when they cannot be written."""
         label = f"claim {claim.namespace}/{claim.name} ({claim.uid})"
         try:
             _check_uid(claim.uid)
@@ -120,7 +130,11 @@ class Claims:
         )
         try:
             quota = self.quota.prepare(key, held.grants, devices)
-            self._write_spec(claim.uid, devices, quota)
+            ours = self._write_spec(claim.uid, devices, quota)
+            if runtime is not None:
+                claim_runtime.write(
+                    self.quota.directory(key), replace(runtime, hcsd_env=frozenset(ours))
+                )
         except (OSError, ValueError) as e:
             if created:
                 self.unprepare(claim.uid)
@@ -169,7 +183,8 @@ class Claims:
         grants = tuple(Grant(by_name[n].uuid, m, c) for n, (m, c) in sums.items())
         return devices, grants
 
-    def _write_spec(self, uid: str, devices: Sequence[Device], quota: ContainerEdits) -> None:
+    def _write_spec(self, uid: str, devices: Sequence[Device], quota: ContainerEdits) -> list[str]:
+        """Write the claim's CDI spec; the names of the variables its edits set."""
         by_vendor: dict[str, list[Device]] = {}
         for device in devices:
             by_vendor.setdefault(device.vendor.value, []).append(device)
@@ -197,3 +212,4 @@ class Claims:
         os.makedirs(self.cdi_dir, mode=0o755, exist_ok=True)
         text = json.dumps(spec, indent=2, sort_keys=True) + "\n"
         write_atomic(OsFileSystem(), self.spec_path(uid), text.encode(), mode=SPEC_MODE)
+        return [name for name, _ in common.env if name not in PATH_LISTS]

@@ -20,12 +20,14 @@ from dataclasses import dataclass, field, replace
 
 from hcsd.contract.assignment import ANNOTATION, AssignmentError
 from hcsd.contract.names import container_id_problem
-from hcsd.contract.runtime_binding import ResolvedRuntime
+from hcsd.contract.runtime_binding import ResolvedRuntime, RuntimeBindingError
 from hcsd.model import Allocation, Device, FrontEnd, NodeMode
 from hcsd.refusals import Reason, Refusal
-from hcsd.runtime import runtime_profile
+from hcsd.runtime import claim_runtime, runtime_profile
 from hcsd.runtime.acceptance import Acceptances
 from hcsd.runtime.annotations import RequestError, local_request, requested_keys
+from hcsd.runtime.claim_links import ClaimLinks
+from hcsd.runtime.claims import CLAIMS_DIR
 from hcsd.runtime.container_files import QuotaFiles
 from hcsd.runtime.container_info import ContainerInfo
 from hcsd.runtime.edits import ContainerEdits, merge
@@ -68,6 +70,8 @@ class Injector:
         self.clock = clock
         self.quota = QuotaFiles(settings.run_dir, settings.runtime.libhcs_path)
         self.resumes = Resumes(settings.runtime.checkpoints)
+        claim_files = QuotaFiles(settings.run_dir, settings.runtime.libhcs_path, kind=CLAIMS_DIR)
+        self.claim_links = ClaimLinks(service, claim_files)  # DRA claims' containers
         # Containers the runtime said have ended (a stop, a removal, a reconcile not listing
         # them) whose quota directory could not be removed then: the sweep tries again.
         self._ended: set[str] = set()
@@ -105,7 +109,9 @@ class Injector:
         """
         held, profile = self._allocation(info)
         if held is None:
-            return None
+            edits = self._claim_profile(info)  # a refusal comes before the link
+            self.claim_links.link(info)  # a claim's devices come through CDI, not from here
+            return edits
         self._ended.discard(info.container_id)  # the same id created again runs again
         devices = self._devices(info, held)
         try:
@@ -144,6 +150,7 @@ class Injector:
         nothing left and does nothing. Pods gone long enough are forgotten
         (`Acceptances.sweep`)."""
         self.service.release(container_id)
+        self.claim_links.unlink(container_id)
         self._remove_directory(container_id)
         self.acceptances.sweep()
 
@@ -245,6 +252,7 @@ class Injector:
         releases what hcsd holds for them, counts and logs them. Returns the released ids.
         """
         alive = {c.info.container_id for c in running}
+        self.claim_links.reconcile(c.info for c in running)
         released = []
         untracked = []
         for allocation in self.service.allocations():
@@ -311,6 +319,24 @@ class Injector:
                 why,
             )
         return released
+
+    def _claim_profile(self, info: ContainerInfo) -> ContainerEdits | None:
+        """DRA mode: the edits of the RuntimeProfile the kubelet plugin resolved for this
+        container's claim (claim_runtime.py), checked as from an assignment; None without."""
+        key = self.claim_links.claim_of(info)
+        try:
+            record = (
+                None if key is None else claim_runtime.read(self.claim_links.files.directory(key))
+            )
+        except RuntimeBindingError as e:
+            raise self.service.refuse(Refusal(Reason.RUNTIME_PROFILE, f"{info.label}: {e}")) from e
+        profile = None if record is None else record.for_container(info.pod.uid, info.label)
+        if profile is None:
+            return None
+        refusal = runtime_profile.refusal(info, profile, granted=True)
+        if refusal is not None:
+            raise self.service.refuse(refusal)
+        return runtime_profile.apply(ContainerEdits(), profile, info.label)
 
     def _allocation(self, info: ContainerInfo) -> tuple[Allocation | None, ResolvedRuntime | None]:
         """The allocation now held for this container (in the ledger), or None; with the

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hcsd.contract.names import container_id_problem
 from hcsd.model import Allocation
+from hcsd.runtime.claims import CLAIM_SOURCE, CLAIMS_DIR
 
 __all__ = ["AccountedUsage"]
 
@@ -31,16 +32,19 @@ MAX_SLOTS = 64
 
 
 class AccountedUsage:
-    """Reads `<run_dir>/containers/<id>/usage.shm` for the containers hcsd prepared."""
+    """Reads `<run_dir>/containers/<id>/usage.shm` for the containers hcsd prepared, and
+    `<run_dir>/claims/claim-<uid>/usage.shm` for DRA claims (shared by their containers)."""
 
     def __init__(self, run_dir: str | Path) -> None:
         self.root = Path(run_dir) / "containers"
+        self.claims = Path(run_dir) / CLAIMS_DIR
 
     def __call__(self, allocation: Allocation) -> dict[str, int] | None:
         """Bytes libhcs accounted per device uuid; None when there is no usable region."""
         if container_id_problem(allocation.container_id) is not None:  # as the runtime names dirs
             return None
-        directory = str(self.root / allocation.container_id)
+        root = self.claims if allocation.source == CLAIM_SOURCE else self.root
+        directory = str(root / allocation.container_id)
         data = _read_head(directory, "usage.shm", USED_OFFSET + 8 * MAX_SLOTS)
         if data is None or len(data) < USED_OFFSET:
             return None

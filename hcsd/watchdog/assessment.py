@@ -111,7 +111,10 @@ def assess(
     per_process: Collection[str],
     tolerance: Tolerance,
     accounted: Callable[[Allocation], Mapping[str, int] | None] | None = None,
+    members: Mapping[str, str] | None = None,
 ) -> Assessment:
+    """`members`: the containers of DRA claims (container id -> the claim's key): their
+    processes are charged to the claim, which all its containers share."""
     held = {a.container_id: a for a in allocations}
     used: dict[tuple[str, str], int] = {}
     pids: dict[tuple[str, str], list[int]] = {}
@@ -120,7 +123,7 @@ def assess(
         usage = process.usage
         if process.ids is None or usage.device_uuid not in per_process:
             continue  # exited since it was listed, or a device judged on its total only
-        container = owner(process.ids, held)
+        container = owner(process.ids, held, members)
         if container is None:
             stray_id = process.ids[-1] if process.ids else ""
             result.strays.append(Stray(usage.device_uuid, usage.pid, usage.used_bytes, stray_id))

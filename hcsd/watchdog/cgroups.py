@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,9 +88,17 @@ def container_path(path: str, container_id: str) -> str | None:
     return None
 
 
-def owner(ids: tuple[str, ...], held: Collection[str]) -> str | None:
-    """The container a process is charged to: the outermost id that holds a grant."""
-    return next((i for i in ids if i in held), None)
+def owner(
+    ids: tuple[str, ...], held: Collection[str], members: Mapping[str, str] | None = None
+) -> str | None:
+    """The holder a process is charged to: the outermost id that holds a grant, or whose
+    container belongs to a held DRA claim (`members`: container id -> the claim's key)."""
+    for i in ids:
+        if i in held:
+            return i
+        if members is not None and members.get(i, "") in held:
+            return members[i]
+    return None
 
 
 class CgroupMapper:

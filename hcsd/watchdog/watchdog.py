@@ -23,11 +23,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from hcsd.model import Allocation, VramViolation
+from hcsd.model import Allocation, FrontEnd, VramViolation
 from hcsd.quantity import format_bytes
 from hcsd.watchdog.assessment import Assessment, Attributed, ContainerUsage, Tolerance, assess
 from hcsd.watchdog.cgroups import CgroupMapper, owner
-from hcsd.watchdog.killing import Killer
+from hcsd.watchdog.killing import Killer, KillReport
 from hcsd.watchdog.usage import ReaderError, Sample, UsageReader
 
 __all__ = ["Policy", "PollResult", "Watchdog", "WatchdogSettings"]
@@ -69,8 +69,11 @@ class Watchdog:
         mapper: CgroupMapper | None = None,
         killer: Killer | None = None,
         accounted: Callable[[Allocation], Mapping[str, int] | None] | None = None,
+        members: Callable[[], Mapping[str, str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`members`: the containers of DRA claims, container id -> the claim's ledger key
+        (a claim's allocation names no container; hcsd's NRI plugin links them)."""
         self.readers = list(readers)
         self.allocations = allocations
         self.publish = publish
@@ -78,6 +81,7 @@ class Watchdog:
         self.mapper = mapper or CgroupMapper()
         self.killer = killer or Killer(self.mapper)
         self.accounted = accounted
+        self.members = members or (lambda: {})
         self.clock = clock
         self.last: PollResult | None = None
         self.polls = 0
@@ -100,13 +104,15 @@ class Watchdog:
         )
         while True:
             started = self.clock()
-            result = await asyncio.to_thread(self.observe, list(self.allocations()))
+            result = await asyncio.to_thread(
+                self.observe, list(self.allocations()), dict(self.members())
+            )
             self.report(result)
             await asyncio.sleep(max(0.0, self.settings.interval - (self.clock() - started)))
 
     def poll(self) -> PollResult:
         """One whole poll on the calling thread (tests and the benchmark)."""
-        result = self.observe(list(self.allocations()))
+        result = self.observe(list(self.allocations()), dict(self.members()))
         self.report(result)
         return result
 
@@ -127,8 +133,11 @@ class Watchdog:
 
     # -- one poll ----------------------------------------------------------------------------
 
-    def observe(self, allocations: Sequence[Allocation]) -> PollResult:
+    def observe(
+        self, allocations: Sequence[Allocation], members: Mapping[str, str] | None = None
+    ) -> PollResult:
         """Read, charge, judge and (under `kill`) act; safe to run in a worker thread."""
+        members = members or {}
         started, cpu = time.perf_counter(), time.thread_time()
         sample = self._read()
         attributed = [Attributed(p, self.mapper.ids(p.pid)) for p in sample.processes]
@@ -139,8 +148,9 @@ class Watchdog:
             per_process=sample.per_process,
             tolerance=self.settings.tolerance,
             accounted=self.accounted,
+            members=members,
         )
-        events = self._enforce(assessment, {a.container_id for a in allocations})
+        events = self._enforce(assessment, {a.container_id for a in allocations}, members)
         self._note_strays(assessment)
         self._note_devices(assessment)
         return PollResult(
@@ -171,7 +181,9 @@ class Watchdog:
             merged.unmeasured += sample.unmeasured
         return merged
 
-    def _enforce(self, assessment: Assessment, held: set[str]) -> list[VramViolation]:
+    def _enforce(
+        self, assessment: Assessment, held: set[str], members: Mapping[str, str]
+    ) -> list[VramViolation]:
         over = assessment.violations
         now = {(u.allocation.container_id, u.device_uuid) for u in over}
         for container, device in sorted(self._over - now):
@@ -188,7 +200,7 @@ class Watchdog:
             by_container.setdefault(usage.allocation.container_id, []).append(usage)
         for container, usages in by_container.items():
             seeds = sorted({pid for u in usages for pid in u.pids})
-            report = self.killer.kill(container, seeds, self._membership(container, held))
+            report = self._kill(container, seeds, held, members)
             action = "killed" if report.killed else "kill_failed"
             if not report.killed and all(u not in fresh for u in usages):
                 # Killed at an earlier poll; the driver is still tearing the processes down.
@@ -206,12 +218,33 @@ class Watchdog:
                 events.append(_event(usage, action))
         return events
 
-    def _membership(self, container: str, held: set[str]) -> Callable[[int], bool]:
-        """Whether a pid is charged to `container` now, by the rule that charged it."""
+    def _kill(
+        self, holder: str, seeds: Sequence[int], held: set[str], members: Mapping[str, str]
+    ) -> KillReport:
+        """Kill the holder's container, or each container of a claim that has a process on
+        the device (a claim's other containers keep running: they hold no device memory)."""
+        belongs = self._membership(holder, held, members)
+        targets = sorted(c for c, key in members.items() if key == holder)
+        if not targets:
+            return self.killer.kill(holder, seeds, belongs)
+        by_container: dict[str, list[int]] = {}
+        for pid in seeds:
+            ids = self.mapper.ids(pid) or ()
+            target = next((i for i in ids if members.get(i) == holder), None)
+            if target is not None:
+                by_container.setdefault(target, []).append(pid)
+        reports = [self.killer.kill(c, p, belongs) for c, p in sorted(by_container.items())]
+        killed = tuple(pid for r in reports for pid in r.killed)
+        return KillReport(killed, reports[0].source if reports else "cgroup")
+
+    def _membership(
+        self, holder: str, held: set[str], members: Mapping[str, str]
+    ) -> Callable[[int], bool]:
+        """Whether a pid is charged to `holder` now, by the rule that charged it."""
 
         def belongs(pid: int) -> bool:
             ids = self.mapper.ids(pid)
-            return ids is not None and owner(ids, held) == container
+            return ids is not None and owner(ids, held, members) == holder
 
         return belongs
 
@@ -253,6 +286,8 @@ class Watchdog:
 
 def who(allocation: Allocation) -> str:
     """`ns/pod/container` for Kubernetes containers, the id for the rest (log convention)."""
+    if allocation.front_end is FrontEnd.DRA:
+        return f"claim {allocation.pod.namespace}/{allocation.pod.name} ({allocation.container_id})"
     if allocation.pod.name:
         return f"{allocation.pod}/{allocation.container_name or allocation.container_id[:12]}"
     return allocation.container_id

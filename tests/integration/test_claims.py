@@ -171,3 +171,58 @@ def test_two_devices_and_two_shares_of_one(daemon: Daemon) -> None:
     env = dict(e.split("=", 1) for e in written["containerEdits"]["env"])  # type: ignore[index]
     assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(uuids)
     assert env["CUDA_VISIBLE_DEVICES"] == ",".join(uuids)
+
+
+RUNTIME = {
+    "profile": "pytorch-2.5",
+    "image": "registry.example.com/ngc/pytorch:24.10-py3",
+    "env": [["NCCL_DEBUG", "WARN"], ["NVIDIA_VISIBLE_DEVICES", "all"]],
+    "command": ["python3", "/workspace/train.py"],
+    "code_mount": "/workspace",
+}
+
+
+def test_a_resolved_profile_is_recorded_with_the_claim_until_unprepare(daemon: Daemon) -> None:
+    """What the kubelet plugin resolved for a profile pod's claim is kept beside its quota
+    file for the NRI plugin (tests/nri/test_claim_runtime_profiles.py applies it), with the
+    names of the variables the claim's CDI spec sets, which the profile may not override."""
+    with_runtime = request()
+    with_runtime.runtime = json.dumps(RUNTIME)
+    with_runtime.pod_uid = "5a1d0c3e-pod"
+    run_dir = Path(daemon.settings["daemon"]["run_dir"])  # type: ignore[arg-type]
+    record = run_dir / "claims" / f"claim-{UID}" / "runtime.json"
+    with Client(daemon.socket) as client:
+        assert client.prepare_claim(with_runtime).created
+        written = json.loads(record.read_text())
+        assert record.stat().st_mode & 0o777 == 0o600
+        assert written["pod_uid"] == "5a1d0c3e-pod"
+        assert written["runtime"]["image"] == RUNTIME["image"]
+        assert written["runtime"]["command"] == RUNTIME["command"]
+        assert {"NVIDIA_VISIBLE_DEVICES", "HCS_CONFIG"} <= set(written["hcsd_env"])
+        assert not client.prepare_claim(with_runtime).created  # idempotent, still recorded
+        assert record.exists()
+        assert client.unprepare_claim(UID).released
+    assert not record.exists()
+
+
+@pytest.mark.parametrize(
+    ("runtime", "pod_uid", "words"),
+    [
+        pytest.param("{not json", "p", "runtime:", id="not-json"),
+        pytest.param(json.dumps({**RUNTIME, "args": ["x"], "command": None}), "p",
+                     "runtime args need a command", id="args-without-command"),
+        pytest.param(json.dumps(RUNTIME), "", "needs the reserving pod's uid", id="no-pod"),
+    ],
+)  # fmt: skip
+def test_a_malformed_profile_refuses_the_claim_and_holds_nothing(
+    daemon: Daemon, runtime: str, pod_uid: str, words: str
+) -> None:
+    bad = request()
+    bad.runtime, bad.pod_uid = runtime, pod_uid
+    with Client(daemon.socket) as client:
+        with pytest.raises(ApiError) as refused:
+            client.prepare_claim(bad)
+        assert refused.value.refusal is not None
+        assert refused.value.refusal.reason.value == "invalid_request"
+        assert words in str(refused.value)
+        assert not [a for a in client.allocations() if a.container_id == f"claim-{UID}"]

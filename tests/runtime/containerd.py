@@ -476,6 +476,7 @@ class Containerd:
         mounts: Sequence[tuple[Path, str]] = (),
         user: tuple[int, int] | None = None,
         seccomp: str | None = None,
+        cdi_devices: Sequence[str] = (),
     ) -> str:
         """Create a container in `pod_id`; its id, or CrictlError with the runtime's text.
 
@@ -483,6 +484,7 @@ class Containerd:
         `mounts` are read-only host paths (host, container), as a pod's hostPath volumes;
         `user` is (uid, gid), as a pod's `runAsUser` and `runAsGroup`; `seccomp`
         "runtime/default" is a pod's `seccompProfile: RuntimeDefault` (unset: unconfined).
+        `cdi_devices` are CDI ids in CRI's own field, as kubelet passes a DRA claim's devices.
         """
         context: dict[str, Any] = {}
         if user is not None:
@@ -512,6 +514,8 @@ class Containerd:
             ],
             "linux": linux,
         }
+        if cdi_devices:
+            config["CDI_devices"] = [{"name": name} for name in cdi_devices]
         path = self.dir / "pods" / f"{pod_id[:12]}_{name}.json"
         path.write_text(json.dumps(config, indent=1))
         container_id = self.crictl(
@@ -551,18 +555,22 @@ class Containerd:
                 )
             time.sleep(0.05)
 
-    def exec(self, container_id: str, *cmd: str, timeout: float = 10) -> tuple[int, str]:
+    def exec(
+        self, container_id: str, *cmd: str, timeout: float = 10, user: str | None = None
+    ) -> tuple[int, str]:
         """Run `cmd` in the running container; its exit code and stdout (stderr is dropped).
 
         Through `ctr tasks exec` rather than crictl: `crictl exec --sync` loses the exit code
         of a failing command and prints stderr into stdout, and the streaming exec loses the
-        code too. The process gets the container's environment and working directory.
+        code too. The process gets the container's environment and working directory, and
+        runs as `user` ("uid:gid") when given, else as the container's user.
         """
         self._execs += 1
         command = [
             str(self.bin.ctr), "--address", str(self.grpc_socket), "-n", NAMESPACE,
             "tasks", "exec", "--fifo-dir", str(self.dir / "fifo"),
-            "--exec-id", f"hcs-exec-{os.getpid()}-{self._execs}", container_id, *cmd,
+            "--exec-id", f"hcs-exec-{os.getpid()}-{self._execs}",
+            *(["--user", user] if user is not None else []), container_id, *cmd,
         ]  # fmt: skip
         result = subprocess.run(
             command,

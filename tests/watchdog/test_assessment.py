@@ -105,3 +105,21 @@ def test_a_device_without_process_figures_is_judged_on_its_total() -> None:
     # 16Gi + 5% + 512Mi for each of two holders and the driver's own
     assert devices[G1].allowed_bytes == 16 * GiB + int(16 * GiB * 0.05) + 3 * 512 * MiB
     assert devices[G1].over and not devices[G0].over
+
+
+def test_the_containers_of_a_claim_are_charged_together_to_the_claim() -> None:
+    claim = "claim-4d1e0c9a-7b2f-4e51-8a3c-1f6b9d2e7c05"
+    processes = [(G0, 100, 3 * GiB, (A,)), (G0, 101, 3 * GiB, (B,)), (G0, 102, 1 * GiB, (C,))]
+    held = [allocation(claim, {0: 4 * GiB}), allocation(C, {0: 2 * GiB})]
+    result = assess(
+        [Attributed(ProcessUsage(d, pid, used), ids) for d, pid, used, ids in processes],
+        held,
+        totals={},
+        per_process={G0},
+        tolerance=TOLERANCE,
+        members={A: claim, B: claim, C: claim},  # C holds its own grant: that comes first
+    )
+    by_holder = {u.allocation.container_id: u for u in result.containers}
+    assert (by_holder[claim].used_bytes, by_holder[claim].pids) == (6 * GiB, (100, 101))
+    assert by_holder[claim].over and not by_holder[C].over
+    assert result.strays == []
