@@ -53,7 +53,8 @@ PROTO := proto/hcsd/api/v1/hcsd.proto
 NRI_PROTOS := proto/hcsd/runtime/nri/ttrpc.proto proto/hcsd/runtime/nri/v1alpha1/api.proto
 KUBELET_PROTOS := proto/hcsd/cluster/kubeletplugin/wire/dra_v1.proto \
 	proto/hcsd/cluster/kubeletplugin/wire/dra_v1beta1.proto \
-	proto/hcsd/cluster/kubeletplugin/wire/registration_v1.proto
+	proto/hcsd/cluster/kubeletplugin/wire/registration_v1.proto \
+	proto/hcsd/cluster/kubeletplugin/wire/dra_health_v1alpha1.proto
 GENERATED := $(patsubst proto/%.proto,%_pb2.py,$(KUBELET_PROTOS)) \
 	$(patsubst proto/%.proto,%_pb2.pyi,$(KUBELET_PROTOS)) \
 	hcsd/api/v1/hcsd_pb2.py hcsd/api/v1/hcsd_pb2.pyi hcsd/api/v1/hcsd_pb2_grpc.py \
