@@ -1,0 +1,311 @@
+"""ComputeQuota at admission in DRA mode: refuse a pod whose claim would take its namespace
+over a `spec.hard` (docs/dra.md, "ComputeQuota in DRA mode").
+
+kube-scheduler allocates claims without asking HCS, so the webhook is the last point where a
+pod can be stopped. The rule, per ComputeQuota of the pod's namespace and per key it sets:
+
+    used + charge > hard  ->  refused (the extender's wording: compute_quota.Quota.excess)
+
+- `used`: (a) every allocated claim of the namespace, counted as the extender counts them
+  (claim_usage: consumed memory, reserved share x the device's FP16 TFLOPS, devices); (b)
+  every pod of the namespace (not Succeeded or Failed) whose `hcs-accelerator` claim entry
+  names a template and whose claim is not allocated yet, charged from what its claim (or,
+  before the claim exists, its template) asks for; (c) the pods this process admitted that
+  no list shows yet (the API server stores a pod after the webhook answers), for `window`
+  seconds at most.
+- `charge`: the most the claim can hold, resource by resource, over the alternatives it asks
+  for (a VRAM request's memory, or a whole device's: the largest memory of the models it
+  allows; the compute share times the largest FP16 figure of those models; the device
+  count), summed over its requests. A quota is a ceiling: kube-scheduler may take any of
+  the alternatives. An alternative naming no model HCS knows cannot be bounded: with a
+  ComputeQuota in the namespace such a pod is refused.
+
+Nothing a tenant writes on a pod is trusted: the charge comes from the claim spec (the
+template's name is the hash of its spec, claim_shapes.template_name, so a tenant cannot
+put other requests under a name the webhook uses), and a pending pod is matched to its
+claim through the pod's own `status.resourceClaimStatuses`, written by kube-controller-manager.
+The `hcs.io/quota-charge` annotation the webhook writes is for people and for matching this
+process's records; its figures are never read back.
+
+One lock per namespace serializes the read-decide-record steps of this process; replicas do
+not share their records (the race across them is docs/dra.md's to bound).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from hcsd.cluster.claim_shapes import Selected, selected
+from hcsd.cluster.claim_usage import RESOURCE_VERSION, amounts_of_claim, claim_hold
+from hcsd.cluster.compute_quota import Amounts, Quota, QuotaError, quota_of
+from hcsd.cluster.kube import KubeError, paths_for
+from hcsd.cluster.objects import NodeView, ObjectError, node_view
+from hcsd.cluster.webhook_dra import Refused
+from hcsd.contract.dra import ANNOTATION_QUOTA_CHARGE, POD_CLAIM_NAME
+from hcsd.contract.names import API_VERSION, COMPUTE_NODES, COMPUTE_QUOTAS
+from hcsd.profiles.database import Profile, ProfileDatabase
+from hcsd.profiles.exchange import share_tflops
+
+__all__ = ["QuotaGate", "Unbounded", "charge_of", "read_charge", "write_charge"]
+
+log = logging.getLogger("hcs.webhook")
+
+DONE_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class _Api(Protocol):
+    def get(self, path: str) -> dict[str, Any]: ...
+
+    def list_all(self, path: str) -> tuple[list[dict[str, Any]], str]: ...
+
+
+class Unbounded(ValueError):
+    """A claim request whose charge cannot be bounded (no model HCS knows can serve it, or a
+    request this module did not write)."""
+
+
+def _candidates(request: Selected, db: ProfileDatabase) -> list[Profile]:
+    """The known models a request can be served by (unknown names: none)."""
+    vendors, models = set(request.vendors), set(request.models)
+    return [
+        p
+        for p in db.profiles
+        if (not vendors or p.vendor.value in vendors) and (not models or p.model.lower() in models)
+    ]
+
+
+def _most(request: Selected, db: ProfileDatabase) -> Amounts:
+    """The most one alternative can hold once allocated, as claim_usage would count it."""
+    profiles = _candidates(request, db)
+    if not profiles:
+        raise Unbounded(
+            f"it asks for models HCS does not know ({', '.join(request.models) or 'any'} of "
+            f"{', '.join(request.vendors) or 'any vendor'}), so its charge cannot be bounded"
+        )
+    memory = request.memory
+    if memory is None:  # whole devices: the device's whole memory
+        memory = max(p.vram_bytes for p in profiles)
+    fp16 = max(p.figure("tflops_fp16") for p in profiles)
+    count = request.count
+    return Amounts(memory * count, share_tflops(fp16, request.compute) * count, count)
+
+
+def charge_of(claim: Mapping[str, Any], db: ProfileDatabase) -> Amounts:
+    """What a claim spec is charged while it is not allocated: per device request, the most
+    of each resource over its alternatives, summed. Unbounded when one cannot be bounded."""
+    total = Amounts()
+    for request in (claim.get("devices") or {}).get("requests") or ():
+        options = request.get("firstAvailable") or [request.get("exactly") or {}]
+        try:
+            most = [_most(selected(option), db) for option in options]
+        except (ValueError, TypeError, AttributeError) as e:
+            raise Unbounded(str(e)) from e
+        total = total + Amounts(
+            max(a.vram for a in most), max(a.tflops for a in most), max(a.devices for a in most)
+        )
+    return total
+
+
+def write_charge(amounts: Amounts, token: str) -> str:
+    """The annotation's text: the charge, for people, and the token matching this process's
+    record to the pod once it is listed."""
+    return json.dumps(
+        {"vram": amounts.vram, "tflops": round(amounts.tflops, 6), "devices": amounts.devices,
+         "token": token},
+        separators=(",", ":"),
+    )  # fmt: skip
+
+
+def read_charge(text: object) -> tuple[Amounts, str] | None:
+    """The charge and token written by `write_charge`; None for anything else. Any pod can
+    carry the annotation, so a figure that is not finite and >= 0 (NaN, negative, 1e999) is
+    no charge: it must neither lower `used` nor raise out of the admission."""
+    try:
+        raw = json.loads(str(text))
+        figures = [float(raw["vram"]), float(raw["tflops"]), float(raw["devices"])]
+        if not all(math.isfinite(f) and f >= 0 for f in figures):
+            return None
+        amounts = Amounts(int(figures[0]), figures[1], int(figures[2]))
+        return amounts, str(raw.get("token", ""))
+    except (ValueError, TypeError, KeyError, OverflowError, AttributeError):
+        return None
+
+
+class QuotaGate:
+    """`admit(namespace, demand, dry_run)` for webhook_dra.dra_patch, against one API client."""
+
+    def __init__(
+        self,
+        api: _Api,
+        db: ProfileDatabase,
+        *,
+        window: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.db = db
+        self.window = window
+        self.clock = clock
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._admitted: dict[str, tuple[str, Amounts, float]] = {}  # token: ns, charge, when
+
+    def _lock(self, namespace: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(namespace, threading.Lock())
+
+    def _list(self, path: str, what: str) -> list[dict[str, Any]]:
+        try:
+            return self.api.list_all(path)[0]
+        except KubeError as e:
+            message = f"failed to list {what} for the ComputeQuota: {e} (a retry may pass)"
+            raise Refused(message, 500) from e
+
+    def _quotas(self, namespace: str) -> list[Quota]:
+        found = []
+        for obj in self._list(paths_for(API_VERSION, COMPUTE_QUOTAS, namespace), "ComputeQuotas"):
+            try:
+                found.append(quota_of(obj))
+            except QuotaError as e:  # the extender skips it too: its spec says nothing
+                log.warning("%s", e)
+        return found
+
+    def _view(self, node: str) -> NodeView | None:
+        try:
+            return node_view(self.api.get(paths_for(API_VERSION, COMPUTE_NODES, name=node)))
+        except KubeError as e:
+            if e.not_found:
+                return None
+            raise Refused(f"failed to read ComputeNode {node}: {e} (a retry may pass)", 500) from e
+        except ObjectError:
+            return None
+
+    def _claims(self, namespace: str) -> tuple[Amounts, dict[str, dict[str, Any] | None]]:
+        """The namespace's allocated claims' amounts, and every claim by name: None for an
+        allocated one (it is counted here), the spec of one not allocated yet."""
+        holds, by_name = [], {}
+        path = paths_for(RESOURCE_VERSION, "resourceclaims", namespace)
+        for obj in self._list(path, "ResourceClaims"):
+            name = str((obj.get("metadata") or {}).get("name"))
+            try:
+                hold = claim_hold(obj)
+            except ValueError as e:
+                log.warning("ResourceClaim %s: %s", name, e)
+                continue
+            by_name[name] = None if hold is not None else dict(obj.get("spec") or {})
+            if hold is not None:
+                holds.append(hold)
+        views: dict[str, NodeView | None] = {}
+        total = Amounts()
+        for hold in holds:
+            for share in hold.shares:
+                if share.node not in views:
+                    views[share.node] = self._view(share.node)
+            total = total + amounts_of_claim(hold, views.get)
+        return total, by_name
+
+    def _templates(self, namespace: str) -> dict[str, dict[str, Any]]:
+        path = paths_for(RESOURCE_VERSION, "resourceclaimtemplates", namespace)
+        return {
+            str((t.get("metadata") or {}).get("name")): dict(
+                (t.get("spec") or {}).get("spec") or {}
+            )
+            for t in self._list(path, "ResourceClaimTemplates")
+        }
+
+    def _pending(
+        self,
+        pods: Iterable[Mapping[str, Any]],
+        claims: Mapping[str, dict[str, Any] | None],
+        templates: Mapping[str, dict[str, Any]],
+    ) -> Amounts:
+        """Charges of the live pods whose `hcs-accelerator` claim is not allocated, from the
+        claim's spec or, before the claim is made, the template's; forgets the records of
+        the pods listed."""
+        total = Amounts()
+        for pod in pods:
+            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+            status = pod.get("status") or {}
+            entry = next((r for r in spec.get("resourceClaims") or ()
+                          if r.get("name") == POD_CLAIM_NAME), None)  # fmt: skip
+            if entry is None or not entry.get("resourceClaimTemplateName"):
+                continue
+            charged = read_charge((meta.get("annotations") or {}).get(ANNOTATION_QUOTA_CHARGE))
+            if charged is not None:
+                with self._guard:
+                    self._admitted.pop(charged[1], None)
+            if status.get("phase") in DONE_PHASES:
+                continue
+            made = next((str(s.get("resourceClaimName")) for s in
+                         status.get("resourceClaimStatuses") or ()
+                         if s.get("name") == POD_CLAIM_NAME and s.get("resourceClaimName")),
+                        None)  # fmt: skip
+            if made is not None and made in claims:
+                source = claims[made]  # None: allocated, counted with the claims
+            else:
+                source = templates.get(str(entry["resourceClaimTemplateName"]))
+            if source is None:
+                continue
+            try:
+                total = total + charge_of(source, self.db)
+            except Unbounded as e:  # a template this webhook did not write: counted once allocated
+                log.warning("pod %s/%s: its claim is not charged: %s",
+                            meta.get("namespace"), meta.get("name"), e)  # fmt: skip
+        return total
+
+    def used(self, namespace: str) -> Amounts:
+        """(a) + (b) + (c) of the module's rule; call with the namespace's lock held."""
+        claims, by_name = self._claims(namespace)
+        templates = self._templates(namespace)
+        pods = self._list(paths_for("v1", "pods", namespace), "pods")
+        total = claims + self._pending(pods, by_name, templates)
+        now = self.clock()
+        with self._guard:
+            for token, (where, amounts, when) in list(self._admitted.items()):
+                if now - when > self.window:
+                    del self._admitted[token]
+                elif where == namespace:
+                    total = total + amounts
+        return total
+
+    def admit(self, namespace: str, claim: Mapping[str, Any], dry_run: bool) -> str:
+        """The charge to write on the pod whose claim spec is `claim` (written with no
+        ComputeQuota too); Refused (403) when the pod would go over a quota, or when its
+        charge cannot be bounded and the namespace has a quota."""
+        token = uuid.uuid4().hex
+        with self._lock(namespace):
+            quotas = self._quotas(namespace)
+            try:
+                charge = charge_of(claim, self.db)
+            except Unbounded as e:
+                if quotas:
+                    raise Refused(
+                        f"ComputeQuota {namespace}/{quotas[0].name}: this pod's claim "
+                        f"cannot be charged: {e}", 403) from e  # fmt: skip
+                return write_charge(Amounts(), token)
+            if not quotas:
+                return write_charge(charge, token)
+            used = self.used(namespace)
+            for quota in quotas:
+                why = quota.excess(used, charge)
+                if why:
+                    raise Refused(why, 403)
+            if not dry_run:
+                when = self.clock()
+                with self._guard:
+                    self._admitted[token] = (namespace, charge, when)
+        return write_charge(charge, token)
+
+    def release(self, annotation: str) -> None:
+        """Forget a charge whose pod was refused after all (its template could not be made)."""
+        charged = read_charge(annotation)
+        if charged is not None:
+            with self._guard:
+                self._admitted.pop(charged[1], None)
