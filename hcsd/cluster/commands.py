@@ -31,6 +31,7 @@ from hcsd.cluster.kubeletplugin.plugin import KUBELET_DIR, KubeletPlugin, Plugin
 from hcsd.cluster.leader import LeaderElector
 from hcsd.cluster.node_keys import ClusterKeys, NodeKeys, syncer_user
 from hcsd.cluster.node_keys_http import serve_node_keys
+from hcsd.cluster.profile_gate_controller import ProfileGate
 from hcsd.cluster.syncer import SYNCER_TOKEN_FILE, Syncer, SyncerSettings
 from hcsd.cluster.tls import TLSSetupError
 from hcsd.contract import paths
@@ -143,7 +144,7 @@ def syncer_main(argv: Sequence[str] | None = None) -> int:
     plugin = None
     if args.kubelet_plugin:  # its own client: its calls never wait behind the syncer's
         paths_ = PluginPaths.of(args.kubelet_dir, args.pod_uid)
-        plugin = KubeletPlugin(_connect(args.kubeconfig), args.socket, paths_)
+        plugin = KubeletPlugin(_connect(args.kubeconfig), args.socket, paths_, pool=args.node_name)
         plugin.start()
     try:
         syncer.run()
@@ -268,10 +269,24 @@ def _extender_parser() -> argparse.ArgumentParser:
         "ComputeQuota usage (needs list and watch of resourceclaims)",
     )
     parser.add_argument(
+        "--profile-gate",
+        action="store_true",
+        help="DRA mode: release pods gated for their RuntimeProfile once their images are set "
+        "for the vendor chosen (hcsd/cluster/profile_gate_controller.py)",
+    )
+    parser.add_argument("--profile-gate-seconds", type=float, default=2.0)
+    parser.add_argument(
         "--no-requeue",
         dest="requeue",
         action="store_false",
         help="never touch refused pods (the chart's requeue.enabled=false: no `patch pods`)",
+    )
+    parser.add_argument(
+        "--no-runtime-profiles",
+        dest="runtime_profiles",
+        action="store_false",
+        help="never list RuntimeProfiles; refuse pods naming one (the chart's "
+        "runtimeProfiles.enabled=false: no RBAC on runtimeprofiles)",
     )
     parser.add_argument("-v", "--verbose", action="store_true")
     add_flags(parser)
@@ -312,6 +327,7 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         requeue=args.requeue,
         own_pod=_own_pod(),
         claims=args.count_claims,
+        runtime_profiles=args.runtime_profiles,
     )
     try:
         node_keys = _open_node_keys(parser, args, kube, keys) if args.node_keys_listen else None
@@ -340,6 +356,14 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
         extender.quota_status.run(stopping, args.quota_status_seconds, extender.is_leader)
 
     threading.Thread(target=caches, name="caches", daemon=True).start()
+    if args.profile_gate:
+        gate = ProfileGate(kube, db)
+        threading.Thread(
+            target=gate.run,
+            args=(stopping, args.profile_gate_seconds, extender.is_leader),
+            name="profile-gate",
+            daemon=True,
+        ).start()
     for server in endpoints.servers:
         log.info(
             "hcs-scheduler-extender %s: %s on %s:%d",

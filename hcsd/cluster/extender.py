@@ -65,17 +65,20 @@ class Extender:
         requeue: bool = True,
         own_pod: tuple[str, str] | None = None,
         claims: bool = False,
+        runtime_profiles: bool = True,
     ) -> None:
         self.is_leader = is_leader
         self.keys = keys
         self.metrics = Metrics(is_leader)
         self.state = ClusterState(
-            kube, keys=keys, namespace=namespace, clock=clock, schedulers=schedulers, claims=claims
-        )
+            kube, keys=keys, namespace=namespace, clock=clock, schedulers=schedulers,
+            claims=claims, profiles=runtime_profiles,
+        )  # fmt: skip
         self.metrics.pending_copies.set_function(lambda: len(self.state.copies))
         self.decider = Decider(
             db, self.metrics, self.state.changed_between,
             profiles=self.state.runtime_profile, profiles_listed=self.state.profiles.synced.is_set,
+            profiles_on=runtime_profiles,
         )  # fmt: skip
         self.binder = Binder(
             kube, keys, self.state, self.decider, self.metrics,

@@ -12,7 +12,9 @@ go first. The extender uses a profile twice:
 The CRD's schema (packaging/kubernetes/crds/runtimeprofiles.yaml) already bounds what the
 API server stores; `runtime_profile` checks it again through `ResolvedRuntime` (one set of
 bounds for the extender and the node), so a profile written before a tighter schema, or
-past it, is refused by name rather than signed.
+past it, is refused by name rather than signed. Reserved variable names (the CRD refuses
+them too) are refused at bind by `resolve`, naming them, for a profile stored before that
+rule.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ from typing import Any
 from hcsd.cluster.demand import Cover, DemandError
 from hcsd.cluster.planner import expand_models
 from hcsd.contract.names import ANNOTATION_RUNTIME_PROFILE, MODEL_NAME
-from hcsd.contract.runtime_binding import PROFILE_NAME, ResolvedRuntime, RuntimeBindingError
+from hcsd.contract.runtime_binding import (
+    PROFILE_NAME,
+    RESERVED_ENV_PREFIX,
+    ResolvedRuntime,
+    RuntimeBindingError,
+    reserved_env,
+)
 from hcsd.model import Device, Grant, Vendor
 from hcsd.profiles.database import ProfileDatabase
 
@@ -181,6 +189,15 @@ def resolve(
             return (
                 f"container {container}: runtime profile {profile.name} has no image for "
                 f"{', '.join(kinds)} (it has: {cover.describe()})"
+            )
+        kept = [name for name, _ in found.env if reserved_env(name)]
+        if kept:  # the CRD refuses these; a profile stored before that rule may carry them
+            return (
+                f"container {container}: runtime profile {profile.name} sets "
+                f"{', '.join(kept[:8])}, which hcsd sets itself ({RESERVED_ENV_PREFIX}*, "
+                "LD_PRELOAD, LD_AUDIT, the vendors' device selection): remove it from the "
+                "profile (kubectl edit runtimeprofile "
+                f"{profile.name})"
             )
         resolved[container] = found
     return resolved

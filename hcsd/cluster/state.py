@@ -107,6 +107,7 @@ class ClusterState:
         schedulers: frozenset[str] = DEFAULT_SCHEDULERS,
         pending_copies: int = PENDING_COPIES,
         claims: bool = False,
+        profiles: bool = True,
     ) -> None:
         self._lock = threading.Lock()
         # --- guarded by _lock ---
@@ -158,6 +159,8 @@ class ClusterState:
             kube, paths_for(API_VERSION, RUNTIME_PROFILES), runtime_profile,
             name=RUNTIME_PROFILES,
         )  # fmt: skip
+        # profiles=False (--no-runtime-profiles): never started, so never listed (no RBAC).
+        self._watched = (*self.informers, self.profiles) if profiles else self.informers
 
     @property
     def informers(self) -> tuple[Informer[Any], ...]:
@@ -166,12 +169,12 @@ class ClusterState:
         return (self.nodes, self.pods, self.quotas, self.leases, *extra)
 
     def start(self) -> ClusterState:
-        for informer in (*self.informers, self.profiles):
+        for informer in self._watched:
             informer.start()
         return self
 
     def stop(self) -> None:
-        for informer in (*self.informers, self.profiles):
+        for informer in self._watched:
             informer.stop()
 
     def runtime_profile(self, name: str) -> RuntimeProfile | None:

@@ -65,6 +65,12 @@ POD_CLAIM_NAME: Final = "hcs-accelerator"
 #: `compute.hcs.io/claim=<claim uid>-<device name>`.
 CDI_CLAIM_KIND: Final = f"{DRIVER}/claim"
 
+#: The scheduling gate the webhook puts on a pod naming a RuntimeProfile (`hcs.io/runtime-profile`)
+#: in DRA mode: kube-scheduler leaves the pod alone until the profile gate controller has chosen
+#: the vendor, set the containers' images for it and narrowed the pod's node affinity, and then
+#: removes the gate (docs/runtime-profiles.md, "DRA mode").
+SCHEDULING_GATE_RUNTIME_PROFILE: Final = "hcs.io/runtime-profile"
+
 # --- device taints --------------------------------------------------------------------------------
 #: On a device hcsd reports unhealthy (effect NoSchedule; NoExecute by policy); gone on recovery.
 TAINT_UNHEALTHY: Final = f"{DRIVER}/unhealthy"
@@ -75,3 +81,9 @@ TAINT_UNHEALTHY: Final = f"{DRIVER}/unhealthy"
 MODE_LABEL: Final = "hcs.io/mode"
 MODE_EXTENDER: Final = "extender"
 MODE_DRA: Final = "dra"
+
+# --- admission ------------------------------------------------------------------------------------
+#: Pod annotation the DRA-mode webhook writes: what the pod was charged against its namespace's
+#: ComputeQuota, for people, and the token of the webhook's record (hcsd/cluster/claim_quota.py).
+#: Its figures are never read back: a tenant may change it; the charge comes from the claim.
+ANNOTATION_QUOTA_CHARGE: Final = "hcs.io/quota-charge"

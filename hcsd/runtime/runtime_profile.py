@@ -18,10 +18,11 @@ Refused (the container is not created; the text says why):
 - the profile names a code mount and the container mounts nothing at or above that path:
   the profile's command would not find the user's code.
 
-Environment precedence (highest first): hcsd's own variables (HCS_*, LD_PRELOAD and LD_AUDIT
-always; any other variable hcsd's edits set, such as CUDA_VISIBLE_DEVICES), then the
-profile's, then the container's (image and pod spec: NRI carries them merged). A profile
-variable hcsd keeps for itself is dropped and named in hcsd's log. Path lists
+Environment precedence (highest first): hcsd's own variables (HCS_*, LD_PRELOAD, LD_AUDIT and
+the device selectors hcsd sets or vendor runtimes read, such as CUDA_VISIBLE_DEVICES, always:
+the contract's RESERVED_ENV; any other variable hcsd's edits set, such as NCCL_P2P_DISABLE),
+then the profile's, then the container's (image and pod spec: NRI carries them merged). A
+profile variable hcsd keeps for itself is dropped and named in hcsd's log. Path lists
 (env_merge.PATH_LISTS) are joined instead: hcsd's directories, then the profile's, then the
 container's own value.
 """
@@ -32,7 +33,7 @@ import logging
 import posixpath
 from collections.abc import Mapping, Sequence
 
-from hcsd.contract.runtime_binding import ResolvedRuntime
+from hcsd.contract.runtime_binding import ResolvedRuntime, reserved_env
 from hcsd.model import FrontEnd
 from hcsd.refusals import Reason, Refusal
 from hcsd.runtime.container_info import ContainerInfo
@@ -58,13 +59,13 @@ CODE_DIR_ENV = "HCS_CODE_DIR"
 # the pod spec gave when the kubelet passes it (CRI user_specified_image), else
 # the runtime's image record's name. containerd's first, then CRI-O's.
 IMAGE_ANNOTATIONS = ("io.kubernetes.cri.image-name", "io.kubernetes.cri-o.ImageName")
-_RESERVED = frozenset({"LD_PRELOAD", "LD_AUDIT"})
 _DEFAULT_DOMAIN = "docker.io"
 
 
 def reserved(name: str) -> bool:
-    """A variable no profile may set: hcsd's own and the loader's preload settings."""
-    return name in _RESERVED or name.startswith("HCS_")
+    """A variable no profile may set: hcsd's own, the loader's preload settings and the
+    vendors' device selection (hcsd.contract.runtime_binding.RESERVED_ENV)."""
+    return reserved_env(name)
 
 
 def image_of(container_annotations: Mapping[str, str]) -> str:

@@ -178,6 +178,21 @@ BAD = {
     "image too long": ({"vendor": "nvidia", "image": "a" * 513}, "Too long"),
     "image with a space": ({"vendor": "nvidia", "image": "a b"}, "spec.runtimes[0].image"),
     "no image": ({"vendor": "nvidia"}, "spec.runtimes[0].image: Required value"),
+    "a vendor's device selection": (
+        {"vendor": "ascend", "image": "a:1",
+         "env": [{"name": "NCCL_DEBUG", "value": "1"},
+                 {"name": "ASCEND_RT_VISIBLE_DEVICES", "value": "0"}]},
+        "spec.runtimes[0].env[1].name: Forbidden: ASCEND_RT_VISIBLE_DEVICES is reserved: "
+        "hcsd sets it itself",
+    ),
+    "the preload": (
+        {"vendor": "nvidia", "image": "a:1", "env": [{"name": "LD_PRELOAD", "value": "/x.so"}]},
+        "LD_PRELOAD is reserved",
+    ),
+    "an HCS_ variable": (
+        {"vendor": "nvidia", "image": "a:1", "env": [{"name": "HCS_CODE_DIR", "value": "/"}]},
+        "HCS_CODE_DIR is reserved",
+    ),
 }  # fmt: skip
 
 

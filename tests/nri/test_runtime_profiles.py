@@ -225,3 +225,32 @@ def test_the_other_front_ends_refuse_a_profile_pod(
     plain = ContainerInfo("c1", "main", info.pod, {}, {"hcs.io/assignment": sign(body, KEY)})
     assert injector.create(replace(plain, front_end=front_end)) is not None
     node.close()
+
+
+PINNED = "nvcr.io/nvidia/pytorch@sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("named", "runs"),
+    [
+        pytest.param(PINNED, True, id="the-digest-signed"),
+        pytest.param(
+            "nvcr.io/nvidia/pytorch:24.10-py3@sha256:" + "ab" * 32, True, id="tag-and-digest"
+        ),
+        pytest.param("nvcr.io/nvidia/pytorch@sha256:" + "cd" * 32, False, id="another-digest"),
+        pytest.param("nvcr.io/nvidia/pytorch:24.10-py3", False, id="a-tag-alone"),
+    ],
+)
+async def test_a_profile_pinned_by_digest_admits_that_digest_alone(
+    nri_12: Setup, named: str, runs: bool
+) -> None:
+    """containerd names the image as the pod spec wrote it (CRI user_specified_image, in
+    io.kubernetes.cri.image-name): a digest the extender set is compared digest to digest."""
+    req = request(v3(image=PINNED), annotations={"io.kubernetes.cri.image-name": named})
+    if runs:
+        reply = await create(nri_12, req)
+        assert list(reply.adjust.args)[:1] == ["python3"]
+        return
+    with pytest.raises(TtrpcError) as refused:
+        await create(nri_12, req)
+    assert f"is not runtime profile 'pytorch-2.5''s image {PINNED!r}" in refused.value.message

@@ -7,11 +7,19 @@ import logging
 
 import pytest
 
-from hcsd.contract.runtime_binding import ResolvedRuntime
+from hcsd.contract.runtime_binding import RESERVED_ENV, ResolvedRuntime
 from hcsd.runtime.container_mounts import ContainerMount
 from hcsd.runtime.edits import ContainerEdits, merge
 from hcsd.runtime.nri.versions import argv_adjustable
-from hcsd.runtime.runtime_profile import apply, image_of, normalized_image, problem, same_image
+from hcsd.runtime.runtime_profile import (
+    apply,
+    image_of,
+    normalized_image,
+    problem,
+    reserved,
+    same_image,
+)
+from hcsd.runtime.vendors import VENDOR_RUNTIME
 
 
 @pytest.mark.parametrize(
@@ -98,6 +106,24 @@ def test_hcsd_first_then_the_profile(caplog: pytest.LogCaptureFixture) -> None:
     assert "ns/pod/main: runtime profile 'p': not setting CUDA_VISIBLE_DEVICES, HCS_X" in (
         caplog.text
     )
+
+
+def test_every_vendors_device_selection_is_reserved_in_the_contract() -> None:
+    """The node sets these to the devices granted; the contract's set (which the CRD and the
+    extender refuse) must name each, whatever the vendor of the node."""
+    for vendor, spec in VENDOR_RUNTIME.items():
+        for name in (*spec.host_selection_env, *spec.app_selection_env):
+            assert name in RESERVED_ENV, (vendor, name)
+    assert reserved("HCS_CODE_DIR") and reserved("LD_PRELOAD") and not reserved("NCCL_DEBUG")
+
+
+def test_another_vendors_selection_is_dropped_too(caplog: pytest.LogCaptureFixture) -> None:
+    """On an Ascend node hcsd sets no CUDA_VISIBLE_DEVICES; a profile's is dropped still."""
+    env_in = (("CUDA_VISIBLE_DEVICES", "0"), ("NCCL_DEBUG", "WARN"))
+    runtime = ResolvedRuntime(profile="p", image="r.io/base:1", env=env_in)
+    ours = ContainerEdits(env=(("ASCEND_RT_VISIBLE_DEVICES", "0"),))
+    env = dict(apply(ours, runtime, "ns/pod/main").env)
+    assert "CUDA_VISIBLE_DEVICES" not in env and env["NCCL_DEBUG"] == "WARN"
 
 
 def test_merge_keeps_the_last_argv_given() -> None:

@@ -74,6 +74,58 @@ def test_the_schema_holds_the_contracts_bounds() -> None:
     assert rule["rule"] == "!has(self.args) || has(self.command)"
 
 
+def reserved_rule() -> str:
+    """The CEL rule on env items that refuses the contract's reserved variables."""
+    listed = ", ".join(f"'{name}'" for name in sorted(runtime_binding.RESERVED_ENV))
+    prefix = runtime_binding.RESERVED_ENV_PREFIX
+    return f"!(self.name in [{listed}]) && !self.name.startsWith('{prefix}')"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "NVIDIA_MIG_MONITOR_DEVICES",
+     "ASCEND_RUNTIME_OPTIONS"],
+)  # fmt: skip
+def test_the_selectors_vendor_runtimes_read_are_reserved(name: str) -> None:
+    """A profile setting one would change the devices the container sees behind hcsd's back."""
+    assert runtime_binding.reserved_env(name)
+
+
+def test_driver_capabilities_are_left_to_profiles() -> None:
+    """NVIDIA_DRIVER_CAPABILITIES picks driver libraries, not devices: a profile may set it."""
+    assert not runtime_binding.reserved_env("NVIDIA_DRIVER_CAPABILITIES")
+
+
+def test_the_crd_refuses_exactly_the_contracts_reserved_variables() -> None:
+    """One home for the reserved set (hcsd.contract.runtime_binding): the CRD's rule is the
+    one generated from it, and names the variable in its message."""
+    env = crd_schema(names.RUNTIME_PROFILES)["properties"]["spec"]["properties"]["runtimes"]
+    (rule,) = env["items"]["properties"]["env"]["items"]["x-kubernetes-validations"]
+    assert rule["rule"] == reserved_rule(), f"write into the CRD: {reserved_rule()}"
+    assert rule["messageExpression"].startswith("self.name + ")
+    assert rule["fieldPath"] == ".name"
+
+
+@pytest.mark.parametrize(
+    "name", ["CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "HCS_CODE_DIR", "ASCEND_RT_VISIBLE_DEVICES"]
+)
+def test_bind_refuses_a_stored_profile_setting_a_reserved_variable(name: str) -> None:
+    """A profile stored before the CRD's rule: bind says which variable, and the pod keeps its
+    image (no patch, no Binding, nothing held)."""
+    e, server = rebinding(opted_in())
+    env = [{"name": "NCCL_DEBUG", "value": "WARN"}, {"name": name, "value": "0"}]
+    e.state.profiles.apply(
+        "p", runtime_profile(profile({"vendor": "nvidia", "image": "cuda:1", "env": env}))
+    )
+    refused = bind(e, "q", "u1")
+    assert f"runtime profile p sets {name}, which hcsd sets itself" in refused, refused
+    assert server.patches == [] and server.bindings == [] and used(e) == [0, 0]
+    assert (
+        server.pods["q"]["spec"]["containers"][0]["image"]
+        == opted_in()["spec"]["containers"][0]["image"]
+    )
+
+
 NVIDIA = {"vendor": "nvidia", "image": "cuda:1"}
 BAD = {
     "args without command": (profile({**NVIDIA, "args": ["-x"]}), "args need a command"),
@@ -169,6 +221,17 @@ def pod(annotations: dict[str, str]) -> dict[str, Any]:
         "spec": {"containers": [{"name": "main", "image": "placeholder",
                                  "resources": {"limits": {names.RESOURCE_VRAM: "8Gi"}}}]},
     }  # fmt: skip
+
+
+def test_profiles_off_refuse_a_pod_naming_one_saying_so_and_leave_others_alone() -> None:
+    """--no-runtime-profiles (the chart's runtimeProfiles.enabled=false): no informer, and a
+    pod naming a profile hears why rather than "not listed yet"."""
+    d = Decider(DB, Metrics(lambda: True), lambda a, b: None,
+                profiles={"p": MIXED}.get, profiles_on=False)  # fmt: skip
+    with pytest.raises(DemandError, match="runtime profiles are off in this cluster"):
+        d.demand(pod({names.ANNOTATION_RUNTIME_PROFILE: "p"}))
+    plain = d.demand(pod({}))
+    assert plain is not None and plain.cover is None
 
 
 def test_a_pod_naming_a_profile_gets_its_cover_and_one_naming_none_gets_none() -> None:

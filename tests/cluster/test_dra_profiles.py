@@ -1,0 +1,207 @@
+"""Runtime profiles in DRA mode on the real kube-apiserver, kube-controller-manager and
+kube-scheduler 1.36: a pod naming a RuntimeProfile is admitted gated (the webhook's patch,
+webhook_dra.dra_patch), the profile gate (profile_gate_controller.ProfileGate, run with the
+extender's service-account token under the shipped RBAC and ValidatingAdmissionPolicy) sets
+its image for the vendor with room, narrows its node affinity and removes the gate, and
+kube-scheduler allocates its claim on that vendor. With that vendor full, the other.
+
+The nodes and slices are test_dra_allocation's: `gpu-a` with two A100-SXM4-80GB, `npu-b`
+with two Ascend 910B3 (fake Nodes, hand-written ResourceSlices: no kubelet runs).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from hcsd.cluster.claim_templates import Templates
+from hcsd.cluster.kube import Kube, KubeError
+from hcsd.cluster.profile_gate import gated
+from hcsd.cluster.profile_gate_controller import ProfileGate
+from hcsd.cluster.runtime_profiles import runtime_profile
+from hcsd.cluster.webhook_dra import dra_patch
+from hcsd.contract.dra import CLASS_ANY, vendor_class
+from hcsd.profiles.database import default_database
+from tests.cluster.conftest import _requirements
+from tests.cluster.controlplane import (
+    REPO,
+    ControlPlane,
+    manifests,
+    register_node,
+    request_token,
+    token_kubeconfig,
+)
+from tests.cluster.test_dra_allocation import (
+    RESOURCE,
+    allocation,
+    device,
+    device_class,
+    slice_for,
+)
+from tests.harness.peers.kubernetes import ensure_controller_manager
+from tests.harness.waiting import wait_for
+from tests.unit.test_webhook_dra import apply
+
+pytestmark = pytest.mark.slow
+
+PROFILE = {
+    "apiVersion": "hcs.io/v1alpha1", "kind": "RuntimeProfile",
+    "metadata": {"name": "pytorch-2.5"},
+    "spec": {"codeMount": "/workspace", "runtimes": [
+        {"vendor": "nvidia", "image": "registry.example.com/ngc/pytorch:24.10-py3",
+         "env": [{"name": "NCCL_DEBUG", "value": "WARN"}]},
+        {"vendor": "ascend", "image": "registry.example.com/ascend/pytorch:2.1.0"},
+    ]},
+}  # fmt: skip
+PODS = "/api/v1/namespaces/default/pods"
+
+
+def _extender_rbac() -> list[dict[str, Any]]:
+    """The extender's account, its role, the requeue policy and DRA mode's claim role."""
+    shipped = manifests("namespace.yaml", "rbac-extender.yaml", "admission-requeue.yaml")
+    dra = yaml.safe_load_all((REPO / "packaging" / "kubernetes-dra" / "dra.yaml").read_text())
+    claims = [
+        d for d in dra
+        if d and d["metadata"]["name"] == "hcs-scheduler-extender-resourceclaims"
+    ]  # fmt: skip
+    for doc in claims:
+        for subject in doc.get("subjects") or ():
+            subject["namespace"] = "hcs-system"
+    return shipped + claims
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    binaries, etcd = _requirements()
+    manager = ensure_controller_manager()
+    if isinstance(manager, str):
+        pytest.skip(f"SKIP kube-controller-manager: {manager}")
+    work = tmp_path_factory.mktemp("dra-profiles")
+    plane = ControlPlane(binaries, etcd, work, controller_manager=manager).start()
+    try:
+        plane.apply(manifests("crds/runtimeprofiles.yaml") + _extender_rbac() + [PROFILE])
+        kube = plane.kube()
+        for name in ("gpu-a", "npu-b"):
+            register_node(kube, name)
+        a100 = [device("nvidia", i, "A100-SXM4-80GB", 80, "nvl-a") for i in (0, 1)]
+        npu = [device("ascend", i, "Ascend910B3", 64, "hccs-b") for i in (0, 1)]
+        kube.create(f"{RESOURCE}/resourceslices", slice_for("gpu-a", a100))
+        kube.create(f"{RESOURCE}/resourceslices", slice_for("npu-b", npu))
+        for name, vendor in [
+            (CLASS_ANY, ""),
+            *((vendor_class(v), v) for v in ("nvidia", "ascend", "cambricon", "hygon")),
+        ]:
+            kube.create(f"{RESOURCE}/deviceclasses", device_class(name, vendor))  # fmt: skip
+        kube.close()
+        plane.start_scheduler(None)
+        yield plane
+    finally:
+        plane.stop()
+
+
+def extender_kube(plane: ControlPlane) -> Kube:
+    admin = plane.kube()
+    token = request_token(admin, "hcs-scheduler-extender")
+    admin.close()
+    path = token_kubeconfig(plane.work / "extender-token.kubeconfig", plane.server,
+                            plane.work / "certs", token)  # fmt: skip
+    return Kube.connect(str(path))
+
+
+def admitted(kube: Kube, name: str, limits: dict[str, str], **notes: str) -> dict[str, Any]:
+    """A pod as the DRA webhook patches it (with the RuntimeProfile read as it reads it)."""
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": dict(notes)},
+        "spec": {"containers": [
+            {"name": "main", "image": "registry.example.com/team/code:7",
+             "resources": {"limits": dict(limits)}},
+            {"name": "sidecar", "image": "registry.example.com/proxy:1"},
+        ]},
+    }  # fmt: skip
+    profile = runtime_profile(kube.get("/apis/hcs.io/v1alpha1/runtimeprofiles/pytorch-2.5"))
+    outcome = dra_patch(
+        pod, "default", Templates(kube).ensure, profiles=lambda _: profile, db=default_database()
+    )
+    return kube.create(PODS, apply(copy.deepcopy(pod), outcome.patch))
+
+
+def node_fields(pod: dict[str, Any]) -> list[Any]:
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    return [t["matchFields"] for t in terms]
+
+
+def test_a_profile_pod_waits_gated_then_runs_the_image_of_the_vendor_with_room(
+    plane: ControlPlane,
+) -> None:
+    kube = plane.kube()
+    gate = ProfileGate(extender_kube(plane), default_database())
+    made = admitted(kube, "train", {"ai.compute/vram": "16Gi"},
+                    **{"hcs.io/runtime-profile": "pytorch-2.5"})  # fmt: skip
+    assert gated(made)
+
+    def scheduling_gated() -> bool:
+        pod = kube.get(f"{PODS}/train")
+        conditions = {c["type"]: c for c in (pod.get("status") or {}).get("conditions") or []}
+        return conditions.get("PodScheduled", {}).get("reason") == "SchedulingGated"
+
+    wait_for(scheduling_gated, "kube-scheduler to see the pod gated", timeout=30, interval=0.3)
+    assert not kube.get(f"{PODS}/train")["spec"].get("nodeName")
+
+    assert gate.pass_once() == 1
+    pod = kube.get(f"{PODS}/train")
+    assert not gated(pod)
+    main, sidecar = pod["spec"]["containers"]
+    # the claim's first alternative, an Ascend device, has room: its image, its node
+    assert main["image"] == "registry.example.com/ascend/pytorch:2.1.0"
+    assert sidecar["image"] == "registry.example.com/proxy:1"
+    assert node_fields(pod) == [[{"key": "metadata.name", "operator": "In", "values": ["npu-b"]}]]
+    node, (result,) = allocation(kube, "train")
+    assert node == "npu-b" and result["device"].startswith("ascend-")
+    assert gate.pass_once() == 0  # nothing left gated
+
+    # Fill both 910B3s (64Gi each; `train` holds 16Gi of one) with pods naming no profile...
+    for name, vram in (("fill-0", "64Gi"), ("fill-1", "48Gi")):
+        created = admitted(kube, name, {"ai.compute/vram": vram},
+                           **{"hcs.io/vendors": "ascend"})  # fmt: skip
+        assert not gated(created)
+        assert allocation(kube, name)[0] == "npu-b"
+    # ...and the next profile pod gets the NVIDIA image and an A100.
+    admitted(kube, "train-2", {"ai.compute/vram": "16Gi"},
+             **{"hcs.io/runtime-profile": "pytorch-2.5"})  # fmt: skip
+    assert gate.pass_once() == 1
+    pod = kube.get(f"{PODS}/train-2")
+    assert pod["spec"]["containers"][0]["image"] == "registry.example.com/ngc/pytorch:24.10-py3"
+    assert node_fields(pod) == [[{"key": "metadata.name", "operator": "In", "values": ["gpu-a"]}]]
+    node, (result,) = allocation(kube, "train-2")
+    assert node == "gpu-a" and result["device"].startswith("nvidia-")
+    kube.close()
+
+
+def test_the_extenders_token_may_not_ungate_a_pod_naming_no_profile(plane: ControlPlane) -> None:
+    """The policy lets the extender's account remove the gate only of a pod naming a
+    RuntimeProfile: a tenant's own gate of that name on another pod stays the tenant's."""
+    kube = plane.kube()
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "other", "namespace": "default"},
+        "spec": {"schedulingGates": [{"name": "hcs.io/runtime-profile"}],
+                 "containers": [{"name": "main", "image": "busybox"}]},
+    }  # fmt: skip
+    kube.create(PODS, pod)
+    extender = extender_kube(plane)
+    with pytest.raises(KubeError) as refused:
+        extender.request(
+            "PATCH", f"{PODS}/other",
+            body=[{"op": "remove", "path": "/spec/schedulingGates/0"}],
+            content_type="application/json-patch+json",
+        )  # fmt: skip
+    assert refused.value.status in (403, 422)
+    assert "hcs-scheduler-extender may change a pod's spec only" in str(refused.value)
+    kube.close()
