@@ -64,6 +64,10 @@ class SyncerSettings:
     keys_every: float = 60.0
     mode: str = MODE_EXTENDER  # dra: publish a ResourceSlice; the extender offers nothing here
     device_taint_effect: str = "NoSchedule"  # on unhealthy devices in the slice; or NoExecute
+    # DRA mode: read the ResourceSlice back this often (one GET): kubelet deletes a node's
+    # slices when it restarts or its plugin goes, and nothing else would bring it back
+    # before the resync.
+    slice_check: float = 30.0
 
 
 class Syncer:
@@ -129,6 +133,7 @@ class Syncer:
             threading.Thread(target=self._fetch_keys, name="node-keys", daemon=True).start()
         next_renew = 0.0
         next_resync = time.monotonic() + self.settings.resync
+        next_slice_check = time.monotonic() + self.settings.slice_check
         while not self._stopping.is_set():
             now = time.monotonic()
             if now >= next_resync:
@@ -136,6 +141,10 @@ class Syncer:
                 self._forget_slice()
                 self._dirty = True
                 next_resync = now + self.settings.resync
+            if self.slices is not None and now >= next_slice_check:
+                self._forget_slice()  # a deleted slice is made again at once
+                self._dirty = True
+                next_slice_check = now + self.settings.slice_check
             try:
                 if self._dirty:
                     self._dirty = False
@@ -157,7 +166,10 @@ class Syncer:
                 log.warning("sync failed (%s); retrying in %.1fs", e, delay)
                 self._stopping.wait(delay)
                 continue
-            wait = max(0.0, min(next_renew, next_resync) - time.monotonic())
+            due = min(next_renew, next_resync)
+            if self.slices is not None:
+                due = min(due, next_slice_check)
+            wait = max(0.0, due - time.monotonic())
             self._wake.wait(wait)
             if self._wake.is_set():
                 self._wake.clear()
