@@ -11,6 +11,7 @@ from bench import (
     api_latency,
     cluster_bench,
     discovery_bench,
+    dra_bench,
     extender_bench,
     extender_scaling,
     fabric_bench,
@@ -44,6 +45,7 @@ def main() -> int:
         "requeue": requeue_bench.main(),
         "cluster": cluster_bench.main(),
         "jobs": job_bench.main(),
+        "dra": dra_bench.main(),
     }
     write_result("summary", results)
     missed = [name for name, result in results.items() if not result.get("meets_target", True)]
