@@ -32,11 +32,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hcsd.cluster.demand import ContainerDemand, Demand
+from hcsd.cluster.demand import ContainerDemand, Cover, Demand
 from hcsd.cluster.planner import expand_models
 from hcsd.contract.dra import (
     ATTR_LINK_DOMAIN,
@@ -54,15 +55,18 @@ from hcsd.contract.names import ANNOTATION_MODELS, ANNOTATION_VENDORS, RESOURCE_
 from hcsd.model import TopologyPreference
 from hcsd.profiles.database import Profile, ProfileDatabase
 from hcsd.profiles.exchange import devices_as_tflops, devices_for, share_percent
-from hcsd.quantity import format_bytes
+from hcsd.quantity import format_bytes, parse_bytes
 
 __all__ = [
     "MAX_ALTERNATIVES",
     "Alternative",
+    "Selected",
     "ShapeError",
     "alternatives_for",
+    "chosen_alternatives",
     "claim_spec",
     "memory_quantity",
+    "selected",
     "template_name",
 ]
 
@@ -143,6 +147,8 @@ def _per_model(
 def _allowed(profile: Profile, demand: Demand, models: frozenset[str]) -> bool:
     if demand.vendors and profile.vendor not in demand.vendors:
         return False
+    if demand.cover is not None and not demand.cover.admits(profile.vendor, profile.model):
+        return False
     return not demand.models or profile.model.lower() in models
 
 
@@ -199,6 +205,8 @@ def alternatives_for(
                 f"figure{' and enough VRAM' if container.vram_bytes else ''} can serve "
                 f"{container.tflops_fp16:g} TFLOPS"
             )
+    if demand.cover is not None:
+        strict = _covered(strict, demand.cover, container.name, consent)
     if not consent:
         return strict
     # What the extender converts to (planner._equivalent_tflops): the TFLOPS asked, else the
@@ -214,6 +222,7 @@ def alternatives_for(
         found
         for p in db.profiles
         if p.model not in taken
+        and (demand.cover is None or demand.cover.admits(p.vendor, p.model))
         and (found := _per_model(p, tflops, 1, container.vram_bytes, substitute=True))
     ]
     if not strict and not substitutes:
@@ -222,6 +231,38 @@ def alternatives_for(
             f"{' and enough VRAM' if container.vram_bytes else ''} can serve {tflops:g} TFLOPS"
         )
     return strict + substitutes
+
+
+def _covered(
+    alternatives: Sequence[Alternative], cover: Cover, container: str, consent: bool
+) -> list[Alternative]:
+    """The alternatives narrowed to the devices a RuntimeProfile has an image for: an
+    alternative naming vendors and models (not profile members) becomes one per profile entry
+    it meets, in the profile's order; one naming members was filtered by `_allowed` already.
+    ShapeError when none is left and no substitute may be looked for."""
+    found: list[Alternative] = []
+    for alternative in alternatives:
+        if alternative.members:
+            found.append(alternative)
+            continue
+        for vendor, models in cover.entries:
+            if alternative.vendors and vendor.value not in alternative.vendors:
+                continue
+            if alternative.models and models:
+                narrowed = tuple(sorted(set(alternative.models) & models))
+                if not narrowed:
+                    continue
+            else:
+                narrowed = alternative.models or tuple(sorted(models))
+            entry = replace(alternative, vendors=(vendor.value,), models=narrowed)
+            if entry not in found:
+                found.append(entry)
+    if not found and not consent:
+        raise ShapeError(
+            f"container {container}: runtime profile {cover.profile} has no image for the "
+            f"devices asked for (it has images for: {cover.describe()})"
+        )
+    return found
 
 
 def db_knows(db: ProfileDatabase, name: str) -> bool:
@@ -302,6 +343,50 @@ def _selector(alternative: Alternative) -> list[dict[str, Any]]:
     return [{"cel": {"expression": expression}}]
 
 
+_VENDORS_IN = re.compile(rf"a\.{ATTR_VENDOR} in (\[[^\]]*\])")
+_MODELS_IN = re.compile(rf"a\.{ATTR_MODEL}\.lowerAscii\(\) in (\[[^\]]*\])")
+
+
+@dataclass(frozen=True, slots=True)
+class Selected:
+    """What one device request of a template made here asks for, read back from it (the
+    inverse of `_device_request`): the profile gate controller chooses among these."""
+
+    count: int
+    memory: int | None  # bytes per device; None: whole devices
+    compute: int
+    vendors: tuple[str, ...]  # empty: any vendor
+    models: tuple[str, ...]  # lower case; empty: any model
+
+
+def selected(request: Mapping[str, Any]) -> Selected:
+    """Read a device request (`exactly` or one `firstAvailable` entry) this module wrote;
+    ValueError for one it did not write."""
+    vendors: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    klass = str(request.get("deviceClassName") or "")
+    if klass != CLASS_ANY:
+        vendor = klass.removesuffix(f".{DRIVER}")
+        if vendor == klass or "." in vendor:
+            raise ValueError(f"device class {klass[:80]!r} is not a vendor's class")
+        vendors = (vendor,)
+    for selector in request.get("selectors") or ():
+        expression = str((selector.get("cel") or {}).get("expression") or "")
+        if (found := _VENDORS_IN.search(expression)) is not None:
+            vendors = tuple(json.loads(found.group(1)))
+        if (found := _MODELS_IN.search(expression)) is not None:
+            models = tuple(json.loads(found.group(1)))
+    requests = (request.get("capacity") or {}).get("requests") or {}
+    memory = requests.get(CAPACITY_MEMORY)
+    return Selected(
+        count=int(request.get("count") or 1),
+        memory=None if memory is None else parse_bytes(str(memory)),
+        compute=int(str(requests.get(CAPACITY_COMPUTE, "0"))),
+        vendors=vendors,
+        models=models,
+    )
+
+
 def _device_request(alternative: Alternative) -> dict[str, Any]:
     vendors = alternative.selected_vendors
     requests = {CAPACITY_COMPUTE: str(alternative.compute)}
@@ -338,6 +423,13 @@ def _chosen(demand: Demand, container: ContainerDemand, db: ProfileDatabase) -> 
     """`group(alternatives_for(...))` once per shape: a replica sees the same few shapes again
     and again, and an unhinted TFLOPS request takes milliseconds to group."""
     return group(alternatives_for(demand, container, db))
+
+
+def chosen_alternatives(
+    demand: Demand, container: ContainerDemand, db: ProfileDatabase
+) -> list[Alternative]:
+    """The alternatives `claim_spec` asks for `container`, best first (cached per shape)."""
+    return _chosen(replace(demand, namespace="", containers=()), container, db)
 
 
 def claim_spec(demand: Demand, db: ProfileDatabase) -> dict[str, Any]:

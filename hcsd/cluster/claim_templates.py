@@ -59,27 +59,49 @@ class Templates:
         base = f"{RESOURCE_API}/namespaces/{namespace}/resourceclaimtemplates"
         return f"{base}/{name}" if name else base
 
-    def _check(self, found: Mapping[str, Any], namespace: str, name: str, spec: Any) -> None:
-        if not _holds((found.get("spec") or {}).get("spec"), spec):
+    def _check(
+        self,
+        found: Mapping[str, Any],
+        namespace: str,
+        name: str,
+        spec: Any,
+        annotations: Mapping[str, str],
+    ) -> None:
+        held = ((found.get("spec") or {}).get("metadata") or {}).get("annotations") or {}
+        if not _holds((found.get("spec") or {}).get("spec"), spec) or dict(held) != dict(
+            annotations
+        ):
             raise TemplateConflict(
                 f"ResourceClaimTemplate {namespace}/{name} exists with another spec than this "
                 "pod's request needs (not made by hcs-admission-webhook?): delete it"
             )
 
-    def ensure(self, namespace: str, name: str, spec: Mapping[str, Any]) -> bool:
-        """Make sure the template exists with `spec` (the ResourceClaimSpec); True when this
-        call created it. TemplateConflict, TemplateUnavailable."""
+    def ensure(
+        self,
+        namespace: str,
+        name: str,
+        spec: Mapping[str, Any],
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Make sure the template exists with `spec` (the ResourceClaimSpec) and the
+        `annotations` its claims are to carry (a RuntimeProfile's name); True when this call
+        created it. TemplateConflict, TemplateUnavailable."""
+        annotations = annotations or {}
         try:
-            self._check(self.api.get(self._path(namespace, name)), namespace, name, spec)
+            found = self.api.get(self._path(namespace, name))
+            self._check(found, namespace, name, spec, annotations)
             return False
         except KubeError as e:
             if not e.not_found:
                 raise TemplateUnavailable(f"failed to read ResourceClaimTemplate: {e}") from e
+        template: dict[str, Any] = {"spec": spec}
+        if annotations:  # copied to every claim made from the template
+            template["metadata"] = {"annotations": dict(annotations)}
         body = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaimTemplate",
             "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
-            "spec": {"spec": spec},
+            "spec": template,
         }
         try:
             self.api.create(self._path(namespace), body)
@@ -90,7 +112,7 @@ class Templates:
                 found = self.api.get(self._path(namespace, name))
             except KubeError as e2:
                 raise TemplateUnavailable(f"failed to read ResourceClaimTemplate: {e2}") from e2
-            self._check(found, namespace, name, spec)
+            self._check(found, namespace, name, spec, annotations)
             log.info("%s/%s: ResourceClaimTemplate made meanwhile by another call", namespace, name)
             return False
         log.info("%s/%s: ResourceClaimTemplate created", namespace, name)

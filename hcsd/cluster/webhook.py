@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hcsd.cluster.fabric_jobs import valid_job_name
-from hcsd.cluster.webhook_dra import Ensure, Refused, dra_patch
+from hcsd.cluster.profile_gate import Profiles
+from hcsd.cluster.webhook_dra import Ensure, Gate, Refused, dra_patch
 from hcsd.contract.dra import MODE_DRA, MODE_EXTENDER
 from hcsd.contract.names import JOB, MANAGED_RESOURCES, SCHEDULER_NAME, WEBHOOK_OPT_OUT_LABEL
 from hcsd.profiles.database import ProfileDatabase
@@ -66,6 +67,8 @@ class Rule:
     mode: str = MODE_EXTENDER
     ensure: Ensure | None = None
     profiles: ProfileDatabase | None = None  # None: the one shipped
+    quota: Gate | None = None  # DRA mode: ComputeQuota at admission (claim_quota.py)
+    runtime_profiles: Profiles | None = None  # DRA mode: reads RuntimeProfiles by name
 
     def __post_init__(self) -> None:
         if self.mode not in (MODE_EXTENDER, MODE_DRA):
@@ -171,11 +174,12 @@ def _answer_dra(
     assert rule.ensure is not None  # Rule checks it
     try:
         outcome = dra_patch(
-            pod, namespace, rule.ensure, dry_run=request.get("dryRun") is True, db=rule.profiles
-        )
+            pod, namespace, rule.ensure, dry_run=request.get("dryRun") is True,
+            db=rule.profiles, quota=rule.quota, profiles=rule.runtime_profiles,
+        )  # fmt: skip
     except Refused as e:
         response["allowed"] = False
-        reason = "BadRequest" if e.code == 400 else "InternalError"
+        reason = {400: "BadRequest", 403: "Forbidden"}.get(e.code, "InternalError")
         response["status"] = {"code": e.code, "reason": reason, "message": str(e)}
         return response
     response["patchType"] = "JSONPatch"

@@ -3,12 +3,17 @@
 For a pod asking for `ai.compute/vram`, `ai.compute/tflops-fp16` or `ai.compute/devices`:
 1. the request is read as the extender reads it (demand.demand_of) and translated
    (claim_shapes.claim_spec); what cannot be translated refuses the pod with one sentence;
-2. the template for that shape is made sure of in the pod's namespace (claim_templates);
+2. with a Gate (claim_quota), a pod that would go over its namespace's ComputeQuota is
+   refused, and its charge is written on it; then the template for that shape is made sure
+   of in the pod's namespace (claim_templates);
    on a dry run it is not created (the configuration says `sideEffects: NoneOnDryRun`);
 3. the patch removes every `ai.compute/*` request and limit (no node advertises them in DRA
    mode: the pod would never fit), adds `spec.resourceClaims[{name: hcs-accelerator,
    resourceClaimTemplateName: <template>}]` and, to each container that asked, a
    `resources.claims` entry naming its own request of the claim (`r0`, `r1`, ...).
+A pod naming a RuntimeProfile (`hcs.io/runtime-profile`) gets a claim narrowed to the devices
+the profile has an image for and the scheduling gate `hcs.io/runtime-profile`, which the
+profile gate controller removes once it has set the images (profile_gate.py).
 The pod keeps its scheduler: in DRA mode kube-scheduler's own DynamicResources plugin
 allocates the claim, no extender is involved.
 
@@ -19,19 +24,26 @@ ones would hold its devices for the pod's whole life.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from hcsd.cluster.claim_shapes import ShapeError, claim_spec, request_name, template_name
 from hcsd.cluster.demand import DemandError, demand_of
-from hcsd.contract.dra import POD_CLAIM_NAME
+from hcsd.cluster.profile_gate import (
+    Profiles,
+    ProfileUnavailable,
+    gate_ops,
+    gated_demand,
+)
+from hcsd.contract.dra import ANNOTATION_QUOTA_CHARGE, POD_CLAIM_NAME
 from hcsd.contract.names import ANNOTATION_RUNTIME_PROFILE, MANAGED_RESOURCES
 from hcsd.profiles.database import ProfileDatabase, default_database
 
 __all__ = [
     "DraOutcome",
     "Ensure",
+    "Gate",
     "Refused",
     "TemplateConflict",
     "TemplateUnavailable",
@@ -40,10 +52,29 @@ __all__ = [
 
 PREFIX = "ai.compute/"
 
-#: Makes sure the template `name` with the claim spec exists in `namespace` (claim_templates);
-#: raises TemplateConflict or TemplateUnavailable. Here, not there: extender mode never loads
-#: the Kubernetes client.
-Ensure = Callable[[str, str, Mapping[str, Any]], object]
+
+class Ensure(Protocol):
+    """Makes sure the template `name` with the claim spec (and the annotations its claims are
+    to carry) exists in `namespace` (claim_templates); raises TemplateConflict or
+    TemplateUnavailable. Here, not there: extender mode never loads the Kubernetes client."""
+
+    def __call__(
+        self,
+        namespace: str,
+        name: str,
+        spec: Mapping[str, Any],
+        annotations: Mapping[str, str] | None = None,
+    ) -> object: ...
+
+
+class Gate(Protocol):
+    """The namespace's ComputeQuota at admission (claim_quota.QuotaGate): `admit` gives the
+    charge to write on the pod or raises Refused; `release` forgets
+    a charge whose pod is refused after all."""
+
+    def admit(self, namespace: str, claim: Mapping[str, Any], dry_run: bool) -> str: ...
+
+    def release(self, annotation: str) -> None: ...
 
 
 class TemplateConflict(Exception):
@@ -55,8 +86,8 @@ class TemplateUnavailable(Exception):
 
 
 class Refused(Exception):
-    """The pod is refused: `code` 400 for the pod's own mistake, 500 when the API server could
-    not be asked (a retry may pass)."""
+    """The pod is refused: `code` 400 for the pod's own mistake, 403 over a ComputeQuota,
+    500 when the API server could not be asked (a retry may pass)."""
 
     def __init__(self, message: str, code: int = 400) -> None:
         super().__init__(message)
@@ -101,6 +132,15 @@ def _container_ops(index: int, container: Mapping[str, Any], request: str) -> li
     return ops
 
 
+def _annotation_op(pod: Mapping[str, Any], charge: str) -> dict[str, Any]:
+    """Set the quota charge (any value the pod came with is replaced)."""
+    if ((pod.get("metadata") or {}).get("annotations")) is None:
+        return {"op": "add", "path": "/metadata/annotations",
+                "value": {ANNOTATION_QUOTA_CHARGE: charge}}  # fmt: skip
+    where = f"/metadata/annotations/{_escape(ANNOTATION_QUOTA_CHARGE)}"
+    return {"op": "add", "path": where, "value": charge}
+
+
 def _check(spec: Mapping[str, Any]) -> list[Any]:
     """Refuse what DRA mode cannot take, before any translation; the pod's resourceClaims."""
     for container in spec.get("containers") or ():
@@ -124,6 +164,29 @@ def _check(spec: Mapping[str, Any]) -> list[Any]:
     return list(claims)
 
 
+def _ensure(
+    ensure: Ensure,
+    where: tuple[str, str],
+    claim: dict[str, Any],
+    notes: dict[str, str],
+    *,
+    quota: Gate | None,
+    charge: str | None,
+) -> None:
+    """Make the template; whatever stops it, the pod is not created, so its charge is
+    released before the refusal (or the unexpected error) goes up."""
+    try:
+        ensure(*where, claim, *([notes] if notes else []))  # 3 args: as before
+    except BaseException as e:
+        if quota is not None and charge is not None:
+            quota.release(charge)
+        if isinstance(e, TemplateConflict):
+            raise Refused(str(e)) from e
+        if isinstance(e, TemplateUnavailable):
+            raise Refused(f"{e} (a retry may pass)", 500) from e
+        raise
+
+
 def dra_patch(
     pod: Mapping[str, Any],
     namespace: str,
@@ -131,39 +194,38 @@ def dra_patch(
     *,
     dry_run: bool = False,
     db: ProfileDatabase | None = None,
+    quota: Gate | None = None,
+    profiles: Profiles | None = None,
 ) -> DraOutcome:
     """The JSON patch for a pod asking for `ai.compute/*` (Refused says why not)."""
     spec = pod.get("spec") or {}
-    profile = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RUNTIME_PROFILE)
-    if profile is not None:
-        # Nothing would rebind its image: the placeholder would run with the devices.
-        raise Refused(
-            f"{ANNOTATION_RUNTIME_PROFILE} is not supported in DRA mode (the image is rebound "
-            "at the extender's bind, which DRA mode does not use): name the base image "
-            "directly, or run this pod's nodes in extender mode (docs/runtime-profiles.md)"
-        )
     claims = _check(spec)
     try:
         demand = demand_of(pod)
         if demand is None:
             raise Refused("ai.compute/* is asked for with no amount HCS knows")
+        demand = gated_demand(pod, demand, profiles, db or default_database())
         claim = claim_spec(demand, db or default_database())
     except (DemandError, ShapeError) as e:
         raise Refused(str(e)) from e
-    name = template_name(claim)
+    except ProfileUnavailable as e:
+        raise Refused(f"{e} (a retry may pass)", 500) from e
+    # A profile pod's claim carries the profile's name for the kubelet plugin (which reads
+    # the entry from the RuntimeProfile itself): one template per shape and profile.
+    notes = {} if demand.cover is None else {ANNOTATION_RUNTIME_PROFILE: demand.cover.profile}
+    name = template_name({**claim, **notes})
+    charge = quota.admit(namespace, claim, dry_run) if quota is not None else None
     if not dry_run:
-        try:
-            ensure(namespace, name, claim)
-        except TemplateConflict as e:
-            raise Refused(str(e)) from e
-        except TemplateUnavailable as e:
-            raise Refused(f"{e} (a retry may pass)", 500) from e
+        _ensure(ensure, (namespace, name), claim, notes, quota=quota, charge=charge)
     ops: list[dict[str, Any]] = []
+    if charge is not None:
+        ops.append(_annotation_op(pod, charge))
     asking = [c.name for c in demand.containers]
     for index, container in enumerate(spec.get("containers") or ()):
         if container.get("name") in asking:
             request = request_name(asking.index(container["name"]))
             ops += _container_ops(index, container, request)
+    ops += gate_ops(pod, demand)
     entry = {"name": POD_CLAIM_NAME, "resourceClaimTemplateName": name}
     if claims:
         ops.append({"op": "add", "path": "/spec/resourceClaims/-", "value": entry})

@@ -218,16 +218,21 @@ def _rule(args: argparse.Namespace) -> Rule:
     # The Kubernetes client only here: extender mode's process stays without it (~25 MiB).
     from kubernetes.config import ConfigException
 
+    from hcsd.cluster.claim_quota import QuotaGate
     from hcsd.cluster.claim_templates import Templates
     from hcsd.cluster.kube import Kube
     from hcsd.cluster.kubeconfig import KubeconfigError
+    from hcsd.cluster.profile_gate import ProfileReader
 
     db = ProfileDatabase.load(Path(args.profiles) if args.profiles else None)
     try:
-        kube = Kube.connect(args.kubeconfig or None, timeout=1.5)  # up to 3 calls in 5 s
+        kube = Kube.connect(args.kubeconfig or None, timeout=1.5)  # most answers take ms
     except (ConfigException, KubeconfigError) as e:
         raise ValueError(str(e)) from e
-    return Rule(args.scheduler_name, mode=MODE_DRA, ensure=Templates(kube).ensure, profiles=db)
+    return Rule(
+        args.scheduler_name, mode=MODE_DRA, ensure=Templates(kube).ensure, profiles=db,
+        quota=QuotaGate(kube, db), runtime_profiles=ProfileReader(kube),
+    )  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

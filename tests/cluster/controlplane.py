@@ -18,7 +18,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,7 +214,9 @@ class ControlPlane:
             time.sleep(0.3)
         raise RuntimeError(f"{name} not ready in {timeout}s: {self.tail(name)}")
 
-    def start_controller_manager(self, binary: Path, controllers: str = "*") -> None:
+    def start_controller_manager(
+        self, binary: Path, controllers: str = "*", args: Sequence[str] = ()
+    ) -> None:
         """kube-controller-manager as `system:kube-controller-manager` (the client
         `controller-manager`, which `clients` must hold), every controller its own
         service account (`--use-service-account-credentials`: the DaemonSet controller writes
@@ -223,7 +225,8 @@ class ControlPlane:
         default set, holds what Jobs need (`job-controller`, `garbage-collector-controller`,
         `pod-garbage-collector-controller`, `ttl-after-finished-controller`) and what pods
         need with the ServiceAccount admission plugin on (`serviceaccount-controller`, the
-        `default` accounts; `root-ca-certificate-publisher-controller`, `kube-root-ca.crt`)."""
+        `default` accounts; `root-ca-certificate-publisher-controller`, `kube-root-ca.crt`).
+        `args`: more flags (bench/dra_bench.py sets its client's QPS)."""
         certs = self.work / "certs"
         config = self.config_for("controller-manager")
         port = free_port()
@@ -235,7 +238,7 @@ class ControlPlane:
             f"--root-ca-file={certs / 'ca.crt'}", "--use-service-account-credentials=true",
             # Its default would create /usr/libexec/kubernetes on the host.
             f"--flex-volume-plugin-dir={self.work / 'flex-volumes'}",
-            "--service-cluster-ip-range=10.96.0.0/16", "-v=1",
+            "--service-cluster-ip-range=10.96.0.0/16", "-v=1", *args,
         ])  # fmt: skip
         self.wait_ready("kube-controller-manager", f"https://127.0.0.1:{port}/healthz", 60)
 

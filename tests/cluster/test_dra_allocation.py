@@ -21,13 +21,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
+from hcsd.cluster.claim_quota import QuotaGate
 from hcsd.cluster.claim_templates import Templates
+from hcsd.cluster.compute_quota import Amounts
 from hcsd.cluster.kube import Kube
-from hcsd.cluster.webhook_dra import dra_patch
+from hcsd.cluster.webhook_dra import Refused, dra_patch
 from hcsd.contract.dra import CLASS_ANY, DRIVER, vendor_class
+from hcsd.profiles.database import default_database
 from tests.cluster.conftest import _requirements
-from tests.cluster.controlplane import ControlPlane, register_node
+from tests.cluster.controlplane import REPO, ControlPlane, register_node
 from tests.harness.peers.kubernetes import ensure_controller_manager
 from tests.harness.waiting import wait_for
 from tests.unit.test_webhook_dra import apply
@@ -190,4 +194,54 @@ def test_two_devices_on_one_link_domain_and_the_next_alternative_when_the_first_
         {"hcs.io/models": "A100,Ascend910B3,MLU370-X8"})["metadata"]["name"])  # fmt: skip
     assert node == "npu-b" and result["request"] == "r0/alt1"
     assert result["consumedCapacity"] == {"memory": "16Gi", "compute": "32"}
+    kube.close()
+
+
+def test_the_compute_quota_counts_the_claims_kube_scheduler_allocated(
+    plane: ControlPlane,
+) -> None:
+    """vram 24Gi in namespace `quota`: a 16Gi pod admitted through the quota gate, its claim
+    allocated by kube-scheduler; a gate that never saw it (another replica, or a restart)
+    counts the claim's consumed 16Gi (once: not the pod's charge as well, and with the
+    charge removed from the pod still) and refuses 16Gi more."""
+    crds = REPO / "packaging" / "helm" / "hcs" / "crds"
+    plane.apply([yaml.safe_load((crds / "computequotas.yaml").read_text())])
+    kube = plane.kube()
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                       "metadata": {"name": "quota"}})  # fmt: skip
+    kube.create("/apis/hcs.io/v1alpha1/namespaces/quota/computequotas", {
+        "apiVersion": "hcs.io/v1alpha1", "kind": "ComputeQuota",
+        "metadata": {"name": "limits", "namespace": "quota"}, "spec": {"hard": {"vram": "24Gi"}},
+    })  # fmt: skip
+    db = default_database()
+
+    def pod(name: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "quota",
+                         "annotations": {"hcs.io/vendors": "nvidia"}},
+            "spec": {"containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"limits": {"ai.compute/vram": "16Gi"}}}]},
+        }  # fmt: skip
+
+    body = pod("first")
+    outcome = dra_patch(body, "quota", Templates(kube).ensure, quota=QuotaGate(kube, db))
+    kube.create("/api/v1/namespaces/quota/pods", apply(copy.deepcopy(body), outcome.patch))
+
+    def allocated() -> bool:
+        claims = kube.get(f"{RESOURCE}/namespaces/quota/resourceclaims")["items"]
+        return any((c.get("status") or {}).get("allocation") for c in claims)
+
+    wait_for(allocated, "the first pod's claim allocated", timeout=60, interval=0.3)
+    fresh = QuotaGate(kube, db)
+    assert fresh.used("quota") == Amounts(16 * GiB, 0.0, 1)  # not the pod's charge as well
+    # Without the charge on the pod, the claim alone: what the namespace holds.
+    kube.patch("/api/v1/namespaces/quota/pods/first",
+               {"metadata": {"annotations": {"hcs.io/quota-charge": None}}})  # fmt: skip
+    assert fresh.used("quota") == Amounts(16 * GiB, 0.0, 1)
+    with pytest.raises(Refused) as refused:
+        dra_patch(pod("second"), "quota", Templates(kube).ensure, quota=fresh)
+    assert str(refused.value) == (
+        "ComputeQuota quota/limits: vram 16Gi used + 16Gi requested exceeds the limit 24Gi"
+    )
     kube.close()

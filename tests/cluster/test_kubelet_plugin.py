@@ -23,7 +23,12 @@ import pytest
 from hcsd.api.client import Client
 from hcsd.cluster.kube import KubeError
 from hcsd.cluster.kubeletplugin.plugin import PluginPaths
-from hcsd.cluster.kubeletplugin.wire import dra_v1_pb2, dra_v1beta1_pb2, registration_v1_pb2
+from hcsd.cluster.kubeletplugin.wire import (
+    dra_health_v1alpha1_pb2,
+    dra_v1_pb2,
+    dra_v1beta1_pb2,
+    registration_v1_pb2,
+)
 from hcsd.contract import dra
 from tests.cluster.controlplane import ControlPlane
 from tests.harness.daemon import Daemon
@@ -276,3 +281,75 @@ def test_a_second_live_instance_refuses_to_start(
     assert code.returncode != 0
     assert "another instance serves" in second.log.read_text()
     assert Kubelet(syncer.paths).info().name == dra.DRIVER  # the first still serves
+
+
+HEALTH_NODE = """
+[[device]]
+uuid = "GPU-kl-0"
+vendor = "nvidia"
+model = "A100-SXM4-80GB"
+index = 0
+pci_bus_id = "0000:17:00.0"
+vram = "80Gi"
+nodes = ["/dev/nvidia0:195:0"]
+counters = {{ ecc_uncorrectable = {errors} }}
+
+[[device]]
+uuid = "GPU-kl-1"
+vendor = "nvidia"
+model = "A100-SXM4-80GB"
+index = 1
+pci_bus_id = "0000:18:00.0"
+vram = "80Gi"
+nodes = ["/dev/nvidia1:195:1"]
+"""
+
+
+def test_kubelet_watches_the_devices_health(plane: ControlPlane, tmp_path: Path) -> None:
+    """kubelet's health stream (v1alpha1 NodeWatchResources) on the DRA socket: every device
+    of the pool, Healthy; a fatal ECC count makes nvidia-0 Unhealthy until hcsd's quiet period
+    passes; hcsd gone, every device is Unknown."""
+    node_file = tmp_path / "node.toml"
+    node_file.write_text(HEALTH_NODE.format(errors=0))
+    daemon = Daemon(
+        tmp_path / "hcsd",
+        node_file=node_file,
+        settings={"health": {"quiet_period": 3.0, "tick_interval": 0.2, "aer_poll_interval": 0.2}},
+    )
+    daemon.start()
+    kubelet_dir = Path(tempfile.mkdtemp(prefix="hcs-kl-", dir="/tmp"))
+    running = Syncer(plane, daemon, kubelet_dir, tmp_path / "syncer.log")
+    wire = dra_health_v1alpha1_pb2
+    try:
+        running.start()
+        with grpc.insecure_channel(f"unix:{running.paths.endpoint}") as channel:
+            watch = channel.unary_stream(
+                "/v1alpha1.DRAResourceHealth/NodeWatchResources",
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=wire.NodeWatchResourcesResponse.FromString,
+            )
+            stream = iter(watch(wire.NodeWatchResourcesRequest(), timeout=60))
+
+            def until(health: dict[str, int]) -> Any:
+                for message in stream:
+                    seen = {d.device.device_name: d.health for d in message.devices}
+                    if seen == health:
+                        return message
+                raise AssertionError(f"the stream ended before {health}")
+
+            healthy = wire.HEALTHY
+            first = until({"nvidia-0": healthy, "nvidia-1": healthy})
+            assert {d.device.pool_name for d in first.devices} == {NODE}
+            assert all(d.health_check_timeout_seconds == 30 for d in first.devices)
+            node_file.write_text(HEALTH_NODE.format(errors=1))
+            sick = until({"nvidia-0": wire.UNHEALTHY, "nvidia-1": healthy})
+            assert sick.devices[0].message == "hcsd: unhealthy"
+            until({"nvidia-0": healthy, "nvidia-1": healthy})  # recovered after the quiet period
+            daemon.close()
+            gone = until({"nvidia-0": wire.UNKNOWN, "nvidia-1": wire.UNKNOWN})
+            assert gone.devices[0].message == "hcsd does not answer"
+    finally:
+        if running.process is not None and running.process.poll() is None:
+            running.stop()
+        shutil.rmtree(kubelet_dir, ignore_errors=True)
+        daemon.close()

@@ -244,6 +244,105 @@ def test_malformed_requests_are_refused_with_the_reason_and_leave_nothing(
     kube.close()
 
 
+QUOTAS = "/apis/hcs.io/v1alpha1/namespaces/{}/computequotas"
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims"
+
+
+def quota_namespace(kube: Kube, namespace: str, **hard: object) -> None:
+    """A namespace with the ComputeQuota `limits` of `hard`."""
+    kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                       "metadata": {"name": namespace}})  # fmt: skip
+    kube.create(QUOTAS.format(namespace), {
+        "apiVersion": "hcs.io/v1alpha1", "kind": "ComputeQuota",
+        "metadata": {"name": "limits", "namespace": namespace}, "spec": {"hard": hard},
+    })  # fmt: skip
+
+
+def pod_names(kube: Kube, namespace: str) -> list[str]:
+    found = kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+    return sorted(p["metadata"]["name"] for p in found)
+
+
+def test_over_the_compute_quota_refused_with_the_figures_and_admitted_once_raised(
+    helm: Helm, webhook: Path
+) -> None:
+    """vram 20Gi: a 16Gi pod is admitted (charged on it); an 8Gi pod right after it (its
+    claim not allocated: no scheduler runs here) is refused with the extender's wording and
+    leaves no pod and no template; with the quota raised to 24Gi it is admitted."""
+    kube = helm.plane.kube()
+    quota_namespace(kube, "quota", vram="20Gi")
+    first = create(kube, "quota", pod_body("first", {"ai.compute/vram": "16Gi"}))
+    assert "hcs.io/quota-charge" in first["metadata"]["annotations"]
+    with pytest.raises(KubeError) as refused:
+        create(kube, "quota", pod_body("second", {"ai.compute/vram": "8Gi"}))
+    assert refused.value.status == 403
+    assert (
+        'admission webhook "scheduler-name.hcs.io" denied the request: ComputeQuota '
+        "quota/limits: vram 16Gi used + 8Gi requested exceeds the limit 20Gi"
+    ) in str(refused.value)
+    assert pod_names(kube, "quota") == ["first"]
+    assert list(templates(kube, "quota")) == [first["spec"]["resourceClaims"][0][
+        "resourceClaimTemplateName"]]  # fmt: skip
+    kube.patch(QUOTAS.format("quota") + "/limits", {"spec": {"hard": {"vram": "24Gi"}}})
+    create(kube, "quota", pod_body("second", {"ai.compute/vram": "8Gi"}))
+    assert pod_names(kube, "quota") == ["first", "second"]
+    kube.close()
+
+
+def test_allocated_claims_count_against_the_quota(helm: Helm, webhook: Path) -> None:
+    """A claim of the namespace holding one HCS device (allocated: the status a scheduler
+    writes, here by the test) uses the namespace's only device; a pod is refused."""
+    kube = helm.plane.kube()
+    quota_namespace(kube, "quota-claims", devices=1)
+    claims = CLAIMS.format("quota-claims")
+    made = kube.create(claims, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "held", "namespace": "quota-claims"},
+        "spec": {"devices": {"requests": [{"name": "r0", "exactly": {
+            "deviceClassName": "ai.compute"}}]}},
+    })  # fmt: skip
+    made["status"] = {"allocation": {"devices": {"results": [
+        {"request": "r0", "driver": "compute.hcs.io", "pool": "node-a", "device": "nvidia-0"}
+    ]}}}  # fmt: skip
+    kube.replace(f"{claims}/held/status", made)
+    with pytest.raises(KubeError) as refused:
+        create(kube, "quota-claims", pod_body("over", {"ai.compute/vram": "1Gi"}))
+    assert "ComputeQuota quota-claims/limits: devices 1 used + 1 requested exceeds the limit 1" in (
+        str(refused.value)
+    )
+    kube.request("DELETE", f"{claims}/held")
+    create(kube, "quota-claims", pod_body("fits", {"ai.compute/vram": "1Gi"}))
+    kube.close()
+
+
+def test_pods_created_at_once_where_only_one_fits_one_is_admitted(
+    helm: Helm, webhook: Path
+) -> None:
+    """devices 1: four pods created together, none of them allocated yet; the webhook's
+    decisions are serialized and each counts the ones admitted before it."""
+    quota_namespace(helm.plane.kube(), "quota-race", devices=1)
+    outcomes: list[str] = []
+
+    def one(number: int) -> None:
+        kube = helm.plane.kube()
+        try:
+            create(kube, "quota-race", pod_body(f"race-{number}", {"ai.compute/vram": "2Gi"}))
+            outcomes.append("admitted")
+        except KubeError as e:
+            outcomes.append("refused" if "exceeds the limit 1" in str(e) else str(e))
+        kube.close()
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(outcomes) == ["admitted", "refused", "refused", "refused"]
+    kube = helm.plane.kube()
+    assert len(pod_names(kube, "quota-race")) == 1
+    kube.close()
+
+
 def test_a_dry_run_creates_no_template_and_the_webhook_down_refuses(
     helm: Helm, webhook: Path
 ) -> None:

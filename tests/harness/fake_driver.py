@@ -41,7 +41,7 @@ def shared_object(path: Path, soname: str, symbol: str = "cuInit") -> None:
 def update_cache(root: Path, *directories: str) -> Path:
     """Run the real ldconfig over `directories` of `root` (soname links and the cache)."""
     _, ldconfig = tools()
-    _directory(root / "etc")
+    directory(root / "etc")
     (root / "etc/ld.so.conf").write_text("".join(f"/{d}\n" for d in directories or (LIB_DIR,)))
     subprocess.run(
         [ldconfig, "-r", str(root), "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache"],
@@ -55,20 +55,20 @@ def fake_driver(root: Path, *, smi: bool = True, firmware: bool = True) -> Path:
     """The driver's libraries in root/usr/lib/x86_64-linux-gnu, nvidia-smi in root/usr/bin,
     GSP firmware in root/lib/firmware/nvidia/VERSION; the cache's path."""
     libs = root / LIB_DIR
-    _directory(libs)
+    directory(libs)
     for stem, major in LIBRARIES.items():
         shared_object(libs / f"{stem}.{VERSION}", f"{stem}.{major}")
     if smi:
-        _directory(root / "usr/bin")
+        directory(root / "usr/bin")
         (root / "usr/bin/nvidia-smi").write_text("#!/bin/sh\necho fake nvidia-smi\n")
         (root / "usr/bin/nvidia-smi").chmod(0o755)
     if firmware:
-        _directory(root / f"lib/firmware/nvidia/{VERSION}")
+        directory(root / f"lib/firmware/nvidia/{VERSION}")
         (root / f"lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin").write_bytes(b"\0" * 64)
     return update_cache(root)
 
 
-def _directory(path: Path) -> None:
+def directory(path: Path) -> None:
     """`path` and its missing parents, mode 0755 whatever the umask (hcsd refuses a directory
     on the way that group or others may write); the parents up to the fake root's parent."""
     missing = [p for p in (path, *path.parents) if not p.exists()]

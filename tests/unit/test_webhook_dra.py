@@ -18,6 +18,7 @@ import pytest
 
 from hcsd.cluster.claim_templates import Templates
 from hcsd.cluster.kube import KubeError
+from hcsd.cluster.profile_gate import ProfileReader
 from hcsd.cluster.webhook import Rule, review
 from hcsd.cluster.webhook_dra import TemplateConflict, TemplateUnavailable
 
@@ -77,7 +78,8 @@ def call(api: Api, obj: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 def apply(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
-    """RFC 6902 `add` and `remove` (all the webhook writes)."""
+    """RFC 6902 `add`, `remove` and `replace` (all the webhook and the profile gate write;
+    `test` is the API server's to check)."""
     result = copy.deepcopy(document)
     for op in patch:
         *parents, last = [
@@ -86,12 +88,15 @@ def apply(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, An
         target: Any = result
         for token in parents:
             target = target[int(token)] if isinstance(target, list) else target[token]
+        key: Any = int(last) if isinstance(target, list) and last != "-" else last
         if op["op"] == "remove":
-            del target[last]
+            del target[key]
         elif last == "-":
             target.append(op["value"])
+        elif isinstance(target, list) and op["op"] == "add":
+            target.insert(key, op["value"])
         else:
-            target[last] = op["value"]
+            target[key] = op["value"]
     return result
 
 
@@ -201,16 +206,68 @@ def test_init_containers_and_a_taken_claim_name_are_refused() -> None:
     assert "already has an entry named hcs-accelerator" in call(Api(), obj)["status"]["message"]
 
 
-def test_a_runtime_profile_pod_is_refused_not_run_on_its_placeholder_image() -> None:
-    """Nothing rebinds an image in DRA mode: admitting it would run the placeholder with the
-    devices."""
+PROFILE_PATH = "/apis/hcs.io/v1alpha1/runtimeprofiles/pytorch-2.5"
+PROFILE = {
+    "metadata": {"name": "pytorch-2.5"},
+    "spec": {"runtimes": [
+        {"vendor": "ascend", "image": "example.com/ascend/pytorch:1"},
+        {"vendor": "nvidia", "models": ["A100"], "image": "example.com/ngc/pytorch:1"},
+    ]},
+}  # fmt: skip
+
+
+def profile_call(api: Api, obj: dict[str, Any]) -> dict[str, Any]:
+    body = {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "operation": "CREATE", "namespace": "team", "object": obj},
+    }  # fmt: skip
+    rule = Rule(mode="dra", ensure=Templates(api).ensure, runtime_profiles=ProfileReader(api))
+    response: dict[str, Any] = review(json.dumps(body).encode(), rule)["response"]
+    return response
+
+
+def test_a_runtime_profile_pod_is_gated_with_a_claim_narrowed_to_the_profile() -> None:
+    """The claim asks only for devices the profile has an image for (an Ascend chip, or an
+    A100), and kube-scheduler may not see the pod before the gate controller set its image."""
     api = Api()
-    obj = pod([container(vram="16Gi")])
-    obj["metadata"]["annotations"]["hcs.io/runtime-profile"] = "pytorch-2.5"
-    answer = call(api, obj)
+    api.objects[PROFILE_PATH] = copy.deepcopy(PROFILE)
+    obj = pod([container(vram="16Gi")], **{"hcs.io/runtime-profile": "pytorch-2.5"})
+    answer = profile_call(api, obj)
+    assert answer["allowed"] is True, answer
+    patched = apply(obj, json.loads(base64.b64decode(answer["patch"])))
+    assert patched["spec"]["schedulingGates"] == [{"name": "hcs.io/runtime-profile"}]
+    (made,) = api.created
+    # its claims carry the profile's name for the kubelet plugin
+    assert api.objects[made]["spec"]["metadata"] == {
+        "annotations": {"hcs.io/runtime-profile": "pytorch-2.5"}
+    }
+    subs = api.objects[made]["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
+    assert [s["deviceClassName"] for s in subs] == [
+        "ascend.compute.hcs.io",
+        "nvidia.compute.hcs.io",
+    ]
+    assert "a100-sxm4-80gb" in subs[1]["selectors"][0]["cel"]["expression"]
+    # without the profile, the same request is one alternative of any vendor
+    plain = call(Api(), pod([container(vram="16Gi")]))
+    assert "schedulingGates" not in json.dumps(json.loads(base64.b64decode(plain["patch"])))
+
+
+def test_a_pod_naming_a_missing_or_unreadable_profile_is_refused() -> None:
+    obj = pod([container(vram="16Gi")], **{"hcs.io/runtime-profile": "pytorch-2.5"})
+    answer = profile_call(Api(), obj)
+    assert answer["allowed"] is False and answer["status"]["code"] == 400
+    assert "RuntimeProfile 'pytorch-2.5' does not exist" in answer["status"]["message"]
+    answer = profile_call(Api(fail=500), obj)
+    assert answer["allowed"] is False and answer["status"]["code"] == 500
+    assert "failed to read RuntimeProfile pytorch-2.5" in answer["status"]["message"]
+    api = Api()
+    api.objects[PROFILE_PATH] = copy.deepcopy(PROFILE)
+    tflops = pod([container(tflops_fp16="100")], **{"hcs.io/runtime-profile": "pytorch-2.5"})
+    tflops["metadata"]["annotations"]["hcs.io/vendors"] = "cambricon"
+    answer = profile_call(api, tflops)
     assert answer["allowed"] is False
-    assert "hcs.io/runtime-profile is not supported in DRA mode" in answer["status"]["message"]
-    assert api.created == []
+    assert "no allowed model" in answer["status"]["message"]
 
 
 def test_the_api_server_away_refuses_with_a_retryable_reason() -> None:

@@ -37,12 +37,16 @@ class ClaimDevice(_message.Message):
     def __init__(self, request: _Optional[str] = ..., device: _Optional[str] = ..., pool: _Optional[str] = ..., share_id: _Optional[str] = ..., memory: _Optional[str] = ..., compute: _Optional[str] = ...) -> None: ...
 
 class PrepareClaimRequest(_message.Message):
-    __slots__ = ("claim", "devices")
+    __slots__ = ("claim", "devices", "runtime", "pod_uid")
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    POD_UID_FIELD_NUMBER: _ClassVar[int]
     claim: PodRef
     devices: _containers.RepeatedCompositeFieldContainer[ClaimDevice]
-    def __init__(self, claim: _Optional[_Union[PodRef, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[ClaimDevice, _Mapping]]] = ...) -> None: ...
+    runtime: str
+    pod_uid: str
+    def __init__(self, claim: _Optional[_Union[PodRef, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[ClaimDevice, _Mapping]]] = ..., runtime: _Optional[str] = ..., pod_uid: _Optional[str] = ...) -> None: ...
 
 class PreparedDevice(_message.Message):
     __slots__ = ("request", "device", "pool", "share_id", "cdi_device_ids")

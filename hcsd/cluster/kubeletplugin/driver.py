@@ -1,6 +1,7 @@
 """The gRPC services kubelet calls: plugin registration, and the DRA service (v1, v1beta1).
 
-Prepare: per claim, read it (claims.py), ask hcsd to hold its devices and write its CDI spec,
+Prepare: per claim, read it (claims.py), resolve the RuntimeProfile it names for its devices
+(profiles.py), ask hcsd to hold its devices and write its CDI spec,
 and answer with the CDI ids hcsd returns. A claim that fails carries its error in the answer
 (kubelet retries that claim); the others of the same call are still prepared. Unprepare needs
 no read: hcsd releases by uid, and a claim already gone from the API server is released all
@@ -27,8 +28,11 @@ from hcsd.cluster.kubeletplugin.claims import (
     prepare_request,
     read_claim,
 )
+from hcsd.cluster.kubeletplugin.profiles import add_runtime
 from hcsd.cluster.kubeletplugin.wire import dra_v1_pb2, dra_v1beta1_pb2, registration_v1_pb2
 from hcsd.contract import dra
+from hcsd.contract.names import ANNOTATION_RUNTIME_PROFILE
+from hcsd.profiles.database import ProfileDatabase, default_database
 
 __all__ = ["DRA_VERSIONS", "DraService", "Registration", "handlers"]
 
@@ -45,8 +49,11 @@ PLUGIN_TYPE = "DRAPlugin"
 class DraService:
     """NodePrepareResources / NodeUnprepareResources for one version's messages."""
 
-    def __init__(self, kube: Kube, hcsd_socket: str, wire: ModuleType) -> None:
+    def __init__(
+        self, kube: Kube, hcsd_socket: str, wire: ModuleType, db: ProfileDatabase | None = None
+    ) -> None:
         self.kube = kube
+        self.db = db or default_database()  # model aliases in RuntimeProfiles
         self.hcsd_socket = hcsd_socket
         self.wire = wire
 
@@ -57,7 +64,10 @@ class DraService:
                 label = f"{claim.namespace}/{claim.name} ({claim.uid})"
                 try:
                     found = read_claim(self.kube, claim.namespace, claim.name, claim.uid)
-                    prepared = hcsd.prepare_claim(prepare_request(found))
+                    prepare = prepare_request(found)
+                    if ANNOTATION_RUNTIME_PROFILE in (found["metadata"].get("annotations") or {}):
+                        add_runtime(prepare, found, self.kube, hcsd.devices(), self.db)
+                    prepared = hcsd.prepare_claim(prepare)
                 except (ClaimError, ApiError) as e:
                     log.warning("claim %s: failed to prepare: %s", label, e)
                     answer.claims[claim.uid].error = f"failed to prepare: {e}"

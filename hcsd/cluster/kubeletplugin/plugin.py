@@ -28,8 +28,10 @@ from dataclasses import dataclass
 
 import grpc
 
+from hcsd.api.client import Client
 from hcsd.cluster.kube import Kube
 from hcsd.cluster.kubeletplugin.driver import DRA_VERSIONS, DraService, Registration, handlers
+from hcsd.cluster.kubeletplugin.health import HealthService, health_handler
 from hcsd.cluster.kubeletplugin.wire import registration_v1_pb2
 from hcsd.contract import dra
 from hcsd.fs import remove_stale_socket
@@ -62,13 +64,20 @@ class PluginPaths:
 
 
 class KubeletPlugin:
-    def __init__(self, kube: Kube, hcsd_socket: str, paths: PluginPaths) -> None:
+    def __init__(self, kube: Kube, hcsd_socket: str, paths: PluginPaths, *, pool: str = "") -> None:
+        """`pool`: the node's name, the pool its ResourceSlice and the health service name
+        (hcsd's node name when empty)."""
         self.paths = paths
         self.registration = Registration(paths.endpoint)
-        self._dra = grpc.server(futures.ThreadPoolExecutor(4, "dra"))
+        # kubelet's health stream holds one worker for as long as it lasts
+        self._dra = grpc.server(futures.ThreadPoolExecutor(8, "dra"))
         for wire in DRA_VERSIONS.values():
             service = DraService(kube, hcsd_socket, wire)
             self._dra.add_generic_rpc_handlers((handlers(service, wire, "DRAPlugin"),))
+        if not pool:
+            with Client(hcsd_socket, timeout=10) as hcsd:
+                pool = hcsd.node().name
+        self._dra.add_generic_rpc_handlers((health_handler(HealthService(hcsd_socket, pool)),))
         self._registrar = grpc.server(futures.ThreadPoolExecutor(1, "dra-registration"))
         self._registrar.add_generic_rpc_handlers(
             (handlers(self.registration, registration_v1_pb2, "Registration"),)
