@@ -240,11 +240,13 @@ def test_the_webhook_runs_with_flags_its_program_knows(
     assert pod["automountServiceAccountToken"] is False  # it calls no API
 
 
-def test_in_dra_mode_the_webhook_may_get_and_create_claim_templates_and_nothing_else(
+def test_in_dra_mode_the_webhook_may_make_claim_templates_and_read_for_quotas_only(
     helm: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """mode: dra gives the webhook `--mode dra`, a token, and a ClusterRole with get and
-    create on resourceclaimtemplates only; its configuration says NoneOnDryRun."""
+    create on resourceclaimtemplates (list: the quota reads pending pods' templates), reads
+    for the ComputeQuota and get on runtimeprofiles
+    only; its configuration says NoneOnDryRun."""
     docs = template(helm, "--set", "mode=dra")
     (deployment,) = [
         d
@@ -271,7 +273,13 @@ def test_in_dra_mode_the_webhook_may_get_and_create_claim_templates_and_nothing_
     ]
     assert role["rules"] == [
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"],
-         "verbs": ["get", "create"]}
+         "verbs": ["get", "list", "create"]},
+        # ComputeQuota at admission (claim_quota.py): reads only, of what the rule counts
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": ["hcs.io"], "resources": ["computequotas"], "verbs": ["list"]},
+        {"apiGroups": ["hcs.io"], "resources": ["computenodes"], "verbs": ["get"]},
+        {"apiGroups": ["hcs.io"], "resources": ["runtimeprofiles"], "verbs": ["get"]},
     ]  # fmt: skip
     (binding,) = [
         d
@@ -572,8 +580,61 @@ def test_requeue_off_drops_the_patch_verb_and_its_policy_together(helm: str) -> 
     verbs, policy, command, env = shape(template(helm))
     assert "patch" in verbs and policy and "--no-requeue" not in command
     assert {"POD_NAME", "POD_NAMESPACE"} <= env
-    verbs, policy, command, _ = shape(template(helm, "--set", "requeue.enabled=false"))
+    off = ("--set", "requeue.enabled=false", "--set", "runtimeProfiles.enabled=false")
+    verbs, policy, command, _ = shape(template(helm, *off))
     assert "patch" not in verbs and not policy and "--no-requeue" in command
+
+
+def profile_rules(docs: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
+    """What the extender and hcs-viewer may do on hcs.io, and the extender's command."""
+    found = {}
+    for name in ("hcs-scheduler-extender", "hcs-viewer"):
+        (role,) = [d for d in docs if (d["kind"], d["metadata"]["name"]) == ("ClusterRole", name)]
+        (rule,) = [r for r in role["rules"] if r["apiGroups"] == ["hcs.io"]
+                   and "computenodes" in r["resources"]]  # fmt: skip
+        found[name] = rule["resources"]
+    (deployment,) = [d for d in docs if (d["kind"], d["metadata"]["name"]) == (
+        "Deployment", "hcs-scheduler-extender")]  # fmt: skip
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return found["hcs-scheduler-extender"], found["hcs-viewer"], container["command"]
+
+
+def test_runtime_profiles_are_on_by_default_and_off_drops_their_rbac(helm: str) -> None:
+    """On (the default): the extender and hcs-viewer read RuntimeProfiles and the extender
+    lists them; off: neither role names them and the extender is told so."""
+    extender, viewer, command = profile_rules(template(helm))
+    assert "runtimeprofiles" in extender and "runtimeprofiles" in viewer
+    assert "--no-runtime-profiles" not in command
+    extender, viewer, command = profile_rules(
+        template(helm, "--set", "runtimeProfiles.enabled=false")
+    )
+    assert "runtimeprofiles" not in extender and "runtimeprofiles" not in viewer
+    assert "--no-runtime-profiles" in command
+    assert extender == ["computenodes", "computequotas"]
+
+
+def test_runtime_profiles_follow_requeue_unless_set(helm: str) -> None:
+    """Unset (auto): an install that turned requeue off upgrades with profiles off rather than
+    failing; explicitly on, they are on whatever mode dra's requeue says."""
+    extender, viewer, command = profile_rules(template(helm, "--set", "requeue.enabled=false"))
+    assert "runtimeprofiles" not in extender and "runtimeprofiles" not in viewer
+    assert "--no-runtime-profiles" in command and "--no-requeue" in command
+    extender, _, command = profile_rules(
+        template(helm, "--set", "requeue.enabled=false", "--set", "runtimeProfiles.enabled=false")
+    )
+    assert "runtimeprofiles" not in extender and "--no-runtime-profiles" in command
+    extender, _, command = profile_rules(template(helm, "--set", "runtimeProfiles.enabled=true"))
+    assert "runtimeprofiles" in extender and "--no-runtime-profiles" not in command
+
+
+def test_runtime_profiles_set_on_without_requeue_are_refused_saying_why(helm: str) -> None:
+    """Rebinding sets images with requeue's `patch pods` and policy: the pair cannot work."""
+    done = run(
+        helm, "template", "hcs", str(CHART), *IMAGE,
+        "--set", "requeue.enabled=false", "--set", "runtimeProfiles.enabled=true",
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "runtimeProfiles.enabled needs requeue.enabled" in done.stderr, done.stderr
 
 
 def test_hcs_own_deployments_tolerate_the_unhealthy_taint(helm: str) -> None:
@@ -584,3 +645,16 @@ def test_hcs_own_deployments_tolerate_the_unhealthy_taint(helm: str) -> None:
                  "hcs-scheduler"):  # fmt: skip
         tolerations = deployments[name]["spec"]["template"]["spec"].get("tolerations") or []
         assert {"key": TAINT_UNHEALTHY, "operator": "Exists"} in tolerations, name
+
+
+@pytest.mark.parametrize("mode", ["extender", "dra"])
+def test_checksum_annotations_are_quoted_strings(helm: str, mode: str) -> None:
+    """A checksum annotation is 16 hex digits, which YAML reads as a number when they happen
+    to be all decimal digits (or `<digits>e<digits>`): the API server then refuses the whole
+    install (`annotations.checksum/tls: expected string`). Every one is rendered quoted."""
+    done = run(helm, "template", "hcs", str(CHART), "--namespace", "hcs-system", *IMAGE,
+               "--set", f"mode={mode}")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines() if "checksum/" in line]
+    quoted = re.compile(r'checksum/[a-z]+: "[0-9a-f]{16}"($| +#)')
+    assert lines and all(quoted.match(line) for line in lines), lines

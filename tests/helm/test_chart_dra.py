@@ -122,16 +122,19 @@ def test_the_syncer_may_manage_resource_slices_only_in_dra_mode(
         "resources": ["resourceslices"],
         "verbs": ["get", "create", "update"],  # what slice_publisher.py calls
     }
-    (rule,) = by_kind(docs, "ClusterRole")["hcs-scheduler-extender-resourceclaims"]["rules"]
-    assert rule == {
-        "apiGroups": ["resource.k8s.io"],
-        "resources": ["resourceclaims"],
-        "verbs": ["list", "watch"],  # claim_usage.py's informer
-    }
+    rules = by_kind(docs, "ClusterRole")["hcs-scheduler-extender-resourceclaims"]["rules"]
+    assert rules == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"],
+         "verbs": ["list", "watch"]},  # claim_usage.py's informer
+        # profile_gate_controller.py: the free capacity, a gated pod's template
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"],
+         "verbs": ["get"]},
+    ]  # fmt: skip
     extender_command = by_kind(docs, "Deployment")["hcs-scheduler-extender"]["spec"]["template"][
         "spec"
     ]["containers"][0]["command"]
-    assert "--count-claims" in extender_command
+    assert "--count-claims" in extender_command and "--profile-gate" in extender_command
     assert (
         "--count-claims"
         not in (

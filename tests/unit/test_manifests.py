@@ -49,6 +49,8 @@ RBAC: dict[tuple[str, str], Rules] = {
         (names.GROUP, f"{names.COMPUTE_NODES}/status"): frozenset({"update"}),  # PUT status
         # the kubelet DRA plugin (hcsd/cluster/kubeletplugin/claims.py) reads each claim
         ("resource.k8s.io", "resourceclaims"): frozenset({"get"}),
+        # ... and the RuntimeProfile a claim names (kubeletplugin/profiles.py)
+        (names.GROUP, names.RUNTIME_PROFILES): frozenset({"get"}),
     },
     ("Role", names.SYNCER_ACCOUNT): {
         # the heartbeat Lease: GET, POST when absent, PUT to renew

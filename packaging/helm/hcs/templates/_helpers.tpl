@@ -41,9 +41,23 @@ hcs-scheduler-extender.{{ .Release.Namespace }}.svc
 {{- if and .Values.webhook.enabled (not .Values.webhook.tls.generate) (not .Values.webhook.tls.caBundle) -}}
 {{- fail "webhook.tls.generate=false needs webhook.tls.caBundle (the base64 PEM of the CA that signed its certificate)" -}}
 {{- end -}}
+{{- if and (eq (toString .Values.runtimeProfiles.enabled) "true") (not .Values.requeue.enabled) (eq .Values.mode "extender") -}}
+{{- fail "runtimeProfiles.enabled needs requeue.enabled: the extender sets a profile's image with the `patch pods` and the policy hcs-extender-requeue that requeue.enabled=false drops (set runtimeProfiles.enabled=false too, or keep requeue on)" -}}
+{{- end -}}
 {{- if not (has .Values.webhook.failurePolicy (list "Fail" "Ignore")) -}}
 {{- fail (printf "webhook.failurePolicy must be Fail or Ignore, not %q" .Values.webhook.failurePolicy) -}}
 {{- end -}}
+{{- end }}
+
+{{/* "true" when RuntimeProfiles are on, "" when off. runtimeProfiles.enabled unset (null, the
+default) follows requeue in mode extender, whose `patch pods` and policy the extender sets a
+profile's image with: an install that turned requeue off keeps working on upgrade, with
+profiles off. In mode dra, unset means on. An explicit true or false is taken as it is. */}}
+{{- define "hcs.runtimeProfiles" -}}
+{{- $v := .Values.runtimeProfiles.enabled -}}
+{{- if kindIs "invalid" $v -}}
+{{- if or .Values.requeue.enabled (ne .Values.mode "extender") }}true{{ end -}}
+{{- else if $v }}true{{ end -}}
 {{- end }}
 
 {{/* hcs-scheduler's KubeSchedulerConfiguration (scheduler.yaml). */}}

@@ -49,6 +49,6 @@ does: kube-scheduler reads its caFile once, so a renewed CA needs new pods. Only
 certificates the chart makes; bring-your-own ones: restart by hand (docs/helm.md). */}}
 {{- define "hcs.tlsChecksum" -}}
 {{- if .root.Values.extender.tls.generate -}}
-checksum/tls: {{ index (include "hcs.extenderTLS" .root | fromJson) .part | toJson | sha256sum | trunc 16 }}
+checksum/tls: {{ index (include "hcs.extenderTLS" .root | fromJson) .part | toJson | sha256sum | trunc 16 | quote }}
 {{- end -}}
 {{- end }}
