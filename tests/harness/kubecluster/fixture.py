@@ -9,6 +9,11 @@ test asking for it skips, saying why.
 `bare_kubelet_cluster`: the same nodes and control plane without HCS's cluster side
 (cluster.py, `bare`), once per module that asks, for tests that deploy HCS themselves.
 
+`dra_kubelet_cluster`: the bare cluster for installing HCS in DRA mode with the chart
+(tests/kubelet/test_dra_install.py): its own node names, three A100s on `dra-gpu` (the first
+alone, the other two one NVLink island), the API server stamped v1.36.3 (helm reads it),
+hcsd's health quiet period short so that a device found unhealthy recovers within a test.
+
 `healing_kubelet_cluster`: HCS deployed, hcsd watching the kernel through eBPF with short
 clocks, hcs-controller running (healing.py), once per module that asks; it skips, saying
 why, where the eBPF objects cannot be built or loaded.
@@ -32,7 +37,7 @@ from tests.harness.kubecluster.cluster import (
     started,
     with_stamped_apiserver,
 )
-from tests.harness.kubecluster.vendors import ASCEND, NVIDIA, VendorNode
+from tests.harness.kubecluster.vendors import A100_ISLAND, ASCEND, NVIDIA, VendorNode
 from tests.harness.peers.building import Log
 
 #: The bare cluster's nodes: the same vendors under other names (the cgroup roots and the
@@ -115,6 +120,27 @@ def stamped_bare_kubelet_cluster(
     for `helm install` on kubelets (tests/kubelet/test_helm_install.py)."""
     yield from _cluster(pytestconfig, tmp_path_factory.mktemp("helm-kubelet"), bare=True,
                         vendors=BARE_NODES, stamped=True)  # fmt: skip
+
+
+#: The DRA install's nodes, named apart from the other clusters' (one may run at the same time);
+#: the GPU node has a lone A100 and an NVLink pair, for claims of several devices.
+DRA_NODES: dict[str, VendorNode] = {"dra-gpu": A100_ISLAND, "dra-npu": ASCEND}
+#: Seconds a device hcsd found unhealthy stays so once its counters are quiet (docs/health.md).
+DRA_QUIET_PERIOD = 8.0
+
+
+@pytest.fixture(scope="module")
+def dra_kubelet_cluster(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeletCluster]:
+    """`stamped_bare_kubelet_cluster` on nodes `dra-gpu` and `dra-npu` whose hcsd polls the
+    simulated devices' counters every 0.2 s (health.aer_poll_interval) and calls a device
+    healthy again DRA_QUIET_PERIOD seconds after its last fatal count."""
+    health: Settings = {"health": {"quiet_period": DRA_QUIET_PERIOD, "tick_interval": 0.2,
+                                   "aer_poll_interval": 0.2}}  # fmt: skip
+    yield from _cluster(pytestconfig, tmp_path_factory.mktemp("dra-kubelet"), bare=True,
+                        vendors=DRA_NODES, stamped=True,
+                        hcsd_settings=dict.fromkeys(DRA_NODES, health))  # fmt: skip
 
 
 @pytest.fixture(scope="module")

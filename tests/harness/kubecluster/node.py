@@ -107,7 +107,7 @@ class KubeletNode:
         for source in self.private.values():
             source.mkdir(parents=True, exist_ok=True)
         binds = [Bind(target, source) for target, source in self.private.items()]
-        binds += [Bind(node, Path("/dev/null")) for node in vendor.all_device_nodes()]
+        binds += [Bind(node, Path("/dev/null")) for node in vendor.node_devices()]
         self.namespace = MountNamespace(self.dir, binds)
         self.containerd = NodeContainerd(runtime, self.dir / "containerd", self.namespace)
         self.hcsd: Daemon | None = None

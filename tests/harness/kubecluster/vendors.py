@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tests.fakes import BUILD as FAKES_BUILD
@@ -23,6 +24,15 @@ from tests.harness.daemon import ROOT
 
 LIBHCS_FAKES = ROOT / "libhcs" / "build" / "tests" / "fakes"
 NULL_NUMBERS = "1:3"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A further device of the node's model, at the next index (a node with several)."""
+
+    uuid: str
+    device_nodes: tuple[str, ...]
+    pci_bus_id: str
 
 
 @dataclass(frozen=True)
@@ -46,19 +56,39 @@ class VendorNode:
     # The device's PCI address in the node file: what kernel lines name it by (a test that
     # writes them to the host's /dev/kmsg gives its nodes addresses of their own).
     pci_bus_id: str = "0000:17:00.0"
+    # Devices after the first (index 1, 2, ...), and the fabric links between devices by
+    # index (`(1, 2, "nvlink")`: one island, hcsd's linkDomain). The first device is the one
+    # the fields above describe, and the one every single-device test expects.
+    peers: tuple[Peer, ...] = ()
+    links: tuple[tuple[int, int, str], ...] = ()
 
-    def node_file(self) -> str:
+    def node_file(self, counters: Mapping[str, int] | None = None) -> str:
+        """hcsd's node file; `counters`: the simulated health counters of every device."""
         shared = ", ".join(f'"{n}:{NULL_NUMBERS}"' for n in self.shared_nodes)
-        nodes = ", ".join(f'"{n}:{NULL_NUMBERS}"' for n in self.device_nodes)
-        return (
-            f"[shared_nodes]\n{self.vendor} = [{shared}]\n\n"
-            f'[[device]]\nuuid = "{self.uuid}"\nvendor = "{self.vendor}"\n'
-            f'model = "{self.model}"\nindex = 0\npci_bus_id = "{self.pci_bus_id}"\n'
-            f'vram = "{self.vram}"\ntflops_fp16 = {self.tflops}\nnodes = [{nodes}]\n'
-        )
+        text = f"[shared_nodes]\n{self.vendor} = [{shared}]\n"
+        first = Peer(self.uuid, self.device_nodes, self.pci_bus_id)
+        for index, device in enumerate((first, *self.peers)):
+            nodes = ", ".join(f'"{n}:{NULL_NUMBERS}"' for n in device.device_nodes)
+            text += (
+                f'\n[[device]]\nuuid = "{device.uuid}"\nvendor = "{self.vendor}"\n'
+                f'model = "{self.model}"\nindex = {index}\npci_bus_id = "{device.pci_bus_id}"\n'
+                f'vram = "{self.vram}"\ntflops_fp16 = {self.tflops}\nnodes = [{nodes}]\n'
+            )
+            if counters is not None:
+                text += f"counters = {{ {', '.join(f'{k} = {v}' for k, v in counters.items())} }}\n"
+        uuids = [self.uuid, *(p.uuid for p in self.peers)]
+        for a, b, kind in self.links:
+            text += f'\n[[link]]\na = "{uuids[a]}"\nb = "{uuids[b]}"\nkind = "{kind}"\ngbps = 600\n'
+        return text
 
     def all_device_nodes(self) -> tuple[str, ...]:
+        """The first device's nodes and the vendor's shared ones: what a container given
+        that device sees."""
         return self.device_nodes + self.shared_nodes
+
+    def node_devices(self) -> tuple[str, ...]:
+        """Every device node of the node (each device's and the shared ones)."""
+        return self.all_device_nodes() + tuple(n for p in self.peers for n in p.device_nodes)
 
     def driver_tree(self, into: Path, node_name: str) -> Path:
         """The install directory's contents in `into` (bound at `install_dir` on the node)."""
@@ -91,6 +121,22 @@ NVIDIA = VendorNode(
         ("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"),
     ),
     oom_code=2,  # CUDA_ERROR_OUT_OF_MEMORY
+)
+
+#: Three A100s: the first alone, the other two joined by NVLink (island `nvidia-nvlink-1`).
+#: A claim for two devices on one link domain must take the pair, though the first comes
+#: first in the slice and is free.
+A100_ISLAND = replace(
+    NVIDIA,
+    peers=tuple(
+        Peer(
+            f"GPU-6b1c0e52-kube-4c11-9d2e-a100a100a00{i}",
+            (f"/dev/nvidia{i}",),
+            f"0000:{17 + i}:00.0",
+        )
+        for i in (1, 2)
+    ),
+    links=((1, 2, "nvlink"),),
 )
 
 ASCEND = VendorNode(
