@@ -17,7 +17,8 @@ them (webhook_dra.dra_patch, templates made through claim_templates). Then:
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -89,15 +90,17 @@ def device_class(name: str, vendor: str = "") -> dict[str, Any]:
     }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+def start_dra_plane(work: Path, objects: Sequence[dict[str, Any]] = ()) -> ControlPlane:
+    """A started control plane with kube-controller-manager and kube-scheduler, `objects`
+    applied, and the two fake nodes' slices and HCS's DeviceClasses; the caller stops it."""
     binaries, etcd = _requirements()
     manager = ensure_controller_manager()
     if isinstance(manager, str):
         pytest.skip(f"SKIP kube-controller-manager: {manager}")
-    work = tmp_path_factory.mktemp("dra-plane")
     plane = ControlPlane(binaries, etcd, work, controller_manager=manager).start()
     try:
+        if objects:
+            plane.apply(list(objects))
         kube = plane.kube()
         for name in ("gpu-a", "npu-b"):
             register_node(kube, name)
@@ -112,6 +115,16 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
             kube.create(f"{RESOURCE}/deviceclasses", device_class(name, vendor))  # fmt: skip
         kube.close()
         plane.start_scheduler(None)
+    except BaseException:
+        plane.stop()
+        raise
+    return plane
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = start_dra_plane(tmp_path_factory.mktemp("dra-plane"))
+    try:
         yield plane
     finally:
         plane.stop()

@@ -24,25 +24,18 @@ from hcsd.cluster.profile_gate import gated
 from hcsd.cluster.profile_gate_controller import ProfileGate
 from hcsd.cluster.runtime_profiles import runtime_profile
 from hcsd.cluster.webhook_dra import dra_patch
-from hcsd.contract.dra import CLASS_ANY, vendor_class
 from hcsd.profiles.database import default_database
-from tests.cluster.conftest import _requirements
 from tests.cluster.controlplane import (
     REPO,
     ControlPlane,
     manifests,
-    register_node,
     request_token,
     token_kubeconfig,
 )
 from tests.cluster.test_dra_allocation import (
-    RESOURCE,
     allocation,
-    device,
-    device_class,
-    slice_for,
+    start_dra_plane,
 )
-from tests.harness.peers.kubernetes import ensure_controller_manager
 from tests.harness.waiting import wait_for
 from tests.unit.test_webhook_dra import apply
 
@@ -76,28 +69,9 @@ def _extender_rbac() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    binaries, etcd = _requirements()
-    manager = ensure_controller_manager()
-    if isinstance(manager, str):
-        pytest.skip(f"SKIP kube-controller-manager: {manager}")
-    work = tmp_path_factory.mktemp("dra-profiles")
-    plane = ControlPlane(binaries, etcd, work, controller_manager=manager).start()
+    objects = manifests("crds/runtimeprofiles.yaml") + _extender_rbac() + [PROFILE]
+    plane = start_dra_plane(tmp_path_factory.mktemp("dra-profiles"), objects)
     try:
-        plane.apply(manifests("crds/runtimeprofiles.yaml") + _extender_rbac() + [PROFILE])
-        kube = plane.kube()
-        for name in ("gpu-a", "npu-b"):
-            register_node(kube, name)
-        a100 = [device("nvidia", i, "A100-SXM4-80GB", 80, "nvl-a") for i in (0, 1)]
-        npu = [device("ascend", i, "Ascend910B3", 64, "hccs-b") for i in (0, 1)]
-        kube.create(f"{RESOURCE}/resourceslices", slice_for("gpu-a", a100))
-        kube.create(f"{RESOURCE}/resourceslices", slice_for("npu-b", npu))
-        for name, vendor in [
-            (CLASS_ANY, ""),
-            *((vendor_class(v), v) for v in ("nvidia", "ascend", "cambricon", "hygon")),
-        ]:
-            kube.create(f"{RESOURCE}/deviceclasses", device_class(name, vendor))  # fmt: skip
-        kube.close()
-        plane.start_scheduler(None)
         yield plane
     finally:
         plane.stop()

@@ -31,6 +31,7 @@ from hcsd.cluster.kubeletplugin.wire import (
 )
 from hcsd.contract import dra
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.test_dra_slices import NODE as TWO_A100S
 from tests.harness.daemon import Daemon
 from tests.harness.waiting import wait_for
 
@@ -283,34 +284,12 @@ def test_a_second_live_instance_refuses_to_start(
     assert Kubelet(syncer.paths).info().name == dra.DRIVER  # the first still serves
 
 
-HEALTH_NODE = """
-[[device]]
-uuid = "GPU-kl-0"
-vendor = "nvidia"
-model = "A100-SXM4-80GB"
-index = 0
-pci_bus_id = "0000:17:00.0"
-vram = "80Gi"
-nodes = ["/dev/nvidia0:195:0"]
-counters = {{ ecc_uncorrectable = {errors} }}
-
-[[device]]
-uuid = "GPU-kl-1"
-vendor = "nvidia"
-model = "A100-SXM4-80GB"
-index = 1
-pci_bus_id = "0000:18:00.0"
-vram = "80Gi"
-nodes = ["/dev/nvidia1:195:1"]
-"""
-
-
 def test_kubelet_watches_the_devices_health(plane: ControlPlane, tmp_path: Path) -> None:
     """kubelet's health stream (v1alpha1 NodeWatchResources) on the DRA socket: every device
     of the pool, Healthy; a fatal ECC count makes nvidia-0 Unhealthy until hcsd's quiet period
     passes; hcsd gone, every device is Unknown."""
     node_file = tmp_path / "node.toml"
-    node_file.write_text(HEALTH_NODE.format(errors=0))
+    node_file.write_text(TWO_A100S.format(errors=0))
     daemon = Daemon(
         tmp_path / "hcsd",
         node_file=node_file,
@@ -341,7 +320,7 @@ def test_kubelet_watches_the_devices_health(plane: ControlPlane, tmp_path: Path)
             first = until({"nvidia-0": healthy, "nvidia-1": healthy})
             assert {d.device.pool_name for d in first.devices} == {NODE}
             assert all(d.health_check_timeout_seconds == 30 for d in first.devices)
-            node_file.write_text(HEALTH_NODE.format(errors=1))
+            node_file.write_text(TWO_A100S.format(errors=1))
             sick = until({"nvidia-0": wire.UNHEALTHY, "nvidia-1": healthy})
             assert sick.devices[0].message == "hcsd: unhealthy"
             until({"nvidia-0": healthy, "nvidia-1": healthy})  # recovered after the quiet period
