@@ -177,9 +177,9 @@ def _container_problem(
     if not same_image(runtime.image, image):
         return (
             f"the container's image {image[:200]!r} is not {profile}'s image "
-            f"{runtime.image!r} resolved at bind: the profile's env and command go only with "
-            "its image (the pod's image changed after it was scheduled, or the assignment is "
-            "not this pod's)"
+            f"{runtime.image!r} resolved for this device (at bind, or at the claim's prepare "
+            "in DRA mode): the profile's env and command go only with its image (the pod's "
+            "image changed after it was placed, or the assignment or claim is not this pod's)"
         )
     argv = runtime.argv()
     if argv is not None and not argv[0]:
