@@ -123,6 +123,35 @@ kill $first
 """
 
 
+def check_demo(out: str, node: KubeletNode, uid: int) -> None:
+    """What demo_script printed in a 16Gi pod on `node`, running as `uid`: the vendor's device
+    nodes, env and driver file, libhcs preloaded and HCS_CONFIG set, and the quota held across
+    the container's two processes (the second is refused what the first holds)."""
+    lines = out.splitlines()
+    assert f"uid={uid}" in lines, out
+    for device in node.vendor.all_device_nodes():
+        assert f"node {device} character special file 1:3" in lines, out
+    env = dict(line[4:].split("=", 1) for line in lines if line.startswith("env "))
+    for key, value in node.vendor.env:
+        assert env.get(key) == value, (key, env)
+    assert env["HCS_CONFIG"] == "/run/hcs/quota.conf"
+    assert f"driver={node.vendor.marker_text(node.name).strip()}" in lines, out
+    assert "preload=/usr/lib/hcs/libhcs.so" in lines, out
+    refused = f"refused (code {node.vendor.oom_code})"
+    assert [line for line in lines if line.startswith("first: ")] == [
+        "first: libhcs mapped: yes",
+        "first: alloc 10240 MiB: ok",
+        f"first: alloc 10240 MiB: {refused}",
+        "first: holding",
+    ], out
+    assert "first maps /usr/lib/hcs/libhcs.so" in lines, out
+    assert [line for line in lines if line.startswith("second: ")] == [
+        "second: libhcs mapped: yes",
+        f"second: alloc 10240 MiB: {refused}",  # the first process holds 10 of the 16Gi
+        "second: alloc 6144 MiB: ok",
+    ], out
+
+
 def allocation_of(cluster: KubeletCluster, node: str, uid: str) -> dict[str, object] | None:
     computenode = cluster.kube.get(f"/apis/hcs.io/v1alpha1/computenodes/{node}")
     for allocation in (computenode.get("status") or {}).get("allocations") or []:
@@ -165,29 +194,7 @@ def run_demo(cluster: KubeletCluster, name: str, vendor: str, user: int | None) 
 
     out = cluster.kubectl("exec", name, "--", "sh", "-c", demo_script(node), timeout=60)
     print(f"--- {name} on {node.name}:\n{out}")
-    lines = out.splitlines()
-    assert f"uid={user or 0}" in lines
-    for device in node.vendor.all_device_nodes():
-        assert f"node {device} character special file 1:3" in lines, out
-    env = dict(line[4:].split("=", 1) for line in lines if line.startswith("env "))
-    for key, value in node.vendor.env:
-        assert env.get(key) == value, (key, env)
-    assert env["HCS_CONFIG"] == "/run/hcs/quota.conf"
-    assert f"driver={node.vendor.marker_text(node.name).strip()}" in lines
-    assert "preload=/usr/lib/hcs/libhcs.so" in lines
-    refused = f"refused (code {node.vendor.oom_code})"
-    assert [line for line in lines if line.startswith("first: ")] == [
-        "first: libhcs mapped: yes",
-        "first: alloc 10240 MiB: ok",
-        f"first: alloc 10240 MiB: {refused}",
-        "first: holding",
-    ], out
-    assert "first maps /usr/lib/hcs/libhcs.so" in lines, out
-    assert [line for line in lines if line.startswith("second: ")] == [
-        "second: libhcs mapped: yes",
-        f"second: alloc 10240 MiB: {refused}",  # the first process holds 10 of the 16Gi
-        "second: alloc 6144 MiB: ok",
-    ], out
+    check_demo(out, node, user or 0)
 
     # The slice in the ComputeNode, from the assignment.
     allocation = allocation_of(cluster, node.name, uid)

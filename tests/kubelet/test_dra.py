@@ -25,7 +25,7 @@ from tests.harness.kubecluster.cluster import KubeletCluster
 from tests.harness.kubecluster.node import KubeletNode
 from tests.harness.kubecluster.pods import PodSpec
 from tests.harness.waiting import wait_for
-from tests.kubelet.test_demo import demo_script
+from tests.kubelet.test_demo import check_demo, demo_script
 
 pytestmark = pytest.mark.slow
 
@@ -163,32 +163,10 @@ def test_a_claimed_share_reaches_the_container(
         print(f"--- {name} on {node.name}:\n{out}")
         quota = cluster.kubectl("exec", name, "--", "cat", "/run/hcs/quota.conf")
         print(quota)
-        lines = out.splitlines()
-        assert f"uid={USER}" in lines
-        for device in node.vendor.all_device_nodes():
-            assert f"node {device} character special file 1:3" in lines, out
-        env = dict(line[4:].split("=", 1) for line in lines if line.startswith("env "))
-        for key, value in node.vendor.env:
-            assert env.get(key) == value, (key, env)
-        assert env["HCS_CONFIG"] == "/run/hcs/quota.conf"
-        assert f"driver={node.vendor.marker_text(node.name).strip()}" in lines
-        assert "preload=/usr/lib/hcs/libhcs.so" in lines
+        check_demo(out, node, USER)
         assert f"device.0.uuid={node.vendor.uuid}" in quota
         assert f"device.0.vram_limit={16 * GiB}" in quota
         assert "device.0.compute_percent=30" in quota
-        refused = f"refused (code {node.vendor.oom_code})"
-        assert [line for line in lines if line.startswith("first: ")] == [
-            "first: libhcs mapped: yes",
-            "first: alloc 10240 MiB: ok",
-            f"first: alloc 10240 MiB: {refused}",
-            "first: holding",
-        ], out
-        assert "first maps /usr/lib/hcs/libhcs.so" in lines, out
-        assert [line for line in lines if line.startswith("second: ")] == [
-            "second: libhcs mapped: yes",
-            f"second: alloc 10240 MiB: {refused}",
-            "second: alloc 6144 MiB: ok",
-        ], out
     finally:
         pods.delete(kube, name, grace=0)
     # kubelet unprepares once the pod is gone: hcsd releases the claim and removes its files
