@@ -28,7 +28,11 @@ The `hcs.io/quota-charge` annotation the webhook writes is for people and for ma
 process's records; its figures are never read back.
 
 One lock per namespace serializes the read-decide-record steps of this process; replicas do
-not share their records (the race across them is docs/dra.md's to bound).
+not share their records (the race across them is docs/dra.md's to bound). A namespace gets
+one admission in progress and `waiting` more queued behind it, each waiting `turn_wait`
+seconds at most: beyond that its pods are refused as busy (429, a retry may pass), so a
+namespace that makes its own admissions slow (thousands of big pods to list) slows only
+itself. Pods are read a page at a time (`page`), keeping only what the rule needs.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hcsd.cluster.claim_shapes import Selected, selected
@@ -64,6 +70,18 @@ class _Api(Protocol):
     def get(self, path: str) -> dict[str, Any]: ...
 
     def list_all(self, path: str) -> tuple[list[dict[str, Any]], str]: ...
+
+    def pages(
+        self, path: str, query: Sequence[tuple[str, str]] = (), *, page: int = 500
+    ) -> Iterator[tuple[list[dict[str, Any]], str]]: ...
+
+
+@dataclass
+class _Turns:
+    """A namespace's lock and how many admissions hold it or wait for it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    queued: int = 0
 
 
 class Unbounded(ValueError):
@@ -148,18 +166,52 @@ class QuotaGate:
         *,
         window: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        waiting: int = 2,
+        turn_wait: float = 3.0,
+        page: int = 25,
+        view_ttl: float = 10.0,
     ) -> None:
         self.api = api
         self.db = db
         self.window = window
         self.clock = clock
-        self._locks: dict[str, threading.Lock] = {}
+        self.waiting = waiting
+        self.turn_wait = turn_wait
+        self.page = page
+        self.view_ttl = view_ttl
+        self._turns: dict[str, _Turns] = {}
         self._guard = threading.Lock()
         self._admitted: dict[str, tuple[str, Amounts, float]] = {}  # token: ns, charge, when
+        self._views: dict[str, tuple[NodeView | None, float]] = {}  # node: view, when read
 
-    def _lock(self, namespace: str) -> threading.Lock:
+    @contextmanager
+    def _turn(self, namespace: str) -> Iterator[None]:
+        """Hold the namespace's lock; Refused (429) when `waiting` admissions of it already
+        queue, or when the lock does not come within `turn_wait` seconds. The entry goes
+        when nobody holds or waits for it, so names never seen again leave nothing."""
         with self._guard:
-            return self._locks.setdefault(namespace, threading.Lock())
+            turns = self._turns.setdefault(namespace, _Turns())
+            if turns.queued > self.waiting:
+                raise Refused(self._busy(namespace), 429)
+            turns.queued += 1
+        try:
+            if not turns.lock.acquire(timeout=self.turn_wait):
+                raise Refused(self._busy(namespace), 429)
+            try:
+                yield
+            finally:
+                turns.lock.release()
+        finally:
+            with self._guard:
+                turns.queued -= 1
+                if turns.queued == 0:
+                    del self._turns[namespace]
+
+    def _busy(self, namespace: str) -> str:
+        return (
+            f"ComputeQuota of namespace {namespace}: too many admissions of this namespace "
+            f"at once (one at a time, {self.waiting} waiting); a retry may pass"
+        )
 
     def _list(self, path: str, what: str) -> list[dict[str, Any]]:
         try:
@@ -178,14 +230,27 @@ class QuotaGate:
         return found
 
     def _view(self, node: str) -> NodeView | None:
+        """The node's ComputeNode as the counting rules read it, kept `view_ttl` seconds
+        (only its devices' FP16 figures are used, and they change with hardware)."""
+        now = self.clock()
+        with self._guard:
+            kept = self._views.get(node)
+        if kept is not None and now - kept[1] < self.view_ttl:
+            return kept[0]
         try:
-            return node_view(self.api.get(paths_for(API_VERSION, COMPUTE_NODES, name=node)))
+            view = node_view(self.api.get(paths_for(API_VERSION, COMPUTE_NODES, name=node)))
         except KubeError as e:
-            if e.not_found:
-                return None
-            raise Refused(f"failed to read ComputeNode {node}: {e} (a retry may pass)", 500) from e
+            if not e.not_found:
+                raise Refused(
+                    f"failed to read ComputeNode {node}: {e} (a retry may pass)", 500
+                ) from e
+            view = None
         except ObjectError:
-            return None
+            view = None
+        with self._guard:
+            self._views = {k: v for k, v in self._views.items() if now - v[1] < self.view_ttl}
+            self._views[node] = (view, now)
+        return view
 
     def _claims(self, namespace: str) -> tuple[Amounts, dict[str, dict[str, Any] | None]]:
         """The namespace's allocated claims' amounts, and every claim by name: None for an
@@ -260,12 +325,22 @@ class QuotaGate:
                             meta.get("namespace"), meta.get("name"), e)  # fmt: skip
         return total
 
+    def _live_pods(self, namespace: str) -> Iterator[dict[str, Any]]:
+        """The namespace's pods not Succeeded or Failed, a page at a time."""
+        done = ",".join(f"status.phase!={phase}" for phase in sorted(DONE_PHASES))
+        path = paths_for("v1", "pods", namespace)
+        try:
+            for chunk, _ in self.api.pages(path, [("fieldSelector", done)], page=self.page):
+                yield from chunk
+        except KubeError as e:
+            message = f"failed to list pods for the ComputeQuota: {e} (a retry may pass)"
+            raise Refused(message, 500) from e
+
     def used(self, namespace: str) -> Amounts:
         """(a) + (b) + (c) of the module's rule; call with the namespace's lock held."""
         claims, by_name = self._claims(namespace)
         templates = self._templates(namespace)
-        pods = self._list(paths_for("v1", "pods", namespace), "pods")
-        total = claims + self._pending(pods, by_name, templates)
+        total = claims + self._pending(self._live_pods(namespace), by_name, templates)
         now = self.clock()
         with self._guard:
             for token, (where, amounts, when) in list(self._admitted.items()):
@@ -280,7 +355,7 @@ class QuotaGate:
         ComputeQuota too); Refused (403) when the pod would go over a quota, or when its
         charge cannot be bounded and the namespace has a quota."""
         token = uuid.uuid4().hex
-        with self._lock(namespace):
+        with self._turn(namespace):
             quotas = self._quotas(namespace)
             try:
                 charge = charge_of(claim, self.db)

@@ -165,15 +165,26 @@ class Kube:
     ) -> tuple[list[dict[str, Any]], str]:
         """Every item (in pages, so a big list does not time out) and the list's version."""
         items: list[dict[str, Any]] = []
+        last = ""
+        for chunk, seen in self.pages(path, query, page=page):
+            items.extend(chunk)
+            last = seen
+        return items, last
+
+    def pages(
+        self, path: str, query: Sequence[tuple[str, str]] = (), *, page: int = 500
+    ) -> Iterator[tuple[list[dict[str, Any]], str]]:
+        """The list a page at a time, with the list's version: a caller that keeps only a few
+        facts of each item holds one page in memory, not the whole list."""
         token = ""
         while True:
             params = [*query, ("limit", str(page))] + ([("continue", token)] if token else [])
             answer = self.get(path, params)
-            items.extend(answer.get("items") or [])
             meta = answer.get("metadata") or {}
             token = meta.get("continue") or ""
+            yield list(answer.get("items") or []), str(meta.get("resourceVersion", ""))
             if not token:
-                return items, str(meta.get("resourceVersion", ""))
+                return
 
     def watch(
         self,

@@ -31,7 +31,7 @@ from typing import Any
 
 from hcsd.cluster.fabric_jobs import valid_job_name
 from hcsd.cluster.profile_gate import Profiles
-from hcsd.cluster.webhook_dra import Ensure, Gate, Refused, dra_patch
+from hcsd.cluster.webhook_dra import DraPlan, Ensure, Gate, Refused, dra_carry_out, dra_plan
 from hcsd.contract.dra import MODE_DRA, MODE_EXTENDER
 from hcsd.contract.names import JOB, MANAGED_RESOURCES, SCHEDULER_NAME, WEBHOOK_OPT_OUT_LABEL
 from hcsd.profiles.database import ProfileDatabase
@@ -40,11 +40,16 @@ __all__ = [
     "DEFAULT_SCHEDULER",
     "OPT_OUT_LABEL",
     "OPT_OUT_VALUE",
+    "Pending",
     "ReviewError",
     "Rule",
     "answer",
     "asks_for_compute",
+    "finish",
+    "parse_review",
+    "prepare",
     "review",
+    "reviewed",
 ]
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -135,8 +140,21 @@ def _patch_for(pod: Mapping[str, Any], rule: Rule) -> list[dict[str, Any]] | Non
     return [{"op": "add", "path": "/spec/schedulerName", "value": rule.scheduler}]
 
 
-def answer(request: Mapping[str, Any], rule: Rule) -> dict[str, Any]:
-    """The AdmissionResponse for one AdmissionRequest (ReviewError: malformed)."""
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An answer whose calls to the API server are still to make (DRA mode: the quota's
+    decision and the template). It holds the plan, not the pod, so the review's parsed
+    body can go first: a slot bounds parsing, the calls wait on the API server."""
+
+    response: dict[str, Any]
+    namespace: str
+    plan: DraPlan
+    dry_run: bool
+
+
+def prepare(request: Mapping[str, Any], rule: Rule) -> dict[str, Any] | Pending:
+    """The AdmissionResponse for one AdmissionRequest, or what is still to do for it
+    (`finish`); ReviewError: malformed. Calls no API but a RuntimeProfile's read."""
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ReviewError("request.uid is missing")
@@ -148,7 +166,7 @@ def answer(request: Mapping[str, Any], rule: Rule) -> dict[str, Any]:
         return response
     obj = _mapping(request.get("object"), "request.object")
     if rule.mode == MODE_DRA:
-        return _answer_dra(request, obj, rule, response)
+        return _prepare_dra(request, obj, rule, response)
     patch = _patch_for(obj, rule)
     refused = bad_job_name(obj) if patch is not None else ""
     if refused:
@@ -160,9 +178,40 @@ def answer(request: Mapping[str, Any], rule: Rule) -> dict[str, Any]:
     return response
 
 
-def _answer_dra(
+def finish(prepared: dict[str, Any] | Pending, rule: Rule) -> dict[str, Any]:
+    """The AdmissionResponse, once `prepare`'s calls to the API server are made."""
+    if not isinstance(prepared, Pending):
+        return prepared
+    response = prepared.response
+    assert rule.ensure is not None  # Rule checks it
+    try:
+        outcome = dra_carry_out(prepared.plan, prepared.namespace, rule.ensure,
+                                dry_run=prepared.dry_run, quota=rule.quota)  # fmt: skip
+    except Refused as e:
+        return _refused(response, e)
+    response["patchType"] = "JSONPatch"
+    response["patch"] = base64.b64encode(json.dumps(outcome.patch).encode()).decode()
+    response["auditAnnotations"] = {"claim-template": outcome.template}
+    return response
+
+
+def answer(request: Mapping[str, Any], rule: Rule) -> dict[str, Any]:
+    """The AdmissionResponse for one AdmissionRequest (ReviewError: malformed)."""
+    return finish(prepare(request, rule), rule)
+
+
+def _refused(response: dict[str, Any], e: Refused) -> dict[str, Any]:
+    response["allowed"] = False
+    reason = {400: "BadRequest", 403: "Forbidden", 429: "TooManyRequests"}.get(
+        e.code, "InternalError"
+    )
+    response["status"] = {"code": e.code, "reason": reason, "message": str(e)}
+    return response
+
+
+def _prepare_dra(
     request: Mapping[str, Any], pod: Mapping[str, Any], rule: Rule, response: dict[str, Any]
-) -> dict[str, Any]:
+) -> dict[str, Any] | Pending:
     metadata = _optional_mapping(pod, "metadata", "request.object")
     labels = _optional_mapping(metadata, "labels", "request.object.metadata")
     spec = _mapping(pod.get("spec"), "request.object.spec")
@@ -171,25 +220,15 @@ def _answer_dra(
     namespace = request.get("namespace") or metadata.get("namespace")
     if not isinstance(namespace, str) or not namespace:
         raise ReviewError("request.namespace is missing")
-    assert rule.ensure is not None  # Rule checks it
     try:
-        outcome = dra_patch(
-            pod, namespace, rule.ensure, dry_run=request.get("dryRun") is True,
-            db=rule.profiles, quota=rule.quota, profiles=rule.runtime_profiles,
-        )  # fmt: skip
+        plan = dra_plan(pod, db=rule.profiles, profiles=rule.runtime_profiles)
     except Refused as e:
-        response["allowed"] = False
-        reason = {400: "BadRequest", 403: "Forbidden"}.get(e.code, "InternalError")
-        response["status"] = {"code": e.code, "reason": reason, "message": str(e)}
-        return response
-    response["patchType"] = "JSONPatch"
-    response["patch"] = base64.b64encode(json.dumps(outcome.patch).encode()).decode()
-    response["auditAnnotations"] = {"claim-template": outcome.template}
-    return response
+        return _refused(response, e)
+    return Pending(response, namespace, plan, request.get("dryRun") is True)
 
 
-def review(body: bytes, rule: Rule) -> dict[str, Any]:
-    """The AdmissionReview answering `body` (ReviewError says what is wrong with it)."""
+def parse_review(body: bytes) -> Mapping[str, Any]:
+    """The AdmissionRequest of an AdmissionReview body (ReviewError says what is wrong)."""
     try:
         document = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -200,9 +239,14 @@ def review(body: bytes, rule: Rule) -> dict[str, Any]:
             f"not an AdmissionReview {REVIEW_VERSION}: apiVersion "
             f"{str(document.get('apiVersion'))[:64]!r}, kind {str(document.get('kind'))[:64]!r}"
         )
-    request = _mapping(document.get("request"), "request")
-    return {
-        "apiVersion": REVIEW_VERSION,
-        "kind": "AdmissionReview",
-        "response": answer(request, rule),
-    }
+    return _mapping(document.get("request"), "request")
+
+
+def reviewed(response: dict[str, Any]) -> dict[str, Any]:
+    """The AdmissionReview carrying `response`."""
+    return {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def review(body: bytes, rule: Rule) -> dict[str, Any]:
+    """The AdmissionReview answering `body` (ReviewError says what is wrong with it)."""
+    return reviewed(answer(parse_review(body), rule))

@@ -42,12 +42,15 @@ from hcsd.profiles.database import ProfileDatabase, default_database
 
 __all__ = [
     "DraOutcome",
+    "DraPlan",
     "Ensure",
     "Gate",
     "Refused",
     "TemplateConflict",
     "TemplateUnavailable",
+    "dra_carry_out",
     "dra_patch",
+    "dra_plan",
 ]
 
 PREFIX = "ai.compute/"
@@ -132,9 +135,10 @@ def _container_ops(index: int, container: Mapping[str, Any], request: str) -> li
     return ops
 
 
-def _annotation_op(pod: Mapping[str, Any], charge: str) -> dict[str, Any]:
-    """Set the quota charge (any value the pod came with is replaced)."""
-    if ((pod.get("metadata") or {}).get("annotations")) is None:
+def _annotation_op(annotations: bool, charge: str) -> dict[str, Any]:
+    """Set the quota charge (any value the pod came with is replaced); `annotations`: whether
+    the pod has any."""
+    if not annotations:
         return {"op": "add", "path": "/metadata/annotations",
                 "value": {ANNOTATION_QUOTA_CHARGE: charge}}  # fmt: skip
     where = f"/metadata/annotations/{_escape(ANNOTATION_QUOTA_CHARGE)}"
@@ -187,17 +191,26 @@ def _ensure(
         raise
 
 
-def dra_patch(
+@dataclass(frozen=True, slots=True)
+class DraPlan:
+    """What the webhook will answer for a pod, read from the pod alone: the claim, its
+    template's name and the patch but for the charge. Small whatever the pod's size, so the
+    pod's parsed body can go before the calls to the API server start (webhook_server)."""
+
+    claim: dict[str, Any]
+    notes: dict[str, str]
+    template: str
+    ops: list[dict[str, Any]]  # without the charge's annotation
+    annotations: bool  # whether the pod has metadata.annotations (the charge's op differs)
+
+
+def dra_plan(
     pod: Mapping[str, Any],
-    namespace: str,
-    ensure: Ensure,
     *,
-    dry_run: bool = False,
     db: ProfileDatabase | None = None,
-    quota: Gate | None = None,
     profiles: Profiles | None = None,
-) -> DraOutcome:
-    """The JSON patch for a pod asking for `ai.compute/*` (Refused says why not)."""
+) -> DraPlan:
+    """The plan for a pod asking for `ai.compute/*` (Refused says why not)."""
     spec = pod.get("spec") or {}
     claims = _check(spec)
     try:
@@ -214,12 +227,7 @@ def dra_patch(
     # the entry from the RuntimeProfile itself): one template per shape and profile.
     notes = {} if demand.cover is None else {ANNOTATION_RUNTIME_PROFILE: demand.cover.profile}
     name = template_name({**claim, **notes})
-    charge = quota.admit(namespace, claim, dry_run) if quota is not None else None
-    if not dry_run:
-        _ensure(ensure, (namespace, name), claim, notes, quota=quota, charge=charge)
     ops: list[dict[str, Any]] = []
-    if charge is not None:
-        ops.append(_annotation_op(pod, charge))
     asking = [c.name for c in demand.containers]
     for index, container in enumerate(spec.get("containers") or ()):
         if container.get("name") in asking:
@@ -231,4 +239,40 @@ def dra_patch(
         ops.append({"op": "add", "path": "/spec/resourceClaims/-", "value": entry})
     else:
         ops.append({"op": "add", "path": "/spec/resourceClaims", "value": [entry]})
-    return DraOutcome(ops, name)
+    annotations = ((pod.get("metadata") or {}).get("annotations")) is not None
+    return DraPlan(claim, notes, name, ops, annotations)
+
+
+def dra_carry_out(
+    plan: DraPlan,
+    namespace: str,
+    ensure: Ensure,
+    *,
+    dry_run: bool = False,
+    quota: Gate | None = None,
+) -> DraOutcome:
+    """The plan's calls to the API server: the quota's decision, then the template (not on a
+    dry run); the patch with the charge (Refused says why not)."""
+    charge = quota.admit(namespace, plan.claim, dry_run) if quota is not None else None
+    if not dry_run:
+        _ensure(ensure, (namespace, plan.template), plan.claim, plan.notes,
+                quota=quota, charge=charge)  # fmt: skip
+    ops = list(plan.ops)
+    if charge is not None:
+        ops.insert(0, _annotation_op(plan.annotations, charge))
+    return DraOutcome(ops, plan.template)
+
+
+def dra_patch(
+    pod: Mapping[str, Any],
+    namespace: str,
+    ensure: Ensure,
+    *,
+    dry_run: bool = False,
+    db: ProfileDatabase | None = None,
+    quota: Gate | None = None,
+    profiles: Profiles | None = None,
+) -> DraOutcome:
+    """The JSON patch for a pod asking for `ai.compute/*` (Refused says why not)."""
+    plan = dra_plan(pod, db=db, profiles=profiles)
+    return dra_carry_out(plan, namespace, ensure, dry_run=dry_run, quota=quota)

@@ -21,7 +21,12 @@ one caller can take is bounded (`WEBHOOK_LIMITS`, `ReviewSlots`):
   address, waited for up to `SLOT_WAIT` seconds, else 503 (the API server then applies the
   failurePolicy to that one pod). Parsing is what costs memory: 3 MiB of `[{},{},...]` is
   about 80 MiB of Python objects, so the process's peak is bounded by the slots, and the
-  chart's memory limit is sized on it (tests/unit/test_webhook.py measures it);
+  chart's memory limit is sized on it (tests/unit/test_webhook.py measures it). The answer
+  is made in the slot as far as the pod alone allows (webhook.prepare); in DRA mode the
+  calls to the API server (the ComputeQuota's reads, the template) come after the slot is
+  given back and hold only the plan, not the pod: the API server is one source address for
+  every tenant, and a namespace whose reads are slow would otherwise hold the slot every
+  other namespace's pods need (claim_quota bounds that work per namespace instead);
 - connections: 128 in all, 16 per source address, 10 s idle between requests and 5 s to send
   one: eight addresses are needed to fill the port, one cannot starve another.
 """
@@ -44,7 +49,7 @@ from typing import Any
 from hcsd import __version__
 from hcsd.cluster.httpserver import DEFAULT_LIMITS, BoundedHandler, BoundedServer, Limits
 from hcsd.cluster.tls import CertificateFiles, TLSSetupError
-from hcsd.cluster.webhook import ReviewError, Rule, review
+from hcsd.cluster.webhook import Pending, ReviewError, Rule, finish, parse_review, prepare, reviewed
 from hcsd.contract.dra import MODE_DRA, MODE_EXTENDER
 from hcsd.profiles.database import ProfileDatabase, ProfileError
 
@@ -154,28 +159,41 @@ class _Handler(BoundedHandler):
             self._refuse(503, "busy: reviews from this address or in all at their limit")
             return
         try:
-            self._review(int(length))
+            prepared = self._prepare(int(length))
         finally:
             self.server.slots.give(host)
+        if prepared is not None:
+            self._answer(prepared)
 
-    def _review(self, length: int) -> None:
+    def _prepare(self, length: int) -> dict[str, Any] | Pending | None:
+        """Under a review slot: the body read, parsed and answered as far as the pod alone
+        allows (slots bound the memory of bodies being parsed); None once answered or
+        dropped. What is left (DRA mode: the quota and the template) waits on the API server
+        after the slot is given back and holds only the plan: the API server is the one
+        caller for every tenant, and claim_quota bounds that work per namespace."""
         try:
             body = self.rfile.read(length)
         except OSError as e:  # the read deadline, or the caller went away
             self.close_connection = True
             log.info("%s: body not read: %s", self.address_string(), e)
-            return
+            return None
         try:
-            answer = review(body, self.server.rule)
+            return prepare(parse_review(body), self.server.rule)
         except ReviewError as e:
             log.warning("refused a request from %s: %s", self.address_string(), e)
             self._reply(400, f"not an AdmissionReview: {e}\n".encode())
-            return
+        except Exception:  # a bug answers 500 rather than dropping the connection
+            log.exception("failed to review a request from %s", self.address_string())
+            self._reply(500, b"the webhook failed: see its log\n")
+        return None
+
+    def _answer(self, prepared: dict[str, Any] | Pending) -> None:
+        try:
+            response = finish(prepared, self.server.rule)
         except Exception:  # a bug answers 500 rather than dropping the connection
             log.exception("failed to review a request from %s", self.address_string())
             self._reply(500, b"the webhook failed: see its log\n")
             return
-        response = answer["response"]
         template = (response.get("auditAnnotations") or {}).get("claim-template")
         if template:
             log.info("review %s: claim from ResourceClaimTemplate %s", response["uid"], template)
@@ -184,7 +202,7 @@ class _Handler(BoundedHandler):
                      self.server.rule.scheduler)  # fmt: skip
         elif not response["allowed"]:
             log.info("review %s: refused: %r", response["uid"], response["status"]["message"])
-        self._reply(200, json.dumps(answer).encode(), "application/json")
+        self._reply(200, json.dumps(reviewed(response)).encode(), "application/json")
 
     def _not_allowed(self) -> None:
         self._refuse(405, "POST /mutate or GET /healthz")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -42,13 +43,24 @@ class Api:
         }
         self.objects: dict[str, dict[str, Any]] = {}
         self.down = False
+        self.paged: list[tuple[str, tuple[tuple[str, str], ...], int]] = []
+        self.gets: list[str] = []
 
     def list_all(self, path: str) -> tuple[list[dict[str, Any]], str]:
         if self.down:
             raise KubeError(0, "Unreachable", f"GET {path}: refused")
         return list(self.lists.get(path, [])), "1"
 
+    def pages(
+        self, path: str, query: Sequence[tuple[str, str]] = (), *, page: int = 500
+    ) -> Iterator[tuple[list[dict[str, Any]], str]]:
+        items, version = self.list_all(path)
+        self.paged.append((path, tuple(query), page))
+        for start in range(0, max(len(items), 1), page):
+            yield items[start : start + page], version
+
     def get(self, path: str) -> dict[str, Any]:
+        self.gets.append(path)
         if path not in self.objects:
             raise KubeError(404, "NotFound", path)
         return self.objects[path]
@@ -313,3 +325,100 @@ def test_decisions_of_one_namespace_are_one_at_a_time() -> None:
 )
 def test_a_forged_charge_is_no_charge_and_raises_nothing(forged: str) -> None:
     assert read_charge(forged) is None
+
+
+class Blocking(Api):
+    """Lists of one namespace's quotas wait on `release`: that namespace's admission holds
+    its turn as long as the test wants, as a namespace with a huge list would."""
+
+    def __init__(self, slow: str) -> None:
+        super().__init__()
+        self.slow = slow
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def list_all(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        if path == self.slow:
+            self.entered.set()
+            assert self.release.wait(10)
+        return super().list_all(path)
+
+
+def test_a_namespace_that_makes_its_admissions_slow_slows_only_itself() -> None:
+    """One admission of a namespace in progress and two waiting; a fourth is refused at once
+    as busy (429, retryable). Another namespace is admitted meanwhile, and once all is done
+    no namespace is remembered (names a caller made up leave nothing behind)."""
+    slow = "/apis/hcs.io/v1alpha1/namespaces/slow/computequotas"
+    api = Blocking(slow)
+    gate = QuotaGate(api, default_database(), waiting=2, turn_wait=10.0)
+    outcomes: list[str] = []
+
+    def admit(namespace: str) -> None:
+        try:
+            gate.admit(namespace, claim(vram="1Gi"), dry_run=True)
+            outcomes.append(f"{namespace} admitted")
+        except Refused as e:
+            outcomes.append(f"{namespace} refused {e.code}")
+
+    first = threading.Thread(target=admit, args=("slow",))
+    first.start()
+    assert api.entered.wait(10)
+    waiters = [threading.Thread(target=admit, args=("slow",)) for _ in range(2)]
+    for thread in waiters:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while gate._turns["slow"].queued < 3:  # the two are queued behind the first
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with pytest.raises(Refused, match="too many admissions of this namespace") as busy:
+        gate.admit("slow", claim(vram="1Gi"), dry_run=True)
+    assert busy.value.code == 429 and "a retry may pass" in str(busy.value)
+    admit(NS)  # another namespace: not held up
+    assert outcomes == [f"{NS} admitted"]
+    api.release.set()
+    for thread in [first, *waiters]:
+        thread.join(10)
+    assert sorted(outcomes) == sorted([f"{NS} admitted"] + ["slow admitted"] * 3)
+    assert gate._turns == {}
+
+
+def test_a_turn_not_given_within_its_wait_is_refused_as_busy() -> None:
+    slow = "/apis/hcs.io/v1alpha1/namespaces/slow/computequotas"
+    api = Blocking(slow)
+    gate = QuotaGate(api, default_database(), turn_wait=0.2)
+    first = threading.Thread(target=gate.admit, args=("slow", claim(vram="1Gi"), True))
+    first.start()
+    assert api.entered.wait(10)
+    with pytest.raises(Refused, match="a retry may pass") as busy:
+        gate.admit("slow", claim(vram="1Gi"), dry_run=True)
+    assert busy.value.code == 429
+    api.release.set()
+    first.join(10)
+    assert gate._turns == {}
+
+
+def test_pods_are_read_a_page_at_a_time_without_the_ended_ones() -> None:
+    api = Api()
+    api.lists[QUOTAS] = [quota(vram="100Gi")]
+    api.lists[PODS] = [template_pod(api, f"p{i}", vram="1Gi") for i in range(60)]
+    gate = QuotaGate(api, default_database(), page=25)
+    assert gate.used(NS) == Amounts(60 * GiB, 0.0, 60)  # 3 pages, every pod counted once
+    selector = ("fieldSelector", "status.phase!=Failed,status.phase!=Succeeded")
+    assert api.paged == [(PODS, (selector,), 25)]
+
+
+def test_a_compute_node_is_read_once_within_its_time_to_live() -> None:
+    api = Api()
+    api.lists[QUOTAS] = [quota(tflops_fp16="1000")]
+    api.lists[CLAIMS] = [allocated("a", "16Gi", "50")]
+    node = "/apis/hcs.io/v1alpha1/computenodes/n1"
+    api.objects[node] = a100_node()
+    now = [100.0]
+    gate = QuotaGate(api, default_database(), clock=lambda: now[0], view_ttl=10.0)
+    assert gate.used(NS).tflops == pytest.approx(156.0)
+    now[0] += 5
+    assert gate.used(NS).tflops == pytest.approx(156.0)
+    assert api.gets.count(node) == 1
+    now[0] += 6  # past its time to live: read again
+    gate.used(NS)
+    assert api.gets.count(node) == 2

@@ -8,19 +8,26 @@ from __future__ import annotations
 
 import base64
 import copy
+import http.client
 import json
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from hcsd.cluster.claim_quota import QuotaGate
 from hcsd.cluster.claim_templates import Templates
 from hcsd.cluster.kube import KubeError
 from hcsd.cluster.profile_gate import ProfileReader
 from hcsd.cluster.webhook import Rule, review
 from hcsd.cluster.webhook_dra import TemplateConflict, TemplateUnavailable
+from hcsd.cluster.webhook_server import serve_webhook
+from hcsd.profiles.database import default_database
+from tests.unit.test_claim_quota import Blocking
 
 TEMPLATE = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaimtemplates"
 
@@ -307,3 +314,65 @@ def test_extender_mode_never_loads_the_kubernetes_client() -> None:
     code = "import sys, hcsd.cluster.webhook_server; print('kubernetes' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def review_body(namespace: str, uid: str) -> bytes:
+    return json.dumps({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "operation": "CREATE", "namespace": namespace, "dryRun": True,
+                    "object": pod([container(vram="1Gi")])},
+    }).encode()  # fmt: skip
+
+
+def test_a_namespace_whose_quota_is_slow_to_read_holds_up_no_other_namespace() -> None:
+    """The API server is one caller for every tenant. A tenant whose namespace makes the
+    ComputeQuota's reads slow (thousands of big pods) has one review of it in progress and
+    two waiting; its fourth is refused as busy at once, and another namespace's pod is
+    answered at once meanwhile, over the real HTTP server: the review slots bound only the
+    parsing, the API calls wait outside them."""
+    slow = "/apis/hcs.io/v1alpha1/namespaces/slow/computequotas"
+    api = Blocking(slow)
+    gate = QuotaGate(api, default_database(), turn_wait=10.0)
+    rule = Rule(mode="dra", ensure=Templates(Api()).ensure, quota=gate)
+    served = serve_webhook("127.0.0.1", 0, None, rule)
+    threading.Thread(target=served.serve_forever, daemon=True).start()
+    address = ("127.0.0.1", served.server_address[1])
+    answers: dict[str, dict[str, Any]] = {}
+
+    def send(namespace: str, uid: str) -> None:
+        connection = http.client.HTTPConnection(*address, timeout=20)
+        try:
+            connection.request("POST", "/mutate", review_body(namespace, uid))
+            reply = connection.getresponse()
+            assert reply.status == 200, reply.read()
+            answers[uid] = json.loads(reply.read())["response"]
+        finally:
+            connection.close()
+
+    try:
+        held = [threading.Thread(target=send, args=("slow", f"s{i}")) for i in range(3)]
+        held[0].start()
+        assert api.entered.wait(10)
+        for thread in held[1:]:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while gate._turns["slow"].queued < 3:
+            assert time.monotonic() < deadline, "the two did not queue behind the first"
+            time.sleep(0.01)
+        started = time.monotonic()
+        send("slow", "s3")
+        assert answers["s3"]["allowed"] is False
+        assert answers["s3"]["status"]["code"] == 429
+        assert answers["s3"]["status"]["reason"] == "TooManyRequests"
+        send("team", "t0")
+        assert answers["t0"]["allowed"] is True and "patch" in answers["t0"]
+        assert time.monotonic() - started < 1.5
+        api.release.set()
+        for thread in held:
+            thread.join(20)
+        assert [answers[f"s{i}"]["allowed"] for i in range(3)] == [True] * 3
+    finally:
+        api.release.set()
+        served.shutdown()
+        served.server_close()
