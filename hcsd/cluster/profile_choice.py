@@ -17,6 +17,7 @@ kube-scheduler's own FailedScheduling reason, like any pod whose claim does not 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,8 @@ from hcsd.cluster.claim_shapes import Selected
 from hcsd.cluster.demand import Cover
 from hcsd.contract.dra import ATTR_MODEL, ATTR_VENDOR, CAPACITY_COMPUTE, CAPACITY_MEMORY, DRIVER
 from hcsd.quantity import parse_bytes
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Choice", "FreeDevice", "choose", "free_devices"]
 
@@ -66,8 +69,14 @@ def _consumed(claims: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], tupl
             if not capacity:
                 used[key] = (-1, -1)
                 continue
-            memory = parse_bytes(str(capacity.get(CAPACITY_MEMORY, "0")))
-            compute = int(str(capacity.get(CAPACITY_COMPUTE, "0")))
+            try:
+                memory = parse_bytes(str(capacity.get(CAPACITY_MEMORY, "0")))
+                compute = int(str(capacity.get(CAPACITY_COMPUTE, "0")))
+            except (ValueError, TypeError, AttributeError) as e:  # unreadable: all of it taken
+                log.warning("device %s/%s: a consumed capacity that cannot be read (%s): "
+                            "counted as the whole device", *key, e)  # fmt: skip
+                used[key] = (-1, -1)
+                continue
             old = used.get(key, (0, 0))
             if old[0] >= 0:
                 used[key] = (old[0] + memory, old[1] + compute)
@@ -86,8 +95,13 @@ def free_devices(
             continue
         pool = str((spec.get("pool") or {}).get("name"))
         for device in spec.get("devices") or ():
-            capacity = device.get("capacity") or {}
-            memory = parse_bytes(str((capacity.get(CAPACITY_MEMORY) or {}).get("value", "0")))
+            try:
+                capacity = device.get("capacity") or {}
+                memory = parse_bytes(str((capacity.get(CAPACITY_MEMORY) or {}).get("value", "0")))
+            except (ValueError, TypeError, AttributeError) as e:
+                log.warning("ResourceSlice of %s: a device whose memory cannot be read (%s): "
+                            "left out", spec.get("nodeName"), e)  # fmt: skip
+                continue
             taken_memory, taken_compute = used.get((pool, str(device.get("name"))), (0, 0))
             if taken_memory < 0:  # whole device
                 taken_memory, taken_compute = memory, 100

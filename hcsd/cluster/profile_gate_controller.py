@@ -144,6 +144,8 @@ class ProfileGate:
                 self.pass_once()
             except KubeError as e:
                 log.warning("failed to list what the profile gate reads: %s", e)
+            except Exception:  # a bug or an object it cannot read: the next pass tries again
+                log.exception("the profile gate's pass failed")
 
     def pass_once(self) -> int:
         """One pass over every gated pod; how many were released."""
@@ -167,7 +169,12 @@ class ProfileGate:
         devices = free_devices(slices, claims)
         released = 0
         for pod in pending:
-            released += self._release(pod, profiles, devices)
+            try:
+                released += self._release(pod, profiles, devices)
+            except Exception:  # one pod the gate cannot read holds up no other
+                meta = pod.get("metadata") or {}
+                log.exception("%s/%s: the profile gate failed", meta.get("namespace"),
+                              meta.get("name"))  # fmt: skip
         return released
 
     def _decide(

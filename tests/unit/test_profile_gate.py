@@ -8,6 +8,8 @@ tests/cluster/test_dra_profiles.py.
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +19,7 @@ from hcsd.cluster.claim_shapes import ShapeError, claim_spec, selected
 from hcsd.cluster.demand import Demand, demand_of
 from hcsd.cluster.profile_choice import Choice, choose, free_devices
 from hcsd.cluster.profile_gate import gate_op, gated
-from hcsd.cluster.profile_gate_controller import _requests, release_patch
+from hcsd.cluster.profile_gate_controller import ProfileGate, _requests, release_patch
 from hcsd.cluster.runtime_profiles import RuntimeProfile, cover_of, runtime_profile
 from hcsd.profiles.database import default_database
 from tests.cluster.test_dra_allocation import device, slice_for
@@ -198,3 +200,43 @@ def test_the_release_sets_the_image_narrows_affinity_and_removes_only_its_gate(
         .get("requiredDuringSchedulingIgnoredDuringExecution", {})
         .get("nodeSelectorTerms", [{}])
     ]
+
+
+def test_capacities_that_cannot_be_read_are_counted_safely_not_raised() -> None:
+    """A consumed capacity the gate cannot read takes the whole device; a slice device whose
+    memory cannot be read is left out: neither stops the pass (it once ended the thread)."""
+    broken = copy.deepcopy(SLICES)
+    broken[0]["spec"]["devices"][1]["capacity"]["memory"]["value"] = "lots"
+    free = {
+        (d.node, d.name): d
+        for d in free_devices(broken, [claim("npu-b", "ascend-0", "16Gi", "thirty")])
+    }
+    assert ("gpu-a", "nvidia-1") not in free and ("gpu-a", "nvidia-0") in free
+    assert free["npu-b", "ascend-0"].memory_free == 0
+    assert free["npu-b", "ascend-0"].compute_free == 0
+
+
+class Failing:
+    """An API whose every list raises what no KubeError handler catches."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def list_all(self, *_: Any, **__: Any) -> Any:
+        self.calls += 1
+        raise ValueError("a quantity the parser refuses")
+
+
+def test_the_gate_keeps_running_after_a_pass_fails() -> None:
+    api = Failing()
+    gate = ProfileGate(api, DB)  # type: ignore[arg-type]
+    stopping = threading.Event()
+    thread = threading.Thread(target=gate.run, args=(stopping, 0.01, lambda: True))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while api.calls < 3:
+        assert time.monotonic() < deadline, "the pass ran once and the thread ended"
+        time.sleep(0.01)
+    stopping.set()
+    thread.join(5)
+    assert not thread.is_alive()
