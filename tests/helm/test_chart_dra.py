@@ -15,7 +15,7 @@ from hcsd.cluster.commands import syncer_main
 from hcsd.cluster.kubeletplugin.plugin import PluginPaths
 from hcsd.contract import dra
 from hcsd.profiles.database import default_database
-from tests.helm.test_chart import helm, template
+from tests.helm.test_chart import CHART, IMAGE, helm, run, template
 
 __all__ = ["helm"]  # the fixture, shared with test_chart
 
@@ -147,3 +147,20 @@ def test_the_syncer_may_manage_resource_slices_only_in_dra_mode(
     binding = by_kind(docs, "ValidatingAdmissionPolicyBinding")["hcs-syncer-own-slice"]
     assert binding["spec"] == {"policyName": "hcs-syncer-own-slice", "validationActions": ["Deny"]}
     assert policy["spec"]["failurePolicy"] == "Fail"
+
+
+def notes(helm: str, *values: str) -> str:
+    """The chart's NOTES.txt as `helm install` prints it (a client-side dry run)."""
+    done = run(helm, "install", "hcs", str(CHART), "--namespace", "hcs-system",
+               "--dry-run=client", *IMAGE, *values)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("NOTES:", 1)[1]
+
+
+def test_the_notes_warn_of_a_dra_webhook_any_pod_can_reach(helm: str) -> None:
+    warning = "WARNING: mode dra without webhook.networkPolicy.enabled"
+    assert warning in notes(helm, *DRA)
+    closed = ("--set", "webhook.networkPolicy.enabled=true",
+              "--set", "webhook.networkPolicy.apiServerCIDRs={10.0.0.1/32}")  # fmt: skip
+    assert warning not in notes(helm, *DRA, *closed)
+    assert warning not in notes(helm)  # extender mode: a caller gains a scheduler name only
