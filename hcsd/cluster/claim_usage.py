@@ -36,7 +36,7 @@ class Share:
 
     node: str  # the result's pool: HCS names each node's pool after the node
     device: str  # `<vendor>-<index>`
-    memory: int  # bytes
+    memory: int | None  # bytes; None: the result states none, so the whole device's
     compute: int  # percent reserved
 
 
@@ -56,6 +56,15 @@ def _amount(consumed: Mapping[str, Any], name: str) -> int:
         raise ValueError(f"consumedCapacity {name}: {e}") from e
 
 
+def _memory(consumed: Mapping[str, Any]) -> int | None:
+    """The memory a result consumed; None when it states none: kube-scheduler leaves
+    `consumedCapacity` out with the DRAConsumableCapacity gate off, and for adminAccess,
+    and such a result holds the whole device (hcsd grants it so, runtime/claims.py)."""
+    if consumed.get(dra.CAPACITY_MEMORY) is None:
+        return None
+    return _amount(consumed, dra.CAPACITY_MEMORY)
+
+
 def claim_hold(obj: Mapping[str, Any]) -> ClaimHold | None:
     """What an allocated claim holds of HCS's devices; None when it holds none (not allocated,
     or only other drivers' devices). ValueError for a quantity that does not parse."""
@@ -65,7 +74,7 @@ def claim_hold(obj: Mapping[str, Any]) -> ClaimHold | None:
         Share(
             node=str(r.get("pool", "")),
             device=str(r.get("device", "")),
-            memory=_amount(r.get("consumedCapacity") or {}, dra.CAPACITY_MEMORY),
+            memory=_memory(r.get("consumedCapacity") or {}),
             compute=min(_amount(r.get("consumedCapacity") or {}, dra.CAPACITY_COMPUTE), 100),
         )
         for r in results
@@ -78,15 +87,20 @@ def claim_hold(obj: Mapping[str, Any]) -> ClaimHold | None:
 
 def amounts_of_claim(hold: ClaimHold, views: Callable[[str], NodeView | None]) -> Amounts:
     """The claim's VRAM, reserved FP16 TFLOPS (by its devices' figures in `views(node)`, 0
-    for a device no ComputeNode describes) and devices."""
-    tflops = 0.0
+    for a device no ComputeNode describes) and devices. A result that states no memory
+    consumed counts its device's whole memory (0 while no ComputeNode describes it)."""
+    tflops, memory = 0.0, 0
     for share in hold.shares:
         view = views(share.node)
-        for device in view.devices if view is not None else ():
-            if f"{device.vendor.value}-{device.index}" == share.device:
-                tflops += share_tflops(device.tflops_fp16, share.compute)
-                break
-    return Amounts(sum(s.memory for s in hold.shares), tflops, len(hold.shares))
+        device = next((d for d in view.devices if f"{d.vendor.value}-{d.index}" == share.device),
+                      None) if view is not None else None  # fmt: skip
+        if device is not None:
+            tflops += share_tflops(device.tflops_fp16, share.compute)
+        if share.memory is not None:
+            memory += share.memory
+        elif device is not None:  # stated none: the whole device's memory
+            memory += device.vram_bytes
+    return Amounts(memory, tflops, len(hold.shares))
 
 
 class ClaimUsage:

@@ -55,8 +55,15 @@ def view() -> NodeView:
         # another driver's devices are not HCS's to count
         (claim(result("nvidia-0", "8Gi", "10"), {**result("x", "1Gi"), "driver": OTHER}),
          Amounts(8 * GiB, 31.2, 1)),
+        # no consumedCapacity (DRAConsumableCapacity off, adminAccess): the whole device,
+        # as hcsd grants it; 0 where no ComputeNode says how much that is
+        (claim({k: v for k, v in result("nvidia-1", "0").items() if k != "consumedCapacity"}),
+         Amounts(80 * GiB, 0.0, 1)),
+        (claim({k: v for k, v in result("nvidia-7", "0").items() if k != "consumedCapacity"}),
+         Amounts(0, 0.0, 1)),
     ],
-    ids=["share", "memory only", "two devices", "unknown device", "other driver"],
+    ids=["share", "memory only", "two devices", "unknown device", "other driver",
+         "no consumed capacity", "no consumed capacity, unknown device"],
 )  # fmt: skip
 def test_a_claim_counts_what_its_devices_consumed(obj: dict[str, Any], want: Amounts) -> None:
     hold = claim_hold(obj)
