@@ -15,8 +15,9 @@ pod can be stopped. The rule, per ComputeQuota of the pod's namespace and per ke
   seconds at most.
 - `charge`: the most the claim can hold, resource by resource, over the alternatives it asks
   for (a VRAM request's memory, or a whole device's: the largest memory of the models it
-  allows; the compute share times the largest FP16 figure of those models; the device
-  count), summed over its requests. A quota is a ceiling: kube-scheduler may take any of
+  allows, as the database knows them or as ComputeNodes publish devices of them; the
+  compute share times the largest FP16 figure of those; the device count), summed over its
+  requests. A quota is a ceiling: kube-scheduler may take any of
   the alternatives. An alternative naming no model HCS knows cannot be bounded: with a
   ComputeQuota in the namespace such a pod is refused.
 
@@ -56,6 +57,7 @@ from hcsd.cluster.objects import NodeView, ObjectError, node_view
 from hcsd.cluster.webhook_dra import Refused
 from hcsd.contract.dra import ANNOTATION_QUOTA_CHARGE, POD_CLAIM_NAME
 from hcsd.contract.names import API_VERSION, COMPUTE_NODES, COMPUTE_QUOTAS
+from hcsd.model import Device
 from hcsd.profiles.database import Profile, ProfileDatabase
 from hcsd.profiles.exchange import share_tflops
 
@@ -99,30 +101,46 @@ def _candidates(request: Selected, db: ProfileDatabase) -> list[Profile]:
     ]
 
 
-def _most(request: Selected, db: ProfileDatabase) -> Amounts:
-    """The most one alternative can hold once allocated, as claim_usage would count it."""
+def _published(request: Selected, devices: Sequence[Device]) -> list[Device]:
+    """The devices the cluster's ComputeNodes publish that a request can be served by."""
+    vendors, models = set(request.vendors), set(request.models)
+    return [
+        d
+        for d in devices
+        if (not vendors or d.vendor.value in vendors) and (not models or d.model.lower() in models)
+    ]
+
+
+def _most(request: Selected, db: ProfileDatabase, devices: Sequence[Device]) -> Amounts:
+    """The most one alternative can hold once allocated, as claim_usage would count it: by
+    the figures of the models the database knows and of the devices nodes publish (a model
+    an admin added, a device bigger than its model's entry), whichever is larger."""
     profiles = _candidates(request, db)
-    if not profiles:
+    published = _published(request, devices)
+    if not profiles and not published:
         raise Unbounded(
             f"it asks for models HCS does not know ({', '.join(request.models) or 'any'} of "
             f"{', '.join(request.vendors) or 'any vendor'}), so its charge cannot be bounded"
         )
     memory = request.memory
     if memory is None:  # whole devices: the device's whole memory
-        memory = max(p.vram_bytes for p in profiles)
-    fp16 = max(p.figure("tflops_fp16") for p in profiles)
+        memory = max([p.vram_bytes for p in profiles] + [d.vram_bytes for d in published])
+    fp16 = max([p.figure("tflops_fp16") for p in profiles] + [d.tflops_fp16 for d in published])
     count = request.count
     return Amounts(memory * count, share_tflops(fp16, request.compute) * count, count)
 
 
-def charge_of(claim: Mapping[str, Any], db: ProfileDatabase) -> Amounts:
+def charge_of(
+    claim: Mapping[str, Any], db: ProfileDatabase, devices: Sequence[Device] = ()
+) -> Amounts:
     """What a claim spec is charged while it is not allocated: per device request, the most
-    of each resource over its alternatives, summed. Unbounded when one cannot be bounded."""
+    of each resource over its alternatives, summed. Unbounded when one cannot be bounded.
+    `devices`: those the cluster's ComputeNodes publish."""
     total = Amounts()
     for request in (claim.get("devices") or {}).get("requests") or ():
         options = request.get("firstAvailable") or [request.get("exactly") or {}]
         try:
-            most = [_most(selected(option), db) for option in options]
+            most = [_most(selected(option), db, devices) for option in options]
         except (ValueError, TypeError, AttributeError) as e:
             raise Unbounded(str(e)) from e
         total = total + Amounts(
@@ -183,6 +201,7 @@ class QuotaGate:
         self._guard = threading.Lock()
         self._admitted: dict[str, tuple[str, Amounts, float]] = {}  # token: ns, charge, when
         self._views: dict[str, tuple[NodeView | None, float]] = {}  # node: view, when read
+        self._devices: tuple[tuple[Device, ...], float] | None = None  # published, when read
 
     @contextmanager
     def _turn(self, namespace: str) -> Iterator[None]:
@@ -251,6 +270,24 @@ class QuotaGate:
             self._views = {k: v for k, v in self._views.items() if now - v[1] < self.view_ttl}
             self._views[node] = (view, now)
         return view
+
+    def _published_devices(self) -> tuple[Device, ...]:
+        """Every device the ComputeNodes publish, kept `view_ttl` seconds: whole-device
+        charges are bounded by them too (a device bigger than its model's entry)."""
+        now = self.clock()
+        with self._guard:
+            kept = self._devices
+        if kept is not None and now - kept[1] < self.view_ttl:
+            return kept[0]
+        found: list[Device] = []
+        for obj in self._list(paths_for(API_VERSION, COMPUTE_NODES), "ComputeNodes"):
+            try:
+                found.extend(node_view(obj).devices)
+            except ObjectError as e:
+                log.warning("%s", e)
+        with self._guard:
+            self._devices = (tuple(found), now)
+        return tuple(found)
 
     def _claims(self, namespace: str) -> tuple[Amounts, dict[str, dict[str, Any] | None]]:
         """The namespace's allocated claims' amounts, and every claim by name: None for an
@@ -358,7 +395,8 @@ class QuotaGate:
         with self._turn(namespace):
             quotas = self._quotas(namespace)
             try:
-                charge = charge_of(claim, self.db)
+                devices = self._published_devices() if quotas else ()
+                charge = charge_of(claim, self.db, devices)
             except Unbounded as e:
                 if quotas:
                     raise Refused(

@@ -278,7 +278,7 @@ def test_in_dra_mode_the_webhook_may_make_claim_templates_and_read_for_quotas_on
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": ["hcs.io"], "resources": ["computequotas"], "verbs": ["list"]},
-        {"apiGroups": ["hcs.io"], "resources": ["computenodes"], "verbs": ["get"]},
+        {"apiGroups": ["hcs.io"], "resources": ["computenodes"], "verbs": ["get", "list"]},
         {"apiGroups": ["hcs.io"], "resources": ["runtimeprofiles"], "verbs": ["get"]},
     ]  # fmt: skip
     (binding,) = [

@@ -422,3 +422,23 @@ def test_a_compute_node_is_read_once_within_its_time_to_live() -> None:
     now[0] += 6  # past its time to live: read again
     gate.used(NS)
     assert api.gets.count(node) == 2
+
+
+def test_a_whole_device_is_charged_at_the_largest_device_published_too() -> None:
+    """A node publishing a device bigger than any model the database knows (a model an
+    admin added): a whole-device request is charged its memory and FP16 figure, so a
+    150Gi quota refuses it although the database's largest is under 150Gi."""
+    db = default_database()
+    assert max(p.vram_bytes for p in db.profiles) < 150 * GiB
+    big = pb.Device(uuid="u9", vendor="nvidia", model="Mystery-192GB", index=0,
+                    vram_bytes=192 * GiB, tflops_fp16=2500.0)  # fmt: skip
+    api = Api()
+    api.lists[QUOTAS] = [quota(vram="150Gi")]
+    api.lists["/apis/hcs.io/v1alpha1/computenodes"] = [
+        compute_node("n9", node_spec(pb.Node(name="n9"), [big]))
+    ]
+    whole = charge_of(claim(devices="1"), db, QuotaGate(api, db)._published_devices())
+    assert (whole.vram, whole.tflops) == (192 * GiB, 2500.0)
+    with pytest.raises(Refused, match="exceeds the limit 150Gi"):
+        QuotaGate(api, db).admit(NS, claim(devices="1"), dry_run=True)
+    assert read_charge(QuotaGate(api, db).admit(NS, claim(vram="16Gi"), dry_run=True))
