@@ -184,7 +184,7 @@ class QuotaGate:
         *,
         window: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
-        waiting: int = 2,
+        waiting: int = 8,
         turn_wait: float = 3.0,
         page: int = 25,
         view_ttl: float = 10.0,
@@ -280,7 +280,16 @@ class QuotaGate:
         if kept is not None and now - kept[1] < self.view_ttl:
             return kept[0]
         found: list[Device] = []
-        for obj in self._list(paths_for(API_VERSION, COMPUTE_NODES), "ComputeNodes"):
+        try:
+            nodes = self.api.list_all(paths_for(API_VERSION, COMPUTE_NODES))[0]
+        except KubeError as e:
+            if not e.not_found:  # 404: no ComputeNode type yet, so no device published
+                message = (
+                    f"failed to list ComputeNodes for the ComputeQuota: {e} (a retry may pass)"
+                )
+                raise Refused(message, 500) from e
+            nodes = []
+        for obj in nodes:
             try:
                 found.extend(node_view(obj).devices)
             except ObjectError as e:
@@ -392,19 +401,18 @@ class QuotaGate:
         ComputeQuota too); Refused (403) when the pod would go over a quota, or when its
         charge cannot be bounded and the namespace has a quota."""
         token = uuid.uuid4().hex
+        if not self._quotas(namespace):  # nothing to decide: no turn taken
+            return write_charge(self._unchecked(claim), token)
         with self._turn(namespace):
-            quotas = self._quotas(namespace)
-            try:
-                devices = self._published_devices() if quotas else ()
-                charge = charge_of(claim, self.db, devices)
-            except Unbounded as e:
-                if quotas:
-                    raise Refused(
-                        f"ComputeQuota {namespace}/{quotas[0].name}: this pod's claim "
-                        f"cannot be charged: {e}", 403) from e  # fmt: skip
-                return write_charge(Amounts(), token)
+            quotas = self._quotas(namespace)  # again, in the turn
             if not quotas:
-                return write_charge(charge, token)
+                return write_charge(self._unchecked(claim), token)
+            try:
+                charge = charge_of(claim, self.db, self._published_devices())
+            except Unbounded as e:
+                raise Refused(
+                    f"ComputeQuota {namespace}/{quotas[0].name}: this pod's claim "
+                    f"cannot be charged: {e}", 403) from e  # fmt: skip
             used = self.used(namespace)
             for quota in quotas:
                 why = quota.excess(used, charge)
@@ -415,6 +423,13 @@ class QuotaGate:
                 with self._guard:
                     self._admitted[token] = (namespace, charge, when)
         return write_charge(charge, token)
+
+    def _unchecked(self, claim: Mapping[str, Any]) -> Amounts:
+        """The charge written on a pod of a namespace without a ComputeQuota (for people)."""
+        try:
+            return charge_of(claim, self.db)
+        except Unbounded:
+            return Amounts()
 
     def release(self, annotation: str) -> None:
         """Forget a charge whose pod was refused after all (its template could not be made)."""

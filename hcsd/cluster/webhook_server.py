@@ -27,8 +27,10 @@ one caller can take is bounded (`WEBHOOK_LIMITS`, `ReviewSlots`):
   given back and hold only the plan, not the pod: the API server is one source address for
   every tenant, and a namespace whose reads are slow would otherwise hold the slot every
   other namespace's pods need (claim_quota bounds that work per namespace instead);
-- connections: 128 in all, 16 per source address, 10 s idle between requests and 5 s to send
-  one: eight addresses are needed to fill the port, one cannot starve another.
+- connections: 128 in all, 48 per source address, 10 s idle between requests and 5 s to send
+  one: three addresses are needed to fill the port, one cannot starve another. (48, not
+  fewer: the API server is one address carrying every tenant's reviews, and in DRA mode a
+  namespace may have nine of them at the API server at once, claim_quota.)
 """
 
 from __future__ import annotations
@@ -71,7 +73,9 @@ WEBHOOK_LIMITS = replace(
     DEFAULT_LIMITS,
     max_body=3 * 1024 * 1024,
     max_connections=128,
-    max_per_client=16,
+    # The API server is one address for every tenant: a namespace's admissions in progress
+    # and waiting (claim_quota: 1 + 8) from two busy namespaces at once fit with room left.
+    max_per_client=48,
     read_timeout=5.0,
     idle_timeout=10.0,
 )

@@ -328,17 +328,20 @@ def test_a_forged_charge_is_no_charge_and_raises_nothing(forged: str) -> None:
 
 
 class Blocking(Api):
-    """Lists of one namespace's quotas wait on `release`: that namespace's admission holds
-    its turn as long as the test wants, as a namespace with a huge list would."""
+    """Namespace `slow` has a ComputeQuota, and the list of its claims waits on `release`:
+    its admission holds its turn as long as the test wants, as a namespace whose lists are
+    huge would. Other namespaces have no quota."""
 
-    def __init__(self, slow: str) -> None:
+    SLOW_CLAIMS = "/apis/resource.k8s.io/v1/namespaces/slow/resourceclaims"
+
+    def __init__(self) -> None:
         super().__init__()
-        self.slow = slow
+        self.lists["/apis/hcs.io/v1alpha1/namespaces/slow/computequotas"] = [quota(vram="1Ti")]
         self.entered = threading.Event()
         self.release = threading.Event()
 
     def list_all(self, path: str) -> tuple[list[dict[str, Any]], str]:
-        if path == self.slow:
+        if path == self.SLOW_CLAIMS:
             self.entered.set()
             assert self.release.wait(10)
         return super().list_all(path)
@@ -348,8 +351,7 @@ def test_a_namespace_that_makes_its_admissions_slow_slows_only_itself() -> None:
     """One admission of a namespace in progress and two waiting; a fourth is refused at once
     as busy (429, retryable). Another namespace is admitted meanwhile, and once all is done
     no namespace is remembered (names a caller made up leave nothing behind)."""
-    slow = "/apis/hcs.io/v1alpha1/namespaces/slow/computequotas"
-    api = Blocking(slow)
+    api = Blocking()
     gate = QuotaGate(api, default_database(), waiting=2, turn_wait=10.0)
     outcomes: list[str] = []
 
@@ -383,8 +385,7 @@ def test_a_namespace_that_makes_its_admissions_slow_slows_only_itself() -> None:
 
 
 def test_a_turn_not_given_within_its_wait_is_refused_as_busy() -> None:
-    slow = "/apis/hcs.io/v1alpha1/namespaces/slow/computequotas"
-    api = Blocking(slow)
+    api = Blocking()
     gate = QuotaGate(api, default_database(), turn_wait=0.2)
     first = threading.Thread(target=gate.admit, args=("slow", claim(vram="1Gi"), True))
     first.start()
@@ -442,3 +443,20 @@ def test_a_whole_device_is_charged_at_the_largest_device_published_too() -> None
     with pytest.raises(Refused, match="exceeds the limit 150Gi"):
         QuotaGate(api, db).admit(NS, claim(devices="1"), dry_run=True)
     assert read_charge(QuotaGate(api, db).admit(NS, claim(vram="16Gi"), dry_run=True))
+
+
+def test_a_namespace_without_a_quota_takes_no_turn() -> None:
+    """Nothing to decide, nothing serialized: twenty admissions at once all pass even with
+    no room to wait for a turn (a burst of a Job's pods in a namespace without a quota)."""
+    gate = QuotaGate(Api(), default_database(), waiting=0, turn_wait=0.0)
+    outcomes: list[str] = []
+
+    def one() -> None:
+        outcomes.append(gate.admit(NS, claim(vram="1Gi"), dry_run=False))
+
+    threads = [threading.Thread(target=one) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(outcomes) == 20 and gate._turns == {}

@@ -331,9 +331,8 @@ def test_a_namespace_whose_quota_is_slow_to_read_holds_up_no_other_namespace() -
     two waiting; its fourth is refused as busy at once, and another namespace's pod is
     answered at once meanwhile, over the real HTTP server: the review slots bound only the
     parsing, the API calls wait outside them."""
-    slow = "/apis/hcs.io/v1alpha1/namespaces/slow/computequotas"
-    api = Blocking(slow)
-    gate = QuotaGate(api, default_database(), turn_wait=10.0)
+    api = Blocking()
+    gate = QuotaGate(api, default_database(), waiting=2, turn_wait=10.0)
     rule = Rule(mode="dra", ensure=Templates(Api()).ensure, quota=gate)
     served = serve_webhook("127.0.0.1", 0, None, rule)
     threading.Thread(target=served.serve_forever, daemon=True).start()
