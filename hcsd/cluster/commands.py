@@ -357,7 +357,7 @@ def extender_main(argv: Sequence[str] | None = None) -> int:
 
     threading.Thread(target=caches, name="caches", daemon=True).start()
     if args.profile_gate:
-        gate = ProfileGate(kube, db)
+        gate = ProfileGate(kube, db, watch=True)
         threading.Thread(
             target=gate.run,
             args=(stopping, args.profile_gate_seconds, extender.is_leader),

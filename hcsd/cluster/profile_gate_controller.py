@@ -1,9 +1,11 @@
 """The profile gate controller: releases pods the DRA webhook gated for their RuntimeProfile
 (profile_gate.py) once it has set their images for the vendor it chose.
 
-Level-triggered: each pass lists the pods, the ResourceSlices, the allocated claims and the
-RuntimeProfiles, and for each pod still carrying the gate `hcs.io/runtime-profile` chooses the
-profile entry (profile_choice.choose) and writes one JSON patch that
+Level-triggered: each pass reads the gated pods (from a watch of the unbound pods that keeps
+the gated ones, in the extender; a list without it) and, when there are any, lists the
+ResourceSlices, the allocated claims and the RuntimeProfiles; for each pod still carrying
+the gate `hcs.io/runtime-profile` it chooses the profile entry (profile_choice.choose) and
+writes one JSON patch that
 - `test`s the uid, the gates, the affinity and the container names it read (a pod whose spec
   changed since is left to the next pass),
 - sets the image of each container holding the pod's HCS claim to the entry's,
@@ -27,6 +29,7 @@ from typing import Any
 
 from hcsd.cluster.claim_shapes import Selected, selected
 from hcsd.cluster.demand import DemandError
+from hcsd.cluster.informer import Informer
 from hcsd.cluster.kube import Kube, KubeError, paths_for
 from hcsd.cluster.profile_choice import Choice, choose, free_devices
 from hcsd.cluster.profile_gate import gated
@@ -124,11 +127,36 @@ def _template_name(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+UNBOUND = ("fieldSelector", "spec.nodeName=")
+
+
+def _gated_pod(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What the watch keeps of an unbound pod: the pod while it carries the gate."""
+    return dict(obj) if gated(obj) else None
+
+
 class ProfileGate:
-    def __init__(self, kube: Kube, db: ProfileDatabase) -> None:
+    """`watch`: follow the unbound pods with a watch (kept: the gated ones only) rather than
+    listing every unbound pod of the cluster at each pass; `run` starts and stops it."""
+
+    def __init__(self, kube: Kube, db: ProfileDatabase, *, watch: bool = False) -> None:
         self.kube = kube
         self.db = db
         self.waiting: dict[str, str] = {}  # pod uid -> the reason last logged
+        self.pods: Informer[dict[str, Any]] | None = None
+        if watch:
+            self.pods = Informer(kube, paths_for("v1", "pods"), _gated_pod, query=[UNBOUND],
+                                 name="gated pods")  # fmt: skip
+
+    def _pending(self) -> list[dict[str, Any]]:
+        """The pods carrying the gate: from the watch once it has listed, else a list."""
+        if self.pods is None:
+            pods, _ = self.kube.list_all(paths_for("v1", "pods"), [UNBOUND])
+            return [p for p in pods if gated(p)]
+        if not self.pods.synced.is_set():
+            return []
+        with self.pods.lock:
+            return list(self.pods.items.values())
 
     def _hold(self, label: str, uid: str, why: str) -> None:
         if self.waiting.get(uid) != why:
@@ -137,20 +165,25 @@ class ProfileGate:
 
     def run(self, stopping: threading.Event, every: float, is_leader: Callable[[], bool]) -> None:
         """A pass every `every` seconds while this replica leads, until `stopping` is set."""
-        while not stopping.wait(every):
-            if not is_leader():
-                continue
-            try:
-                self.pass_once()
-            except KubeError as e:
-                log.warning("failed to list what the profile gate reads: %s", e)
-            except Exception:  # a bug or an object it cannot read: the next pass tries again
-                log.exception("the profile gate's pass failed")
+        if self.pods is not None:
+            self.pods.start()
+        try:
+            while not stopping.wait(every):
+                if not is_leader():
+                    continue
+                try:
+                    self.pass_once()
+                except KubeError as e:
+                    log.warning("failed to list what the profile gate reads: %s", e)
+                except Exception:  # a bug or an object it cannot read: the next pass again
+                    log.exception("the profile gate's pass failed")
+        finally:
+            if self.pods is not None:
+                self.pods.stop()
 
     def pass_once(self) -> int:
         """One pass over every gated pod; how many were released."""
-        pods, _ = self.kube.list_all(paths_for("v1", "pods"), [("fieldSelector", "spec.nodeName=")])
-        pending = [p for p in pods if gated(p)]
+        pending = self._pending()
         self.waiting = {k: v for k, v in self.waiting.items() if k in {
             str((p.get("metadata") or {}).get("uid")) for p in pending}}  # fmt: skip
         if not pending:

@@ -12,6 +12,7 @@ with two Ascend 910B3 (fake Nodes, hand-written ResourceSlices: no kubelet runs)
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -179,3 +180,31 @@ def test_the_extenders_token_may_not_ungate_a_pod_naming_no_profile(plane: Contr
     assert refused.value.status in (403, 422)
     assert "hcs-scheduler-extender may change a pod's spec only" in str(refused.value)
     kube.close()
+
+
+def test_the_extenders_gate_follows_gated_pods_with_a_watch(plane: ControlPlane) -> None:
+    """As the extender runs it (`--profile-gate`): a watch of the unbound pods keeps the
+    gated ones, and the leader's passes release a profile pod admitted after it started.
+    A pod the tenant gated without naming a profile (`other`, above) stays gated."""
+    kube = plane.kube()
+    gate = ProfileGate(extender_kube(plane), default_database(), watch=True)
+    stopping = threading.Event()
+    runner = threading.Thread(target=gate.run, args=(stopping, 0.2, lambda: True), daemon=True)
+    runner.start()
+    try:
+        assert gate.pods is not None
+        wait_for(gate.pods.synced.is_set, "the gate's watch to list", timeout=30)
+        admitted(kube, "watched", {"ai.compute/vram": "8Gi"},
+                 **{"hcs.io/runtime-profile": "pytorch-2.5"})  # fmt: skip
+        wait_for(lambda: not gated(kube.get(f"{PODS}/watched")), "the pod released", timeout=30)
+        image = kube.get(f"{PODS}/watched")["spec"]["containers"][0]["image"]
+        assert image in {e["image"] for e in PROFILE["spec"]["runtimes"]}
+        assert allocation(kube, "watched")[0] in ("gpu-a", "npu-b")
+        # released, bound: the watch forgets it; the tenant's own gate stays
+        wait_for(lambda: "default/watched" not in gate.pods.items, "the watch to drop it",
+                 timeout=30)  # fmt: skip
+        assert set(gate.pods.items) <= {"default/other"}
+    finally:
+        stopping.set()
+        runner.join(10)
+        kube.close()
