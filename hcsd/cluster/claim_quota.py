@@ -186,6 +186,7 @@ class QuotaGate:
         clock: Callable[[], float] = time.monotonic,
         waiting: int = 8,
         turn_wait: float = 3.0,
+        deadline: float = 4.0,
         page: int = 25,
         view_ttl: float = 10.0,
     ) -> None:
@@ -195,6 +196,7 @@ class QuotaGate:
         self.clock = clock
         self.waiting = waiting
         self.turn_wait = turn_wait
+        self.deadline = deadline  # the API server waits timeoutSeconds (5 s in the chart)
         self.page = page
         self.view_ttl = view_ttl
         self._turns: dict[str, _Turns] = {}
@@ -204,9 +206,9 @@ class QuotaGate:
         self._devices: tuple[tuple[Device, ...], float] | None = None  # published, when read
 
     @contextmanager
-    def _turn(self, namespace: str) -> Iterator[None]:
+    def _turn(self, namespace: str, wait: float) -> Iterator[None]:
         """Hold the namespace's lock; Refused (429) when `waiting` admissions of it already
-        queue, or when the lock does not come within `turn_wait` seconds. The entry goes
+        queue, or when the lock does not come within `wait` seconds. The entry goes
         when nobody holds or waits for it, so names never seen again leave nothing."""
         with self._guard:
             turns = self._turns.setdefault(namespace, _Turns())
@@ -214,7 +216,7 @@ class QuotaGate:
                 raise Refused(self._busy(namespace), 429)
             turns.queued += 1
         try:
-            if not turns.lock.acquire(timeout=self.turn_wait):
+            if not turns.lock.acquire(timeout=max(wait, 0.0)):
                 raise Refused(self._busy(namespace), 429)
             try:
                 yield
@@ -336,10 +338,11 @@ class QuotaGate:
         pods: Iterable[Mapping[str, Any]],
         claims: Mapping[str, dict[str, Any] | None],
         templates: Mapping[str, dict[str, Any]],
+        devices: Sequence[Device] = (),
     ) -> Amounts:
         """Charges of the live pods whose `hcs-accelerator` claim is not allocated, from the
-        claim's spec or, before the claim is made, the template's; forgets the records of
-        the pods listed."""
+        claim's spec or, before the claim is made, the template's, as `admit` charged them
+        (`devices`: those published); forgets the records of the pods listed."""
         total = Amounts()
         for pod in pods:
             meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
@@ -365,7 +368,7 @@ class QuotaGate:
             if source is None:
                 continue
             try:
-                total = total + charge_of(source, self.db)
+                total = total + charge_of(source, self.db, devices)
             except Unbounded as e:  # a template this webhook did not write: counted once allocated
                 log.warning("pod %s/%s: its claim is not charged: %s",
                             meta.get("namespace"), meta.get("name"), e)  # fmt: skip
@@ -386,7 +389,8 @@ class QuotaGate:
         """(a) + (b) + (c) of the module's rule; call with the namespace's lock held."""
         claims, by_name = self._claims(namespace)
         templates = self._templates(namespace)
-        total = claims + self._pending(self._live_pods(namespace), by_name, templates)
+        devices = self._published_devices()
+        total = claims + self._pending(self._live_pods(namespace), by_name, templates, devices)
         now = self.clock()
         with self._guard:
             for token, (where, amounts, when) in list(self._admitted.items()):
@@ -401,9 +405,11 @@ class QuotaGate:
         ComputeQuota too); Refused (403) when the pod would go over a quota, or when its
         charge cannot be bounded and the namespace has a quota."""
         token = uuid.uuid4().hex
+        started = time.monotonic()
         if not self._quotas(namespace):  # nothing to decide: no turn taken
             return write_charge(self._unchecked(claim), token)
-        with self._turn(namespace):
+        wait = min(self.turn_wait, self.deadline - (time.monotonic() - started))
+        with self._turn(namespace, wait):
             quotas = self._quotas(namespace)  # again, in the turn
             if not quotas:
                 return write_charge(self._unchecked(claim), token)
@@ -418,6 +424,11 @@ class QuotaGate:
                 why = quota.excess(used, charge)
                 if why:
                     raise Refused(why, 403)
+            took = time.monotonic() - started
+            if took > self.deadline:  # the API server has given up on this answer: no record
+                raise Refused(
+                    f"ComputeQuota of namespace {namespace}: the decision took {took:.1f}s, "
+                    "past what the API server waits; a retry may pass", 429)  # fmt: skip
             if not dry_run:
                 when = self.clock()
                 with self._guard:

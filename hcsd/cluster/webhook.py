@@ -206,6 +206,8 @@ def _refused(response: dict[str, Any], e: Refused) -> dict[str, Any]:
         e.code, "InternalError"
     )
     response["status"] = {"code": e.code, "reason": reason, "message": str(e)}
+    if e.code == 429:  # the API server sends it on as Retry-After: clients retry by themselves
+        response["status"]["details"] = {"retryAfterSeconds": 1}
     return response
 
 

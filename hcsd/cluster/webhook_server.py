@@ -22,7 +22,8 @@ one caller can take is bounded (`WEBHOOK_LIMITS`, `ReviewSlots`):
   failurePolicy to that one pod). Parsing is what costs memory: 3 MiB of `[{},{},...]` is
   about 80 MiB of Python objects, so the process's peak is bounded by the slots, and the
   chart's memory limit is sized on it (tests/unit/test_webhook.py measures it). The answer
-  is made in the slot as far as the pod alone allows (webhook.prepare); in DRA mode the
+  is made in the slot as far as the pod alone allows (webhook.prepare: in DRA mode with the
+  read of a RuntimeProfile the pod names, one GET); in DRA mode the
   calls to the API server (the ComputeQuota's reads, the template) come after the slot is
   given back and hold only the plan, not the pod: the API server is one source address for
   every tenant, and a namespace whose reads are slow would otherwise hold the slot every

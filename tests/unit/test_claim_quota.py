@@ -460,3 +460,32 @@ def test_a_namespace_without_a_quota_takes_no_turn() -> None:
     for thread in threads:
         thread.join(10)
     assert len(outcomes) == 20 and gate._turns == {}
+
+
+def test_a_decision_the_api_server_stopped_waiting_for_is_refused_not_recorded() -> None:
+    """Past `deadline` the API server has refused the pod (timeoutSeconds, failurePolicy
+    Fail): its charge must not be counted for the window, so the answer is a retryable 429."""
+    api = Blocking()
+    gate = QuotaGate(api, default_database(), deadline=0.3)
+    threading.Timer(0.6, api.release.set).start()
+    with pytest.raises(Refused, match=r"the decision took \d\.\ds") as late:
+        gate.admit("slow", claim(vram="1Gi"), dry_run=False)
+    assert late.value.code == 429 and "a retry may pass" in str(late.value)
+    assert gate._admitted == {} and gate._turns == {}
+
+
+def test_a_listed_pending_pod_is_counted_as_it_was_charged() -> None:
+    """Once its pod is listed the record goes and the pod counts from its template: by the
+    published devices too, or a second whole-device pod would pass on a smaller count."""
+    big = pb.Device(uuid="u9", vendor="nvidia", model="Mystery-192GB", index=0,
+                    vram_bytes=192 * GiB, tflops_fp16=2500.0)  # fmt: skip
+    api = Api()
+    api.lists[QUOTAS] = [quota(vram="380Gi")]
+    api.lists["/apis/hcs.io/v1alpha1/computenodes"] = [
+        compute_node("n9", node_spec(pb.Node(name="n9"), [big]))
+    ]
+    api.lists[PODS] = [template_pod(api, "p1", devices="1")]
+    gate = QuotaGate(api, default_database())
+    assert gate.used(NS).vram == 192 * GiB
+    with pytest.raises(Refused, match="exceeds the limit 380Gi"):
+        gate.admit(NS, claim(devices="1"), dry_run=False)

@@ -375,3 +375,15 @@ def test_a_namespace_whose_quota_is_slow_to_read_holds_up_no_other_namespace() -
         api.release.set()
         served.shutdown()
         served.server_close()
+
+
+def test_a_busy_answer_tells_the_client_when_to_retry() -> None:
+    """429 with details.retryAfterSeconds: the API server sends it on as Retry-After."""
+    api = Blocking()
+    api.release.set()
+    rule = Rule(mode="dra", ensure=Templates(Api()).ensure,
+                quota=QuotaGate(api, default_database(), deadline=-1.0))  # fmt: skip
+    response = review(review_body("slow", "u-9"), rule)["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 429
+    assert response["status"]["details"] == {"retryAfterSeconds": 1}
