@@ -425,19 +425,26 @@ def test_a_compute_node_is_read_once_within_its_time_to_live() -> None:
     assert api.gets.count(node) == 2
 
 
+def api_with_a_192gi_device(limits: dict[str, Any]) -> Api:
+    """The namespace's quota `limits`, and a node publishing a 192Gi device of a model the
+    database does not know (an admin added it), bigger than any it knows."""
+    big = pb.Device(uuid="u9", vendor="nvidia", model="Mystery-192GB", index=0,
+                    vram_bytes=192 * GiB, tflops_fp16=2500.0)  # fmt: skip
+    api = Api()
+    api.lists[QUOTAS] = [limits]
+    api.lists["/apis/hcs.io/v1alpha1/computenodes"] = [
+        compute_node("n9", node_spec(pb.Node(name="n9"), [big]))
+    ]
+    return api
+
+
 def test_a_whole_device_is_charged_at_the_largest_device_published_too() -> None:
     """A node publishing a device bigger than any model the database knows (a model an
     admin added): a whole-device request is charged its memory and FP16 figure, so a
     150Gi quota refuses it although the database's largest is under 150Gi."""
     db = default_database()
     assert max(p.vram_bytes for p in db.profiles) < 150 * GiB
-    big = pb.Device(uuid="u9", vendor="nvidia", model="Mystery-192GB", index=0,
-                    vram_bytes=192 * GiB, tflops_fp16=2500.0)  # fmt: skip
-    api = Api()
-    api.lists[QUOTAS] = [quota(vram="150Gi")]
-    api.lists["/apis/hcs.io/v1alpha1/computenodes"] = [
-        compute_node("n9", node_spec(pb.Node(name="n9"), [big]))
-    ]
+    api = api_with_a_192gi_device(quota(vram="150Gi"))
     whole = charge_of(claim(devices="1"), db, QuotaGate(api, db)._published_devices())
     assert (whole.vram, whole.tflops) == (192 * GiB, 2500.0)
     with pytest.raises(Refused, match="exceeds the limit 150Gi"):
@@ -477,13 +484,7 @@ def test_a_decision_the_api_server_stopped_waiting_for_is_refused_not_recorded()
 def test_a_listed_pending_pod_is_counted_as_it_was_charged() -> None:
     """Once its pod is listed the record goes and the pod counts from its template: by the
     published devices too, or a second whole-device pod would pass on a smaller count."""
-    big = pb.Device(uuid="u9", vendor="nvidia", model="Mystery-192GB", index=0,
-                    vram_bytes=192 * GiB, tflops_fp16=2500.0)  # fmt: skip
-    api = Api()
-    api.lists[QUOTAS] = [quota(vram="380Gi")]
-    api.lists["/apis/hcs.io/v1alpha1/computenodes"] = [
-        compute_node("n9", node_spec(pb.Node(name="n9"), [big]))
-    ]
+    api = api_with_a_192gi_device(quota(vram="380Gi"))
     api.lists[PODS] = [template_pod(api, "p1", devices="1")]
     gate = QuotaGate(api, default_database())
     assert gate.used(NS).vram == 192 * GiB
