@@ -244,8 +244,9 @@ def test_a_failed_device_gets_its_pods_condition_and_eviction_once(
         found = wait("our reason", lambda: (condition(sim.get_pod(name)) or {}).get("reason")
                      == "HCSDeviceFailed" and condition(sim.get_pod(name)))  # fmt: skip
         assert f"device {bad} on node {node} is unhealthy" in found["message"]
-        reasons = [r for r, _ in sim.events(name)]
-        assert "HCSDeviceFailed" in reasons and "Evicted" in reasons
+        # the Evicted event is posted after the reason is restored
+        wait("the Evicted event", lambda: "Evicted" in [r for r, _ in sim.events(name)])
+        assert "HCSDeviceFailed" in [r for r, _ in sim.events(name)]
         (message,) = [m for r, m in sim.events(name) if r == "HCSDeviceFailed"]
         assert f"device {bad} on node {node} is unhealthy: xid 79" in message
         wait("the ComputeNode's event", lambda: any(
@@ -698,11 +699,10 @@ def test_the_command_leads_serves_its_probes_and_metrics_and_acts(
         sim.health(node, {bad: "unhealthy"})
         name = pod["metadata"]["name"]
         wait("the eviction (grace 0: the pod is gone)", lambda: sim.get_pod(name) is None)
+        # the counter goes up when the Eviction call returns, a moment after the pod is gone
+        evicted = 'hcs_controller_evictions_total{reason="HCSDeviceFailed",result="evicted"} 1.0'
+        wait("the eviction counted", lambda: evicted in get("/metrics")[1])
         metrics = get("/metrics")[1]
-        assert (
-            'hcs_controller_evictions_total{reason="HCSDeviceFailed",result="evicted"} 1.0'
-            in metrics
-        )
         assert "hcs_controller_tainted_nodes 1.0" in metrics  # its one device is down
     finally:
         process.terminate()

@@ -92,6 +92,14 @@ def events(kube: Kube, kind: str, name: str) -> set[str]:
     return {str(e.get("reason")) for e in found.get("items") or []}
 
 
+def wait_events(kube: Kube, kind: str, name: str, reasons: set[str]) -> None:
+    """Wait for Events with these reasons about `kind`/`name`: the controller posts them after
+    acting (the Evicted one after the eviction, which follows the DisruptionTarget condition
+    a test may have just seen), so one read right after the action can miss them."""
+    wait(f"{kind} {name}'s events {sorted(reasons)}",
+         lambda: reasons <= events(kube, kind, name), 10, 0.1)  # fmt: skip
+
+
 def controller_metric(cluster: KubeletCluster, sample: str, **labels: str) -> float:
     """A sample of hcs-controller's /metrics with these labels (0 when absent)."""
     url = f"http://127.0.0.1:{cluster.controller_probes}/metrics"
@@ -204,8 +212,8 @@ def test_a_failed_device_is_isolated_and_its_job_resumes_on_the_other_node(
         assert f"resume: status=found from=/ckpt/step-{newest}" in logs(cluster, replacement)
         assert jobs.get(kube, JOB)["status"].get("failed", 0) == 0, "Ignored: no backoff spent"
         # Every action is an Event (on the pod, on the ComputeNode) and a metric.
-        assert {"HCSDeviceFailed", "Evicted"} <= events(kube, "Pod", name)
-        assert {"PodEvicted", "NodeTainted"} <= events(kube, "ComputeNode", GPU)
+        wait_events(kube, "Pod", name, {"HCSDeviceFailed", "Evicted"})
+        wait_events(kube, "ComputeNode", GPU, {"PodEvicted", "NodeTainted"})
         evictions = "hcs_controller_evictions_total"
         once = {"result": "evicted", "reason": "HCSDeviceFailed"}
         assert controller_metric(cluster, evictions, **once) == 1  # one pod, evicted once
@@ -310,7 +318,7 @@ def test_a_slow_device_is_scored_down_then_isolated(
         times["--isolate-degraded started -> pod evicted"] = time.monotonic() - mark
         assert npu.uuid in condition["message"], condition
         wait("the taint on the slow device's node", lambda: taint(kube, NPU), 10)
-        assert {"HCSDeviceDegraded", "Evicted"} <= events(kube, "Pod", victim)
+        wait_events(kube, "Pod", victim, {"HCSDeviceDegraded", "Evicted"})
 
         mark = time.monotonic()
         healing.set_link_width(work, NPU, npu, 16)
