@@ -25,6 +25,7 @@ from hcsd.contract.assignment import ANNOTATION, AssignmentError, sign, verify
 from hcsd.contract.keyring import Keyring
 from tests.cluster.conftest import Cluster, GiB, unschedulable_message
 from tests.cluster.controlplane import free_port
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -204,7 +205,10 @@ def test_quota_exceeded_is_unschedulable_with_the_reason(cluster: Cluster) -> No
         "metadata": {"name": "limits", "namespace": "team-q"},
         "spec": {"hard": {"vram": "20Gi", "devices": 4}},
     })  # fmt: skip
-    time.sleep(0.5)
+    # The extender knows the quota once its status writer (every 0.5 s) has put the zero usage.
+    path = "/apis/hcs.io/v1alpha1/namespaces/team-q/computequotas/limits"
+    wait_for(lambda: cluster.kube.get(path).get("status", {}).get("used", {}).get("vram") == "0",
+             "the extender's first status of the quota", timeout=10)  # fmt: skip
     cluster.create_pod("first", namespace="team-q", resources={"ai.compute/vram": "16Gi"})
     first = cluster.wait_pod("first", namespace="team-q")
     assert first["spec"].get("nodeName"), unschedulable_message(first)

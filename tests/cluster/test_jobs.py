@@ -25,6 +25,7 @@ from tests.cluster.jobs import (
     start_extender,
     wait_bound,
 )
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +71,10 @@ def test_a_64_pod_job_is_bound_whole_without_double_booking(
     assert set(per_node) <= set(NODES) and max(per_node.values()) <= 8
     # Every bind read its pod once, mostly from the extender's watch (a GET for one it had
     # not shown yet). Binds include the refused ones (kube-scheduler races at a node's last
-    # device), so they are counted, not assumed to be 64.
+    # device), so they are counted, not assumed to be 64. A bind is counted when its Binding
+    # call returns, a moment after the watch can show the pod bound.
+    ok = 'hcs_extender_binds_total{result="ok"}'
+    wait_for(lambda: extender.metric(ok) >= 64, "every bind counted", timeout=10)
     binds = {
         r: extender.metric(f'hcs_extender_binds_total{{result="{r}"}}') for r in ("ok", "error")
     }

@@ -25,6 +25,7 @@ from hcsd.cluster.kube import Kube, KubeError
 from hcsd.cluster.requeue_guard import POLICY, RequeueGuard
 from hcsd.contract.keyring import Keyring
 from tests.cluster.conftest import Cluster, unschedulable_message
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -208,6 +209,8 @@ def test_pods_that_still_do_not_fit_are_not_touched(cluster: Cluster) -> None:
     annotations = pod(cluster, "waiter-d")["metadata"].get("annotations") or {}
     assert annotations.get(TOUCHED, "").endswith("Z"), annotations
     assert TOUCHED not in (pod(cluster, "hog")["metadata"].get("annotations") or {})
+    # counted when the touch's patch returns; the bind it leads to may be seen first
+    wait_for(lambda: touches(cluster) >= before + 1, "the touch counted", timeout=5)
     assert touches(cluster) == before + 1
     for name in ("hog", "waiter-d"):
         cluster.delete_pod(name)

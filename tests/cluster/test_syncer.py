@@ -106,6 +106,8 @@ def test_a_resync_writes_nothing_unless_someone_else_changed_the_status(
     edited["status"]["phase"] = "NotReady"
     running.admin.replace(NODES + running.node + "/status", edited)
     wait_for(lambda: running.status()["phase"] == "Ready", timeout=5, what="the status repaired")
+    # counted when the PUT returns, a moment after the API server stored it
+    wait_for(lambda: syncer.writes["status"] >= 2, timeout=5, what="the repair counted")
     assert syncer.writes["status"] == 2
 
 
@@ -127,6 +129,7 @@ def test_the_controllers_fleet_field_survives_the_syncers_writes(
         client.allocate(pb.AllocateRequest(container_id="after-fleet", vram="1Gi"))
     wait_for(lambda: len(running.status()["allocations"]) == 1, what="the allocation")
     assert running.status()["fleet"] == fleet
+    wait_for(lambda: syncer.writes["status"] >= 2, timeout=5, what="the write counted")
     assert syncer.writes["status"] == 2
 
 
@@ -164,7 +167,16 @@ def test_the_heartbeat_follows_hcsd(start: Callable[..., Running], hcsd: Daemon)
     assert hcsd.process is not None
     hcsd.process.kill()
     hcsd.process.wait()
-    time.sleep(1.0)  # the syncer notices: the status read fails, renewals stop
+    # The syncer notices (the status read fails) and renewals stop: none over 0.9 s (three
+    # renewal periods), waiting up to 10 s for that on a busy machine.
+    seen = [running.syncer.writes["lease"]]
+
+    def quiet() -> bool:
+        time.sleep(0.9)
+        seen.append(running.syncer.writes["lease"])
+        return seen[-1] == seen[-2]
+
+    wait_for(quiet, timeout=10, what="renewals to stop")
     stopped, writes = running.renewed(), running.syncer.writes["lease"]
     time.sleep(1.5)  # five renewal periods
     assert running.renewed() == stopped and running.syncer.writes["lease"] == writes

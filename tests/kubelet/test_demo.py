@@ -196,7 +196,8 @@ def run_demo(cluster: KubeletCluster, name: str, vendor: str, user: int | None) 
     print(f"--- {name} on {node.name}:\n{out}")
     check_demo(out, node, user or 0)
 
-    # The slice in the ComputeNode, from the assignment.
+    # The slice in the ComputeNode, from the assignment (the syncer mirrors it on its own time).
+    wait_for(lambda: allocation_of(cluster, node.name, uid) is not None, "the slice shows")
     allocation = allocation_of(cluster, node.name, uid)
     assert allocation is not None
     computenode = cluster.kube.get(f"/apis/hcs.io/v1alpha1/computenodes/{node.name}")

@@ -99,10 +99,18 @@ def test_the_syncer_daemonset_runs_from_the_image_and_publishes_the_nodes(
     cluster.kube.create(DAEMONSET, syncer_daemonset(cluster, cluster_image.name))
     try:
         wait_for(lambda: published(cluster), "the in-pod syncers publish both nodes", timeout=180)
-        pods = cluster.kube.get(
-            f"/api/v1/namespaces/{NAMESPACE}/pods",
-            query=[("labelSelector", "app.kubernetes.io/name=hcs-syncer")],
-        )["items"]
+
+        def syncer_pods() -> list[dict[str, Any]]:
+            found = cluster.kube.get(
+                f"/api/v1/namespaces/{NAMESPACE}/pods",
+                query=[("labelSelector", "app.kubernetes.io/name=hcs-syncer")],
+            )["items"]
+            return list(found)
+
+        # kubelet reports Running on its next status sync, which may follow the syncer's writes
+        wait_for(lambda: all(p["status"].get("phase") == "Running" for p in syncer_pods()),
+                 "kubelet to report the syncer pods Running", timeout=30)  # fmt: skip
+        pods = syncer_pods()
         assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(cluster.nodes)
         for pod in pods:
             assert pod["status"]["phase"] == "Running", pod["status"]

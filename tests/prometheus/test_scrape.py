@@ -113,7 +113,9 @@ def test_every_rule_evaluates_without_error(prometheus: Prometheus) -> None:
     groups = prometheus.api("rules")["groups"]
     loaded = {g["name"] for g in groups}
     assert loaded == {g["name"] for g in yaml.safe_load(RULES.read_text())["groups"]}
-    time.sleep(2)  # past one evaluation of each group
+    # past one evaluation of each group (a rule not yet evaluated has health "unknown")
+    wait_for(lambda: all(r.get("health") != "unknown" for g in prometheus.api("rules")["groups"]
+                         for r in g["rules"]), "evaluation of every rule", prometheus)  # fmt: skip
     broken = [
         (r["name"], r.get("lastError"))
         for g in prometheus.api("rules")["groups"]
