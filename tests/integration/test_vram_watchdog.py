@@ -17,6 +17,7 @@ import pytest
 from hcsd.api.client import Client
 from hcsd.api.v1 import hcsd_pb2 as pb
 from tests.harness.daemon import Daemon
+from tests.harness.waiting import wait_for
 from tests.watchdog.cgroup import Containers
 from tests.watchdog.conftest import UUIDS, GiB, GpuNode, allocated
 from tests.watchdog.test_killing import alive, wait_dead
@@ -119,7 +120,9 @@ def test_hcsd_catches_and_kills_a_container_that_escaped_libhcs(
     watcher.join(timeout=10)
     detected = time.monotonic() - started
     assert events, f"no event; hcsd log:\n{hcsd.logs()}"
-    assert detected <= 2 * INTERVAL + 0.5, f"detected after {detected:.2f}s"
+    # "Within two polls" is tests/watchdog/test_watchdog.py's, on a clock; here, through the
+    # daemon's thread, the kill and the Watch stream on a busy machine, a looser bound.
+    assert detected <= 2 * INTERVAL + 4, f"detected after {detected:.2f}s"
     violation = events[0].violation
     assert (violation.container_id, violation.device_uuid, violation.action) == (
         container.id,
@@ -139,7 +142,8 @@ def test_hcsd_catches_and_kills_a_container_that_escaped_libhcs(
     text = scrape(hcsd)
     assert metric(text, "hcs_vram_violations_total", action="killed") == 1
     assert metric(text, "hcs_container_vram_granted_bytes", container_id=container.id) == 4 * GiB
-    assert metric(text, "hcs_watchdog_polls_total") >= 3  # type: ignore[operator]
+    polls = "hcs_watchdog_polls_total"
+    wait_for(lambda: (metric(scrape(hcsd), polls) or 0) >= 3, "three polls counted", timeout=10)
 
 
 def test_hcsd_reports_processes_of_no_known_container(hcsd: Daemon, gpu_node: GpuNode) -> None:

@@ -340,7 +340,10 @@ class Containerd:
             time.sleep(0.05)
 
     def _runtime_ready(self) -> bool:
-        result = self._run_crictl(["info"], timeout=5)
+        try:
+            result = self._run_crictl(["info"], timeout=5)
+        except subprocess.TimeoutExpired:  # a busy machine: asked again until READY_TIMEOUT
+            return False
         if result.returncode != 0:
             return False
         conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])

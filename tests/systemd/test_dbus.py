@@ -43,6 +43,7 @@ from hcsd.systemd.bus import (
 )
 from hcsd.systemd.bus import UNIT as UNIT_INTERFACE
 from hcsd.systemd.restarting import JOB_REMOVED_RULE
+from tests.harness.waiting import eventually
 from tests.nri.peer import RuntimePeer
 from tests.systemd.conftest import DbusDaemon, Systemd, export_systemd
 from tests.systemd.standin import USEC_INFINITY, Outcome
@@ -183,10 +184,9 @@ async def test_signals_need_subscribe_as_in_systemd(systemd: Systemd) -> None:
     await call(bus, MANAGER_PATH, MANAGER, "Subscribe")
     assert systemd.manager.subscribers == 1
     systemd.manager.restart_outside(UNIT)
-    while systemd.manager.jobs:
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.1)
-    assert "PropertiesChanged" in heard and "JobRemoved" in heard
+    # the signals pass through dbus-daemon after the job has left the stand-in's table
+    await eventually(lambda: "PropertiesChanged" in heard and "JobRemoved" in heard,
+                     "the subscriber heard the signals", timeout=10)  # fmt: skip
     with pytest.raises(SystemdError, match="NoSuchUnit"):
         await call(bus, MANAGER_PATH, MANAGER, "GetUnit", "s", "crio.service")
     bus.disconnect()
@@ -559,8 +559,13 @@ async def test_following_survives_the_bus_going_away_and_says_so_once(
         ready.clear()
         daemon.stop()  # dbus restarted under us
         await stand_in.close()
-        await asyncio.sleep(0.5)  # ~10 failed retries meanwhile
-        lines = [r.getMessage() for r in caplog.records if "not following" in r.getMessage()]
+
+        def said() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "not following" in r.getMessage()]
+
+        await eventually(lambda: len(said()) >= 2, "both losses said", timeout=10)
+        await asyncio.sleep(0.5)  # ~10 failed retries more
+        lines = said()
         assert len(lines) == 2, lines  # the connection closed; then no bus, said once
         assert "(the system D-Bus connection closed)" in lines[0]
         assert "(no system D-Bus: " in lines[1]

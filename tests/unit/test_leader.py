@@ -110,7 +110,7 @@ def test_api_errors_reach_the_caller_and_the_loop_retries(
     with caplog.at_level(logging.INFO, "hcsd.cluster.leader"):
         a.start()
         wait_for(a.is_leader, "the retry took the Lease", timeout=5)
-        a.stop()
+        a.stop(wait=5)  # its "acquired" line follows is_leader(): logged before the level goes
     assert "leader election: 503 ServiceUnavailable" in caplog.text
     assert "a acquired leadership" in caplog.text
 

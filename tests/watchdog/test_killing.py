@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hcsd.watchdog.cgroups import CgroupMapper, CgroupMount, owner
 from hcsd.watchdog.killing import Killer
+from tests.harness.waiting import wait_for
 from tests.watchdog.cgroup import Containers
 
 # A process that forks a child every 20 ms for as long as it lives: the kill must catch the
@@ -48,9 +49,8 @@ def test_every_process_of_the_container_and_no_other(containers: Containers) -> 
     main = target.spawn([sys.executable, "-c", FORKER])
     nested = target.spawn(["sleep", "60"], sub="init.scope")  # a sub-cgroup it made itself
     other = neighbour.spawn(["sleep", "60"])
-    time.sleep(0.2)  # let it fork a few
+    wait_for(lambda: len(target.pids()) >= 4, "the forker forked a few", timeout=10)
     before = target.pids()
-    assert len(before) >= 4
     held = {target.id, neighbour.id}
     mapper = CgroupMapper()
     report = Killer(mapper).kill(
